@@ -1,0 +1,227 @@
+"""The `solrl` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from solrl_core.errors import SolrlError
+
+DESCRIPTION = """\
+solrl: RL post-training of text-to-image flow models with 4-bit exploration.
+Each iteration explores many seeds per prompt with a low-precision copy, ranks them with the reward, keeps the
+most contrastive seeds, regenerates those at full precision and trains on them (DiffusionNFT loss).
+Every stage writes its artifact into the run directory, so runs resume after a crash and stages re-run alone."""
+
+
+def _quiet_libraries() -> None:
+    """Keep library chatter (torch/torchao import notices, diffusers/transformers hints) off the user's terminal."""
+    import logging
+
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
+
+def _prefect_env() -> None:
+    # On 2 cores a fresh ephemeral Prefect server needs longer than the 20 s default to start.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+def _default_run_dir(cfg) -> Path:
+    return Path("runs") / cfg.name
+
+
+def _preflight(cfg) -> None:
+    """Fail fast, before any flow starts, on what a user can fix: prompts and model weights."""
+    from solrl_core.stages.context import load_backbone, train_prompt_set
+
+    train_prompt_set(cfg)
+    load_backbone(cfg)
+
+
+def cmd_train(args) -> int:
+    from solrl_core.config import load_config
+    from solrl_core.rundir import RunDir
+    from solrl_core.runs import prepare_run
+
+    overrides = list(args.set or [])
+    if args.iterations is not None:
+        overrides.append(f"iterations={args.iterations}")
+    cfg = load_config(args.config, overrides)
+    run = RunDir(args.run_dir or _default_run_dir(cfg))
+    _preflight(cfg)
+    with run.hold():
+        prepare_run(run, cfg)
+        _prefect_env()
+        from flows.training import training_flow
+        from flows.tracking import ensure_mlflow_run
+
+        info = ensure_mlflow_run(run, cfg)
+        history = training_flow(str(run.root), cfg.iterations, progress=not args.no_progress)
+    first, last = history[0]["reward/train_mean"], history[-1]["reward/train_mean"]
+    print(f"\ntrained {cfg.iterations} iterations: reward/train_mean {first:.4f} -> {last:.4f}")
+    print(f"run directory : {run.root}")
+    print(f"best/worst    : {run.iteration_dir(cfg.iterations - 1) / 'best_worst.png'}")
+    print(f"status        : solrl status --run-dir {run.root}")
+    print(f"MLflow UI     : mlflow ui --backend-store-uri {info['tracking_uri']} --host 127.0.0.1 --port 5000")
+    print("Prefect UI    : prefect server start --host 127.0.0.1  (then open http://127.0.0.1:4200)")
+    return 0
+
+
+def cmd_stage(args) -> int:
+    from solrl_core.errors import MissingInputError
+    from solrl_core.rundir import STAGES, RunDir
+    from solrl_core.runs import load_run_config
+    from solrl_core.stages.registry import missing_inputs
+
+    if args.name not in STAGES:
+        raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
+    run = RunDir(args.run_dir)
+    load_run_config(run)
+    missing = missing_inputs(run, args.iteration, args.name)
+    if missing:
+        it, first = missing[0]
+        raise MissingInputError(
+            f"stage '{args.name}' of iteration {args.iteration} needs '{first}' of iteration {it} first: "
+            f"solrl stage {first} --run-dir {run.root} --iteration {it}"
+        )
+    if run.is_complete(args.iteration, args.name) and not args.force:
+        print(f"{args.name} of iteration {args.iteration} is already complete (use --force to run it again)")
+        return 0
+    with run.hold():
+        _prefect_env()
+        from flows.stage import stage_flow
+
+        manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force)
+    print(json.dumps(manifest["summary"], indent=2))
+    return 0
+
+
+def _status_data(run) -> dict:
+    from solrl_core.rundir import STAGES, read_json
+    from solrl_core.runs import load_run_config
+
+    cfg = load_run_config(run)
+    info = read_json(run.run_json) if run.run_json.is_file() else {}
+    count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
+    return {
+        "run_dir": str(run.root),
+        "tracking_uri": info.get("tracking_uri"),
+        "mlflow_run_id": info.get("mlflow_run_id"),
+        "iterations": [
+            {"iteration": i, "stages": {s: run.stage_status(i, s) for s in STAGES}} for i in range(count)
+        ],
+    }
+
+
+def cmd_status(args) -> int:
+    from solrl_core.rundir import STAGES, RunDir
+
+    data = _status_data(RunDir(args.run_dir))
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    mark = {"complete": "done", "partial": "part", "pending": "-"}
+    print(f"run {data['run_dir']}  (MLflow run {data['mlflow_run_id']} at {data['tracking_uri']})")
+    print("iter  " + "  ".join(f"{s:>13}" for s in STAGES))
+    for row in data["iterations"]:
+        print(f"{row['iteration']:>4}  " + "  ".join(f"{mark[row['stages'][s]]:>13}" for s in STAGES))
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from solrl_core.inspect import pool_summary
+    from solrl_core.rundir import RunDir
+
+    summary = pool_summary(RunDir(args.run_dir), args.iteration)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"iteration {args.iteration}: {summary['candidates']} candidates, {summary['prompts']} prompts, "
+          f"{summary['selected']} selected")
+    for p in summary["per_prompt"]:
+        print(f"\n[{p['prompt_index']}] {p['prompt']!r}: n={p['n']} proxy mean {p['proxy_mean']:.4f} "
+              f"min {p['proxy_min']:.4f} max {p['proxy_max']:.4f}")
+        for s in p["selected"]:
+            final = "" if s["final"] is None else f"  final {s['final']:.4f}"
+            print(f"    seed {s['seed']:>12}  proxy {s['proxy']:.4f}{final}")
+    return 0
+
+
+def cmd_pretrain(args) -> int:
+    from solrl_core.embedded.pretrain import pretrain
+
+    summary = pretrain(
+        args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed, progress=True
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solrl", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train a run from a YAML config (resumes an existing run directory)",
+                       description="Run the training flow: iterations of quantize → explore → score → select → "
+                       "regenerate → score → update. Re-running the same command resumes after a crash.")
+    p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
+    p.add_argument("--run-dir", help="where artifacts go (default runs/<config name>/)")
+    p.add_argument("--iterations", type=int, help="number of iterations (overrides the config's `iterations`)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.optimizer.lr=1e-4 (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("stage", help="run one stage of one iteration alone",
+                       description="Run a single stage from the artifacts of the stages before it. Stages: "
+                       "quantize, explore, score_explore, select, regenerate, score_final, update.")
+    p.add_argument("name", help="stage name")
+    p.add_argument("--run-dir", required=True, help="an existing run directory")
+    p.add_argument("--iteration", type=int, required=True, help="iteration number (from 0)")
+    p.add_argument("--force", action="store_true", help="discard the stage's artifact and compute it again")
+    p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("status", help="which stages of which iterations are complete")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("inspect", help="an iteration's candidate pool: counts, reward statistics, selected seeds")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--iteration", type=int, required=True)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("pretrain", help="pretrain the embedded default model (reproduces the shipped weights)",
+                       description="Flow-matching pretraining of the embedded text-to-image model on procedurally "
+                       "drawn shapes. The defaults reproduce the weights shipped in solrl_core/embedded/pretrained/.")
+    p.add_argument("--out", required=True, help="output directory (diffusers/transformers layout)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the shipped weights' count)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_pretrain)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_libraries()
+    try:
+        return args.func(args)
+    except SolrlError as exc:
+        print(f"solrl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("solrl: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

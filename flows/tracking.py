@@ -1,0 +1,102 @@
+"""MLflow: one MLflow run per training run; per-iteration metrics and the best/worst grid (step = iteration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from solrl_core.config import RunConfig
+from solrl_core.pool import read_table
+from solrl_core.report import best_worst_grid
+from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
+
+
+def tracking_uri(cfg: RunConfig) -> str:
+    return cfg.tracking.uri or f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = str(value)[:500]
+    return out
+
+
+def ensure_mlflow_run(run: RunDir, cfg: RunConfig) -> dict:
+    """Create the run's MLflow run once; later calls (resumes) return the recorded one."""
+    if run.run_json.is_file():
+        return read_json(run.run_json)
+    import mlflow
+
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
+    if experiment is None:
+        artifacts = (Path.cwd() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+        experiment_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=artifacts)
+    else:
+        experiment_id = experiment.experiment_id
+    with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
+        mlflow.set_tags({"family": cfg.family, "run_dir": str(run.root.resolve())})
+        mlflow.log_params(_flatten(cfg.model_dump(mode="json")))
+        info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
+    write_json_atomic(run.run_json, info)
+    return info
+
+
+def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
+    """The numbers of one finished iteration, read from its stage manifests."""
+    s = {stage: run.manifest(iteration, stage)["summary"] for stage in STAGES}
+    metrics = {
+        "reward/explore_mean": s["score_explore"]["mean"],
+        "reward/explore_min": s["score_explore"]["min"],
+        "reward/explore_max": s["score_explore"]["max"],
+        "reward/explore_std": s["score_explore"]["std"],
+        "reward/train_mean": s["score_final"]["mean"],
+        "reward/train_min": s["score_final"]["min"],
+        "reward/train_max": s["score_final"]["max"],
+        "reward/selected_spread": s["score_final"]["std"],
+        "loss/total": s["update"]["loss"],
+        "loss/policy": s["update"]["policy_loss"],
+        "loss/kl_to_reference": s["update"]["kl"],
+        "train/grad_norm": s["update"]["grad_norm"],
+        "train/old_eta": s["update"]["old_eta"],
+        "train/step": s["update"]["step"],
+    }
+    for key in ("spearman", "kendall", "spearman_within_prompt", "kendall_within_prompt"):
+        value = s["score_final"].get(f"fidelity_{key}")
+        if value is not None and np.isfinite(value):
+            metrics[f"fidelity/{key}"] = value
+    for key, value in s["quantize"].items():
+        if key.startswith("share") or key.endswith("error"):
+            metrics[f"quant/{key}"] = value
+    for stage in STAGES:
+        metrics[f"time/{stage}_s"] = s[stage]["seconds"]
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
+    """Log one finished iteration (once: a marker file records it) and save its best/worst grid PNG."""
+    marker = run.iteration_dir(iteration) / "manifests" / "logged.json"
+    metrics = iteration_metrics(run, iteration)
+    if marker.is_file():
+        return metrics
+    import mlflow
+    from PIL import Image
+
+    info = ensure_mlflow_run(run, cfg)
+    pool = run.stage_dir(iteration, "explore") / "pool.zarr"
+    reward = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr", ["reward"])[0]["reward"]
+    grid = best_worst_grid(pool, reward, cfg.tracking.grid_prompts)
+    Image.fromarray(grid).save(run.iteration_dir(iteration) / "best_worst.png")
+    mlflow.set_tracking_uri(info["tracking_uri"])
+    with mlflow.start_run(run_id=info["mlflow_run_id"]):
+        mlflow.log_metrics(metrics, step=iteration)
+        if cfg.tracking.grid_prompts:
+            mlflow.log_image(grid, key="pool/best_worst", step=iteration)
+    write_json_atomic(marker, {"iteration": iteration})
+    return metrics

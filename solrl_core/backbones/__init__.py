@@ -1,0 +1,1 @@
+"""Backbone adapters: one per model family, one training loop for all."""

@@ -1,0 +1,67 @@
+"""The interface every backbone adapter implements.
+
+A backbone bundles a denoising transformer (a diffusers model class), whatever turns prompts into conditioning, and
+whatever turns latents into images. The pipeline only talks to this interface, so the training loop is one loop for
+the embedded default and the real models alike.
+
+Conventions (flow matching, as in diffusers' FlowMatchEulerDiscreteScheduler):
+  x_t = (1 - t) * x0 + t * eps,  velocity v = eps - x0,  x0 = x_t - t * v,  t = sigma in [0, 1].
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from solrl_core.seeds import noise_batch
+
+Conditioning = dict[str, torch.Tensor]
+"""Batch-first tensors the transformer is conditioned on (e.g. encoder_hidden_states, pooled_projections)."""
+
+
+@dataclass(frozen=True)
+class BackboneDefaults:
+    """Per-backbone defaults that configs may override."""
+
+    lora_targets: list[str]
+    quant_skip_names: list[str]
+    quant_min_width: int
+    sampler: str = "euler"
+    extra: dict = field(default_factory=dict)
+
+
+class Backbone(ABC):
+    """Adapter around one text-to-image flow model."""
+
+    name: str
+    transformer: torch.nn.Module
+    defaults: BackboneDefaults
+
+    @property
+    @abstractmethod
+    def latent_shape(self) -> tuple[int, ...]:
+        """Shape of one sample's latent, without the batch dimension."""
+
+    @abstractmethod
+    def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
+        """Conditioning for a batch of prompts (no grad)."""
+
+    @abstractmethod
+    def velocity(self, transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: Conditioning) -> torch.Tensor:
+        """Model velocity v(x_t, sigma) for a batch; `sigma` has shape (B,), values in [0, 1]."""
+
+    @abstractmethod
+    def decode(self, latents: torch.Tensor) -> np.ndarray:
+        """Images as uint8 array (B, H, W, 3)."""
+
+    def initial_noise(self, seeds: Sequence[int]) -> torch.Tensor:
+        """Initial latents of the seeds: randn(latent_shape) from a generator seeded with each seed."""
+        return noise_batch(seeds, self.latent_shape)
+
+    def base_state_dict(self) -> dict[str, torch.Tensor]:
+        """The frozen base transformer weights W0 (no adapters)."""
+        return {k: v for k, v in self.transformer.state_dict().items() if "lora_" not in k}

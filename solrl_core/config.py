@@ -1,0 +1,208 @@
+"""Typed run configuration: YAML -> validated pydantic objects.
+
+Unknown keys and bad values are rejected with a message naming the key. A config may start from another file with
+`extends: other.yaml` (path relative to the extending file; mappings merge key by key, the extending file wins).
+`--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from solrl_core.errors import ConfigError
+
+SelectMode = Literal["best_worst", "random", "top", "all", "extremes_random"]
+Precision = Literal["fp32", "nvfp4_emulated"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    kind: Literal["embedded"] = "embedded"
+    path: str | None = Field(None, description="weights directory; null = the shipped embedded model")
+    device: str = "cpu"
+
+
+class PromptsConfig(_Strict):
+    train: str = Field("builtin:shapes-train", description="builtin:shapes-train | builtin:shapes-test | a text file")
+    per_iteration: int = Field(4, ge=1, description="prompts drawn per iteration (official 48)")
+
+
+class QuantConfig(_Strict):
+    skip_names: list[str] | None = Field(None, description="Linear layers kept in high precision; null = backbone default")
+    min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = default")
+    weight_format: Literal["nvfp4", "nvfp4_2d"] = "nvfp4_2d"
+    act_format: Literal["nvfp4"] = "nvfp4"
+
+
+class ExploreConfig(_Strict):
+    precision: Precision = "nvfp4_emulated"
+    steps: int = Field(6, ge=1, description="ODE steps of the explore copy (official 6)")
+    seeds_per_prompt: int = Field(16, ge=1, description="N, candidates per prompt (official 96)")
+    batch_size: int = Field(32, ge=1, description="candidates per forward batch; also the commit unit of the pool")
+    keep_latents: bool = True
+
+
+class SelectConfig(_Strict):
+    mode: SelectMode = "best_worst"
+    k: int = Field(4, ge=1, description="K, seeds kept per prompt (official 24)")
+
+
+class RegenerateConfig(_Strict):
+    enabled: bool = True
+    steps: int = Field(10, ge=1, description="ODE steps of the full-precision copy (official 10)")
+    batch_size: int = Field(32, ge=1)
+
+
+class OptimizerConfig(_Strict):
+    lr: float = Field(3e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(1e-4, ge=0)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, gt=0)
+
+
+class TrainConfig(_Strict):
+    lora_rank: int = Field(32, ge=1)
+    lora_alpha: float = Field(64.0, gt=0)
+    lora_targets: list[str] | None = Field(None, description="null = backbone default")
+    timestep_fraction: float = Field(0.6, gt=0, le=1, description="share of the schedule's times trained per sample")
+    beta: float = Field(1.0, gt=0)
+    adv_clip: float = Field(5.0, gt=0)
+    kl_weight: float = Field(1e-4, ge=0)
+    micro_batch: int = Field(8, ge=1)
+    optimizer_steps: int = Field(1, ge=1, description="optimizer steps per iteration (official 1)")
+    optimizer: OptimizerConfig = OptimizerConfig()
+    old_eta_rate: float = Field(0.001, ge=0)
+    old_eta_max: float = Field(0.5, ge=0, le=1)
+    ema_max_decay: float = Field(0.9, ge=0, le=1)
+
+
+class TrackingConfig(_Strict):
+    uri: str | None = Field(None, description="MLflow tracking URI; null = sqlite:///mlruns.db in the working dir")
+    experiment: str = "solrl"
+    grid_prompts: int = Field(2, ge=0, description="prompts shown in the best/worst image grid per iteration")
+
+
+class RunConfig(_Strict):
+    name: str = "run"
+    family: Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"] = "sol_rl"
+    seed: int = 0
+    iterations: int = Field(10, ge=1)
+    model: ModelConfig = ModelConfig()
+    prompts: PromptsConfig = PromptsConfig()
+    quant: QuantConfig = QuantConfig()
+    explore: ExploreConfig = ExploreConfig()
+    select: SelectConfig = SelectConfig()
+    regenerate: RegenerateConfig = RegenerateConfig()
+    rewards: dict[str, float] = Field(default_factory=lambda: {"embedded": 1.0})
+    train: TrainConfig = TrainConfig()
+    tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> RunConfig:
+        if self.select.mode != "all" and self.select.k > self.explore.seeds_per_prompt:
+            raise ValueError(
+                f"select.k ({self.select.k}) exceeds explore.seeds_per_prompt ({self.explore.seeds_per_prompt})"
+            )
+        if self.select.mode == "best_worst" and self.select.k % 2:
+            raise ValueError(f"select.k must be even for best_worst, got {self.select.k}")
+        if not self.rewards:
+            raise ValueError("rewards: name at least one reward")
+        return self
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    parent = data.pop("extends", None)
+    if parent is not None:
+        data = _deep_merge(_read_yaml(path.parent / parent, seen + (path,)), data)
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (['a', 'b', 'c'], yaml-parsed value)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like key=value (e.g. train.optimizer.lr=1e-4)")
+    key, raw = text.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"override '{text}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = dict(data)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for i, key in enumerate(keys[:-1]):
+            child = node.get(key)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"override '{text}': '{'.'.join(keys[: i + 1])}' is not a section")
+            node[key] = dict(child)
+            node = node[key]
+        node[keys[-1]] = value
+    return data
+
+
+def _format_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "config"
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if err["type"] == "value_error":
+        return err["msg"].removeprefix("Value error, ")
+    return f"'{key}': {err['msg']} (got {err.get('input')!r})"
+
+
+def validate_config(data: dict, source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_format_error(exc)}") from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read, merge `extends`, apply `--set` overrides, validate."""
+    path = Path(path)
+    data = apply_overrides(_read_yaml(path), overrides or [])
+    data.setdefault("name", path.stem)
+    return validate_config(data, source=str(path))
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,161 @@
+"""Pretraining of the embedded model: rectified flow on freshly rendered scenes of the training prompts.
+
+Loss: x_t = (1 - t) x0 + t eps, the transformer predicts v = eps - x0 (mean squared error), t ~ logit-normal(0, 1).
+The text encoder trains jointly. AdamW with linear warm-up then cosine decay; an EMA of the weights is what gets saved.
+Held-out prompts (`shapes.test_prompts()`) are never trained on. Same seed and thread count -> same weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from solrl_core.embedded import shapes
+from solrl_core.embedded.model import (
+    METADATA_FILE,
+    EmbeddedModel,
+    build_model,
+    images_to_latents,
+    load_model,
+    predict_velocity,
+)
+
+# The run that produced the shipped weights (solrl_core/embedded/pretrained/).
+DEFAULT_STEPS = 2000
+DEFAULT_BATCH = 64
+DEFAULT_LR = 1e-3
+DEFAULT_SEED = 0
+WARMUP_STEPS = 100
+EMA_DECAY = 0.999
+EVAL_SEEDS_PER_PROMPT = 4
+
+
+def _lr_factor(step: int, steps: int) -> float:
+    if step < WARMUP_STEPS:
+        return (step + 1) / WARMUP_STEPS
+    progress = (step - WARMUP_STEPS) / max(steps - WARMUP_STEPS, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def _sample_t(batch: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.sigmoid(torch.randn(batch, generator=generator))
+
+
+@torch.no_grad()
+def _ema_update(ema: torch.nn.Module, model: torch.nn.Module, step: int) -> None:
+    decay = min(EMA_DECAY, (1 + step) / (10 + step))
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p, 1 - decay)
+
+
+def sample_rewards(
+    model: EmbeddedModel, prompts: Sequence[str], seeds: Sequence[int], steps: int, batch: int = 128
+) -> tuple[np.ndarray, np.ndarray]:
+    """Euler samples of every (prompt, seed) pair and their embedded reward: (images (P*S, H, W, 3), rewards (P, S))."""
+    from solrl_core.backbones.embedded import EmbeddedBackbone
+    from solrl_core.rewards.embedded import prompt_match_reward
+    from solrl_core.sampler import sample_euler
+
+    backbone = EmbeddedBackbone(model)
+    pairs = [(p, s) for p in prompts for s in seeds]
+    images = []
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start : start + batch]
+        cond = backbone.encode_prompts([p for p, _ in chunk])
+        noise = backbone.initial_noise([s for _, s in chunk])
+        x0 = sample_euler(backbone, backbone.transformer, cond, noise, steps).x0
+        images.append(backbone.decode(x0))
+    images = np.concatenate(images)
+    reward = prompt_match_reward(images, [p for p, _ in pairs])["reward"]
+    return images, reward.reshape(len(prompts), len(seeds))
+
+
+def evaluate(model: EmbeddedModel, seeds_per_prompt: int = EVAL_SEEDS_PER_PROMPT) -> dict:
+    """Mean reward of samples (train / held-out prompts, 6 and 10 Euler steps) and the mean within-prompt std."""
+    seeds = list(range(10_000, 10_000 + seeds_per_prompt))
+    out = {}
+    for steps in (6, 10):
+        for split, prompts in (("train", shapes.train_prompts()), ("test", shapes.test_prompts())):
+            _, reward = sample_rewards(model, prompts, seeds, steps)
+            out[f"reward_{split}_{steps}steps"] = round(float(reward.mean()), 4)
+            out[f"within_prompt_std_{split}_{steps}steps"] = round(float(reward.std(axis=1).mean()), 4)
+    return out
+
+
+def pretrain(
+    out_dir: str | Path,
+    steps: int = DEFAULT_STEPS,
+    batch_size: int = DEFAULT_BATCH,
+    lr: float = DEFAULT_LR,
+    seed: int = DEFAULT_SEED,
+    resolution: int = 32,
+    progress: bool = True,
+    log_every: int = 100,
+    evaluate_samples: bool = True,
+) -> dict:
+    """Train the embedded model from scratch and save it to `out_dir`; returns the summary also stored there."""
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    model = build_model(resolution, seed=seed)
+    transformer, text_encoder = model.transformer.train(), model.text_encoder.train()
+    params = list(transformer.parameters()) + list(text_encoder.parameters())
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, steps))
+    ema_transformer, ema_text = copy.deepcopy(transformer).requires_grad_(False), copy.deepcopy(text_encoder).requires_grad_(False)
+
+    data_rng = np.random.default_rng(seed)
+    noise_gen = torch.Generator().manual_seed(seed)
+    prompts = shapes.train_prompts()
+    losses, curve = [], []
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc="pretrain", disable=not progress)
+    for step in bar:
+        batch_prompts = [prompts[i] for i in data_rng.integers(0, len(prompts), batch_size)]
+        x0 = images_to_latents(shapes.render_batch(batch_prompts, data_rng, resolution))
+        eps = torch.randn(x0.shape, generator=noise_gen)
+        t = _sample_t(batch_size, noise_gen)
+        x_t = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * eps
+        v = predict_velocity(transformer, x_t, t, model.encode(batch_prompts))
+        loss = torch.nn.functional.mse_loss(v, eps - x0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        _ema_update(ema_transformer, transformer, step)
+        _ema_update(ema_text, text_encoder, step)
+        losses.append(loss.item())
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            recent = float(np.mean(losses[-log_every:]))
+            curve.append([step + 1, round(recent, 5)])
+            bar.set_postfix(loss=f"{recent:.4f}")
+            if not progress:
+                print(f"pretrain step {step + 1}/{steps} loss {recent:.4f}", flush=True)
+    seconds = time.perf_counter() - start
+
+    trained = EmbeddedModel(ema_transformer.eval(), ema_text.eval(), model.tokenizer, resolution)
+    summary = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "seconds": round(seconds, 1),
+        "final_loss": curve[-1][1] if curve else None,
+        "loss_curve": curve,
+        "weights": f"EMA {EMA_DECAY}",
+    }
+    out = trained.save(out_dir, metadata={"pretraining": summary})
+    if evaluate_samples:
+        # evaluate what was saved (fp16-rounded weights), exactly as users will load it
+        summary["samples"] = evaluate(load_model(out))
+        meta = json.loads((out / METADATA_FILE).read_text())
+        meta["pretraining"] = summary
+        (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    return summary

@@ -1,0 +1,17 @@
+"""User-facing errors: the CLI prints their message as one line and exits non-zero."""
+
+
+class SolrlError(Exception):
+    """An error the user can fix; its message says what to fix, in one line."""
+
+
+class ConfigError(SolrlError):
+    """A configuration file or override is invalid."""
+
+
+class MissingInputError(SolrlError):
+    """A stage was asked to run before the stage that produces its inputs."""
+
+
+class RunDirLockedError(SolrlError):
+    """Another process holds the run directory."""

@@ -1,0 +1,240 @@
+"""Swap a model's nn.Linear layers for NVFP4-emulated ones (the explore copy's "quantize" step).
+
+Emulation means quantize–dequantize, then an ordinary ``F.linear``: the numerics of an NVFP4 GEMM
+(up to fp32 accumulation order), none of its speed. Inference only: the quantizer has no gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from solrl_core.quant.nvfp4 import BLOCK, FORMATS, quantize_dequantize
+
+
+def _rel_error(approx: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖approx − ref‖ / ‖ref‖ in float64 (0 when both are zero, inf when only ref is)."""
+    ref64, approx64 = ref.detach().double(), approx.detach().double()
+    num, den = (approx64 - ref64).norm().item(), ref64.norm().item()
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+class NVFP4EmulatedLinear(nn.Module):
+    """A Linear whose weight is NVFP4-rounded once and whose input is NVFP4-rounded at every call.
+
+    Built from an ``nn.Linear`` (same in/out features, dtype, device, bias). ``weight_fmt`` defaults to
+    ``"nvfp4_2d"`` (16×16 weight tiles, Transformer Engine's recipe); ``act_fmt`` to ``"nvfp4"``
+    (1×16 blocks along in_features, one global scale per activation tensor, i.e. per call — so, as on
+    the real hardware, a sample's rounding depends slightly on the rest of its batch). ``act_fmt=None``
+    gives weight-only quantization. The rounded weight is a frozen Parameter (no grad), stored in the
+    source weight's dtype.
+    """
+
+    def __init__(self, linear: nn.Linear, weight_fmt: str = "nvfp4_2d", act_fmt: str | None = "nvfp4"):
+        super().__init__()
+        if weight_fmt not in FORMATS:
+            raise ValueError(f"weight_fmt must be one of {FORMATS}, got {weight_fmt!r}")
+        if act_fmt not in ("nvfp4", None):
+            raise ValueError(f"act_fmt must be 'nvfp4' (1×16 along in_features) or None, got {act_fmt!r}")
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.weight_fmt = weight_fmt
+        self.act_fmt = act_fmt
+        with torch.no_grad():
+            w = linear.weight.detach()
+            w_q = quantize_dequantize(w, weight_fmt)
+            self.weight_rel_error = _rel_error(w_q, w)
+        self.weight = nn.Parameter(w_q, requires_grad=False)
+        if linear.bias is not None:
+            self.bias = nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.act_fmt is not None:
+            x = quantize_dequantize(x, self.act_fmt)
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, weight_fmt={self.weight_fmt}, act_fmt={self.act_fmt}"
+        )
+
+
+def skip_match(name: str, skip_names: Iterable[str]) -> str | None:
+    """The first skip name that matches the dotted module ``name``, or None.
+
+    A skip name matches when its dotted components occur as a contiguous run of ``name``'s
+    components: equal to the whole name, a prefix on a "." boundary ("norm_out" matches
+    "norm_out.linear"), or inside it ("attn.qkv" matches "transformer_blocks.3.attn.qkv").
+    Components match whole: "norm1" does not match "norm1_context.linear", "attn" not "attn2.to_q".
+    """
+    padded = f".{name}."
+    for skip in skip_names:
+        if not skip or skip.startswith(".") or skip.endswith("."):
+            raise ValueError(f"invalid skip name {skip!r}: need dotted module-name components")
+        if f".{skip}." in padded:
+            return skip
+    return None
+
+
+def _keep_reason(name: str, linear: nn.Linear, skip_names: list[str], min_width: int) -> str | None:
+    """Why ``linear`` stays in high precision (None if it is to be quantized). First rule wins."""
+    skip = skip_match(name, skip_names)
+    if skip is not None:
+        return f"skip name {skip!r}"
+    width = max(linear.in_features, linear.out_features)
+    if width <= min_width:
+        return f"max(in, out) = {width} <= min_width {min_width}"
+    if linear.in_features % BLOCK != 0:
+        return f"in_features {linear.in_features} is not a multiple of {BLOCK} (NVFP4 GEMM blocks)"
+    return None
+
+
+def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    # remove_duplicate=False: a Linear registered under two names is reported (and swapped) under both.
+    return [(n, m) for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear)]
+
+
+def eligible_linears(model: nn.Module, skip_names: Iterable[str], min_width: int) -> list[str]:
+    """Dotted names of the nn.Linear modules ``quantize_linears`` would replace (model untouched)."""
+    skip_names = list(skip_names)
+    return [n for n, m in _linears(model) if _keep_reason(n, m, skip_names, min_width) is None]
+
+
+@dataclass
+class LayerRow:
+    """One nn.Linear of the model. ``weight_rel_error`` = ‖Ŵ − W‖ / ‖W‖, None for kept layers."""
+
+    name: str
+    in_features: int
+    out_features: int
+    replaced: bool
+    reason: str
+    weight_rel_error: float | None = None
+
+
+@dataclass
+class QuantReport:
+    """What ``quantize_linears`` did.
+
+    Parameter totals count weight elements (in × out) and leave biases out, so the low-precision
+    share equals the share of per-token Linear FLOPs. ``calibration_rel_error`` is
+    ‖y_quant − y_fp‖ / ‖y_fp‖ of the calibration callable's output, when one was given.
+    """
+
+    layers: list[LayerRow] = field(default_factory=list)
+    weight_fmt: str = "nvfp4_2d"
+    act_fmt: str | None = "nvfp4"
+    min_width: int = 0
+    skip_names: list[str] = field(default_factory=list)
+    calibration_rel_error: float | None = None
+
+    @property
+    def n_replaced(self) -> int:
+        return sum(r.replaced for r in self.layers)
+
+    @property
+    def n_kept(self) -> int:
+        return len(self.layers) - self.n_replaced
+
+    @property
+    def params_total(self) -> int:
+        return sum(r.in_features * r.out_features for r in self.layers)
+
+    @property
+    def params_low_precision(self) -> int:
+        return sum(r.in_features * r.out_features for r in self.layers if r.replaced)
+
+    @property
+    def low_precision_share(self) -> float:
+        total = self.params_total
+        return self.params_low_precision / total if total else 0.0
+
+    def totals(self) -> dict:
+        return {
+            "layers": len(self.layers),
+            "layers_replaced": self.n_replaced,
+            "layers_kept": self.n_kept,
+            "linear_params_total": self.params_total,
+            "linear_params_low_precision": self.params_low_precision,
+            "low_precision_share": self.low_precision_share,
+            "calibration_rel_error": self.calibration_rel_error,
+        }
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able data: the settings, one dict per layer, and the totals.
+
+        A non-finite error (an all-zero calibration output, say) becomes None, so the result is
+        strict JSON.
+        """
+        totals = self.totals()
+        err = totals["calibration_rel_error"]
+        if err is not None and not math.isfinite(err):
+            totals["calibration_rel_error"] = None
+        return {
+            "weight_fmt": self.weight_fmt,
+            "act_fmt": self.act_fmt,
+            "min_width": self.min_width,
+            "skip_names": list(self.skip_names),
+            "layers": [asdict(r) for r in self.layers],
+            "totals": totals,
+        }
+
+
+def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    if not name:
+        raise ValueError("the model is itself an nn.Linear: wrap it in a container to swap it in place")
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, module)
+
+
+@torch.no_grad()
+def quantize_linears(
+    model: nn.Module,
+    skip_names: Iterable[str],
+    min_width: int,
+    weight_fmt: str = "nvfp4_2d",
+    act_fmt: str | None = "nvfp4",
+    calibration: Callable[[], torch.Tensor] | None = None,
+) -> QuantReport:
+    """Replace the eligible nn.Linear modules of ``model`` in place by ``NVFP4EmulatedLinear``.
+
+    A Linear stays in high precision when (first rule wins, the reason is recorded): a skip name
+    matches its dotted name (see ``skip_match``); max(in_features, out_features) <= min_width; or
+    in_features is not a multiple of 16 (the reduction dim must hold whole NVFP4 blocks, as real
+    NVFP4 GEMMs require). ``calibration``, if given, is a zero-argument callable that runs a forward
+    of the model on fixed inputs and returns a tensor; it is run before and after the swap (under
+    no_grad) and the relative error of its output is recorded; it must be deterministic. Layers
+    that are already ``NVFP4EmulatedLinear`` are not nn.Linear and do not appear in the report.
+    """
+    skip_names = list(skip_names)
+    if calibration is not None:
+        reference = calibration()
+        if not isinstance(reference, torch.Tensor):
+            raise TypeError(f"calibration must return a tensor, got {type(reference).__name__}")
+        reference = reference.detach().clone()
+    report = QuantReport(weight_fmt=weight_fmt, act_fmt=act_fmt, min_width=min_width, skip_names=skip_names)
+    swapped: dict[int, NVFP4EmulatedLinear] = {}
+    for name, linear in _linears(model):
+        reason = _keep_reason(name, linear, skip_names, min_width)
+        row = LayerRow(name, linear.in_features, linear.out_features, reason is None, reason or "eligible")
+        if reason is None:
+            new = swapped.get(id(linear))
+            if new is None:
+                new = swapped[id(linear)] = NVFP4EmulatedLinear(linear, weight_fmt, act_fmt)
+            _set_submodule(model, name, new)
+            row.weight_rel_error = new.weight_rel_error
+        report.layers.append(row)
+    if calibration is not None:
+        report.calibration_rel_error = _rel_error(calibration(), reference)
+    return report

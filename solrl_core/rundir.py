@@ -1,0 +1,148 @@
+"""The run directory: where every stage's artifact lives, how completion is recorded, and who holds the run.
+
+Layout:
+    <run>/config.yaml                 resolved config, frozen at the first run
+    <run>/run.json                    tracking URI and MLflow run id
+    <run>/.lock                       flock held by the process that runs
+    <run>/init/                       initial adapters (iteration 0's "previous checkpoint")
+    <run>/iter_0003/<stage>/          a stage's artifact directory (written as <stage>.partial, then renamed)
+    <run>/iter_0003/manifests/<stage>.json   completion manifest, written last (atomically)
+
+A stage is complete exactly when its manifest exists.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from solrl_core.errors import RunDirLockedError
+
+STAGES = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+class RunDir:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    # ---- layout -----------------------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def init_dir(self) -> Path:
+        return self.root / "init"
+
+    def iteration_dir(self, iteration: int) -> Path:
+        return self.root / f"iter_{iteration:04d}"
+
+    def stage_dir(self, iteration: int, stage: str) -> Path:
+        return self.iteration_dir(iteration) / stage
+
+    def partial_dir(self, iteration: int, stage: str) -> Path:
+        return self.iteration_dir(iteration) / f"{stage}.partial"
+
+    def manifest_path(self, iteration: int, stage: str) -> Path:
+        return self.iteration_dir(iteration) / "manifests" / f"{stage}.json"
+
+    def checkpoint_dir(self, iteration: int) -> Path:
+        """The policy state after `iteration`'s update; iteration -1 is the initial state."""
+        return self.init_dir if iteration < 0 else self.stage_dir(iteration, "update") / "checkpoint"
+
+    # ---- completion ---------------------------------------------------------------------------------------------
+    def is_complete(self, iteration: int, stage: str) -> bool:
+        return self.manifest_path(iteration, stage).is_file()
+
+    def manifest(self, iteration: int, stage: str) -> dict:
+        return read_json(self.manifest_path(iteration, stage))
+
+    def stage_status(self, iteration: int, stage: str) -> str:
+        if self.is_complete(iteration, stage):
+            return "complete"
+        if self.partial_dir(iteration, stage).exists() or self.stage_dir(iteration, stage).exists():
+            return "partial"
+        return "pending"
+
+    def iterations_present(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        return sorted(int(p.name[5:]) for p in self.root.glob("iter_[0-9][0-9][0-9][0-9]") if p.is_dir())
+
+    def invalidate(self, iteration: int, stage: str) -> None:
+        """Forget a stage's result: manifest first (so a crash never leaves a manifest without its artifact)."""
+        self.manifest_path(iteration, stage).unlink(missing_ok=True)
+        for path in (self.stage_dir(iteration, stage), self.partial_dir(iteration, stage)):
+            if path.exists():
+                shutil.rmtree(path)
+
+    @contextmanager
+    def stage_output(self, iteration: int, stage: str, resume_partial: bool = False):
+        """Yield the `.partial` directory to write into; on success rename it into place.
+
+        The caller writes the manifest after this block (see `complete`). With `resume_partial` an existing partial
+        directory is kept (the stage resumes inside it); otherwise it is cleared first.
+        """
+        partial = self.partial_dir(iteration, stage)
+        final = self.stage_dir(iteration, stage)
+        if partial.exists() and not resume_partial:
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True, exist_ok=True)
+        yield partial
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(partial, final)
+
+    def complete(self, iteration: int, stage: str, summary: dict | None = None) -> dict:
+        manifest = {"stage": stage, "iteration": iteration, "completed_at": time.time(), "summary": summary or {}}
+        write_json_atomic(self.manifest_path(iteration, stage), manifest)
+        return manifest
+
+    # ---- ownership ----------------------------------------------------------------------------------------------
+    @contextmanager
+    def hold(self):
+        """Hold the run directory exclusively (an OS file lock: released even when the process is killed)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock_path = self.root / ".lock"
+        fh = open(lock_path, "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise RunDirLockedError(
+                f"run directory {self.root} is held by {holder}; wait for it to finish or use another --run-dir"
+            ) from None
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()}")
+            fh.flush()
+            yield self
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fh.close()

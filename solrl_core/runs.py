@@ -1,0 +1,53 @@
+"""Creating and re-opening a run: the config is frozen in the run directory at the first start."""
+
+from __future__ import annotations
+
+import yaml
+
+from solrl_core.config import RunConfig, dump_config, validate_config
+from solrl_core.errors import SolrlError
+from solrl_core.rundir import RunDir
+
+# Keys that may differ when a run is continued (extending a run is the point of passing them again).
+_RESUMABLE_KEYS = ("iterations",)
+
+
+def _comparable(cfg: RunConfig) -> dict:
+    data = cfg.model_dump(mode="json")
+    for key in _RESUMABLE_KEYS:
+        data.pop(key, None)
+    return data
+
+
+def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
+    """Freeze `cfg` into a new run directory, or check it matches the one an existing run was started with."""
+    if run.config_path.is_file():
+        frozen = load_run_config(run)
+        if _comparable(frozen) != _comparable(cfg):
+            diff = sorted(_diff_keys(_comparable(frozen), _comparable(cfg)))
+            raise SolrlError(
+                f"{run.root} was started with a different config (differs at: {', '.join(diff[:5])}); "
+                "use the same config to resume, or another --run-dir"
+            )
+    run.root.mkdir(parents=True, exist_ok=True)
+    tmp = run.config_path.with_suffix(".yaml.tmp")
+    tmp.write_text(dump_config(cfg))
+    tmp.replace(run.config_path)
+    return cfg
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for key in set(a) | set(b):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out |= _diff_keys(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.add(prefix + key)
+    return out
+
+
+def load_run_config(run: RunDir) -> RunConfig:
+    if not run.config_path.is_file():
+        raise SolrlError(f"{run.root} is not a run directory (no config.yaml); start one with: solrl train CONFIG")
+    return validate_config(yaml.safe_load(run.config_path.read_text()), source=str(run.config_path))

@@ -1,0 +1,1 @@
+"""The stages of one RL iteration: each a function from artifacts in the run directory to an artifact."""

@@ -1,0 +1,162 @@
+"""What every stage receives, and the shared loaders (backbone, prompts, policy copies, seeds)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from solrl_core.backbones.base import Backbone
+from solrl_core.config import RunConfig
+from solrl_core.errors import SolrlError
+from solrl_core.rundir import RunDir
+from solrl_core.seeds import derived_generator
+
+# Purposes for derived random generators: each random choice has its own stream.
+PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_LORA_INIT = range(5)
+
+
+@dataclass
+class StageContext:
+    run: RunDir
+    cfg: RunConfig
+    iteration: int
+    progress: bool = True
+
+    @property
+    def out_stage_dir(self) -> Path:
+        return self.run.iteration_dir(self.iteration)
+
+    def artifact(self, stage: str, name: str) -> Path:
+        return self.run.stage_dir(self.iteration, stage) / name
+
+
+@functools.lru_cache(maxsize=4)
+def _load_backbone(kind: str, path: str | None, device: str) -> Backbone:
+    if kind == "embedded":
+        from solrl_core.backbones.embedded import EmbeddedBackbone
+
+        return EmbeddedBackbone.from_pretrained(path, device=device)
+    raise SolrlError(f"model.kind '{kind}' is not supported")
+
+
+def load_backbone(cfg: RunConfig) -> Backbone:
+    """The backbone with its pristine base weights W0 (cached per process; never modify `.transformer`)."""
+    return _load_backbone(cfg.model.kind, cfg.model.path, cfg.model.device)
+
+
+def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
+    """A private copy of the base transformer, safe to adapt, merge into or quantize."""
+    return copy.deepcopy(backbone.transformer).eval()
+
+
+def train_prompt_set(cfg: RunConfig) -> list[str]:
+    spec = cfg.prompts.train
+    if spec.startswith("builtin:"):
+        from solrl_core.embedded import shapes
+
+        sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts}
+        if spec not in sets:
+            raise SolrlError(f"prompts.train: unknown builtin set '{spec}' (known: {', '.join(sets)})")
+        prompts = list(sets[spec]())
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise SolrlError(f"prompts.train: file not found: {path}")
+        prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    if not prompts:
+        raise SolrlError(f"prompts.train: the prompt list '{spec}' is empty")
+    return prompts
+
+
+def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
+    """The prompts of one iteration: a seeded draw without replacement (with repeats only if the set is small)."""
+    prompts = train_prompt_set(cfg)
+    gen = derived_generator(cfg.seed, iteration, PURPOSE_PROMPTS)
+    order: list[int] = []
+    while len(order) < cfg.prompts.per_iteration:
+        order += torch.randperm(len(prompts), generator=gen).tolist()
+    return [prompts[i] for i in order[: cfg.prompts.per_iteration]]
+
+
+def candidate_seed(cfg: RunConfig, iteration: int, prompt_slot: int, candidate: int) -> int:
+    """The noise seed of candidate `candidate` of the prompt in slot `prompt_slot`: unique within a run."""
+    n = cfg.explore.seeds_per_prompt
+    return ((cfg.seed * 100_003 + iteration) * cfg.prompts.per_iteration + prompt_slot) * n + candidate
+
+
+# ---- policy state -----------------------------------------------------------------------------------------------
+ADAPTERS_FILE, EMA_FILE, OPTIMIZER_FILE, STATE_FILE = (
+    "adapters.safetensors",
+    "ema.safetensors",
+    "optimizer.safetensors",
+    "state.json",
+)
+
+
+def attach_policy(cfg: RunConfig, backbone: Backbone, transformer: torch.nn.Module):
+    from solrl_core.rl.policy import LoraPolicy
+
+    targets = cfg.train.lora_targets or backbone.defaults.lora_targets
+    return LoraPolicy.attach(
+        transformer,
+        targets=targets,
+        rank=cfg.train.lora_rank,
+        alpha=cfg.train.lora_alpha,
+        init="gaussian",
+        seed=int(derived_generator(cfg.seed, PURPOSE_LORA_INIT).initial_seed() % (2**31)),
+    )
+
+
+def save_adapters(policy, directory: Path) -> None:
+    tensors = {f"default.{k}": v for k, v in policy.adapter_state_dict("default").items()}
+    tensors.update({f"old.{k}": v for k, v in policy.adapter_state_dict("old").items()})
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / ADAPTERS_FILE))
+
+
+def load_adapters(policy, directory: Path) -> None:
+    path = directory / ADAPTERS_FILE
+    if not path.is_file():
+        raise SolrlError(f"adapter checkpoint missing: {path}")
+    tensors = load_file(str(path))
+    for name in ("default", "old"):
+        prefix = f"{name}."
+        policy.load_adapter_state_dict(name, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
+
+
+def ensure_initial_checkpoint(ctx: StageContext) -> Path:
+    """Write the initial adapters (θ = θ_old, deterministic from the run seed) if absent; return the directory."""
+    from solrl_core.rundir import write_json_atomic
+
+    init = ctx.run.init_dir
+    if (init / STATE_FILE).is_file():
+        return init
+    backbone = load_backbone(ctx.cfg)
+    policy = attach_policy(ctx.cfg, backbone, fresh_transformer(backbone))
+    tmp = init.with_name("init.partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_adapters(policy, tmp)
+    write_json_atomic(tmp / STATE_FILE, {"step": 0, "iteration": -1})
+    if init.exists():
+        import shutil
+
+        shutil.rmtree(init)
+    tmp.rename(init)
+    return init
+
+
+def previous_checkpoint(ctx: StageContext) -> Path:
+    if ctx.iteration == 0:
+        return ensure_initial_checkpoint(ctx)
+    return ctx.run.checkpoint_dir(ctx.iteration - 1)
+
+
+def load_merged_transformer(ctx: StageContext, backbone: Backbone) -> torch.nn.Module:
+    """A full-precision copy of W0 + θ_old, from the quantize stage's artifact."""
+    transformer = fresh_transformer(backbone)
+    transformer.load_state_dict(load_file(str(ctx.artifact("quantize", "merged_old.safetensors"))))
+    return transformer

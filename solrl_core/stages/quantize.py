@@ -1,0 +1,61 @@
+"""quantize: merge θ_old into W0 and build the explore copy's quantization (report + merged weights)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from safetensors.torch import save_file
+
+from solrl_core.stages.context import (
+    StageContext,
+    attach_policy,
+    fresh_transformer,
+    load_adapters,
+    load_backbone,
+    previous_checkpoint,
+)
+
+
+def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tensor]):
+    """The explore copy: W0 + θ_old with its eligible Linear layers in emulated NVFP4 (or fp32). Returns (model, report)."""
+    from solrl_core.quant.linear import quantize_linears
+
+    transformer = fresh_transformer(backbone)
+    transformer.load_state_dict(merged)
+    if ctx.cfg.explore.precision == "fp32":
+        return transformer, {"precision": "fp32", "totals": {"layers_replaced": 0}, "layers": []}
+    quant = ctx.cfg.quant
+    skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
+    min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+    calibration = _calibration_forward(backbone, transformer)
+    report = quantize_linears(
+        transformer, skip, min_width, weight_fmt=quant.weight_format, act_fmt=quant.act_format, calibration=calibration
+    )
+    return transformer, {"precision": ctx.cfg.explore.precision, **report.to_dict()}
+
+
+def _calibration_forward(backbone, transformer):
+    """One fixed forward (seed 0 noise, sigma 0.5, a fixed prompt) used to measure the copy's output error."""
+    cond = backbone.encode_prompts(["a red circle"])
+    x = backbone.initial_noise([0])
+    sigma = torch.full((1,), 0.5)
+
+    @torch.no_grad()
+    def run():
+        return backbone.velocity(transformer, x, sigma, cond)
+
+    return run
+
+
+def run_quantize(ctx: StageContext) -> dict:
+    backbone = load_backbone(ctx.cfg)
+    policy = attach_policy(ctx.cfg, backbone, fresh_transformer(backbone))
+    load_adapters(policy, previous_checkpoint(ctx))
+    merged = {k: v.contiguous() for k, v in policy.merged_state_dict("old").items()}
+    _, report = build_explore_copy(ctx, backbone, merged)
+    with ctx.run.stage_output(ctx.iteration, "quantize") as out:
+        save_file(merged, str(out / "merged_old.safetensors"))
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+    totals = report.get("totals", {})
+    return {"precision": report["precision"], **{k: v for k, v in totals.items() if isinstance(v, (int, float))}}

@@ -1,0 +1,139 @@
+"""update: DiffusionNFT optimizer step(s) on the training samples, then the soft θ_old update and the EMA.
+
+Randomness (which schedule times each sample trains on, and the forward-process noise) is drawn from generators
+derived from (run seed, iteration, optimizer step), so a resumed run repeats it exactly without saved RNG state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from solrl_core.pool import read_table
+from solrl_core.rl.advantages import group_advantages, optimality
+from solrl_core.rl.nft_loss import forward_noise, nft_loss
+from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
+from solrl_core.rl.policy import EmaWeights, old_policy_eta
+from solrl_core.rundir import write_json_atomic
+from solrl_core.seeds import derived_generator
+from solrl_core.stages.context import (
+    EMA_FILE,
+    OPTIMIZER_FILE,
+    PURPOSE_TRAIN_NOISE,
+    PURPOSE_TRAIN_T,
+    STATE_FILE,
+    StageContext,
+    attach_policy,
+    fresh_transformer,
+    load_adapters,
+    load_backbone,
+    previous_checkpoint,
+    save_adapters,
+)
+
+
+def training_pairs(n_samples: int, n_times: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
+    """(sample, time-index) pairs: each sample trains on its own random subset of the schedule's times."""
+    per_sample = max(1, math.ceil(fraction * n_times - 1e-9))
+    rows = [
+        torch.stack([torch.full((per_sample,), i), torch.randperm(n_times, generator=generator)[:per_sample]], 1)
+        for i in range(n_samples)
+    ]
+    return torch.cat(rows)
+
+
+def _load_optimizer_state(optimizer, ema: EmaWeights, ckpt) -> int:
+    state = json.loads((ckpt / STATE_FILE).read_text())
+    if (ckpt / OPTIMIZER_FILE).is_file():
+        optimizer_from_tensors(optimizer, load_file(str(ckpt / OPTIMIZER_FILE)), state["optimizer"])
+    if (ckpt / EMA_FILE).is_file():
+        ema.load_state_dict(load_file(str(ckpt / EMA_FILE)))
+    return int(state["step"])
+
+
+def run_update(ctx: StageContext) -> dict:
+    cfg, tc = ctx.cfg, ctx.cfg.train
+    backbone = load_backbone(cfg)
+    policy = attach_policy(cfg, backbone, fresh_transformer(backbone))
+    ckpt = previous_checkpoint(ctx)
+    load_adapters(policy, ckpt)
+    params = policy.trainable_parameters()
+    opt = tc.optimizer
+    optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay, eps=opt.eps)
+    ema = EmaWeights(policy, max_decay=tc.ema_max_decay)
+    step = _load_optimizer_state(optimizer, ema, ckpt)
+
+    samples, attrs = read_table(ctx.artifact("regenerate", "samples.zarr"), ["latent", "prompt_index"])
+    reward = read_table(ctx.artifact("score_final", "rewards.zarr"), ["reward"])[0]["reward"]
+    x0_all = torch.from_numpy(samples["latent"]).float()
+    prompt_index = samples["prompt_index"]
+    adv = group_advantages(reward, prompt_index, clip=tc.adv_clip)
+    r_all = torch.as_tensor(optimality(adv, clip=tc.adv_clip), dtype=torch.float32)
+    times = torch.tensor(attrs["sigmas"][:-1], dtype=torch.float32)  # the schedule's times, terminal 0 excluded
+    cond_all = backbone.encode_prompts([attrs["prompts"][i] for i in prompt_index])
+
+    history = []
+    for inner in range(tc.optimizer_steps):
+        gen_t = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_T, inner)
+        gen_eps = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_NOISE, inner)
+        pairs = training_pairs(len(x0_all), len(times), tc.timestep_fraction, gen_t)
+        eps_all = torch.randn((len(pairs), *x0_all.shape[1:]), generator=gen_eps)
+        optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        chunks = range(0, len(pairs), tc.micro_batch)
+        for start in tqdm(chunks, desc=f"update it{ctx.iteration}", leave=False, disable=not ctx.progress):
+            idx, tix = pairs[start : start + tc.micro_batch].unbind(1)
+            x0, t = x0_all[idx], times[tix]
+            x_t = forward_noise(x0, t, eps_all[start : start + tc.micro_batch])
+            cond = {k: v[idx] for k, v in cond_all.items()}
+            with torch.no_grad():
+                with policy.adapter("old"):
+                    v_old = backbone.velocity(policy.transformer, x_t, t, cond)
+                with policy.reference():
+                    v_ref = backbone.velocity(policy.transformer, x_t, t, cond)
+            with policy.adapter("default"):
+                v = backbone.velocity(policy.transformer, x_t, t, cond)
+            loss, terms = nft_loss(
+                v, v_old, v_ref, x_t, x0, t, r_all[idx], beta=tc.beta, adv_clip=tc.adv_clip, kl_weight=tc.kl_weight
+            )
+            weight = len(idx) / len(pairs)
+            (loss * weight).backward()
+            for key, value in terms.items():
+                totals[key] = totals.get(key, 0.0) + float(value) * weight
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
+        if not math.isfinite(grad_norm):
+            raise FloatingPointError(f"update it{ctx.iteration}: non-finite gradient norm; nothing was saved")
+        optimizer.step()
+        step += 1
+        eta = old_policy_eta(step, rate=tc.old_eta_rate, max_eta=tc.old_eta_max)
+        policy.soft_update_old(eta)
+        ema.update(policy, step)
+        history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(len(pairs))})
+
+    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
+    with ctx.run.stage_output(ctx.iteration, "update") as out:
+        ckpt_out = out / "checkpoint"
+        ckpt_out.mkdir()
+        save_adapters(policy, ckpt_out)
+        save_file({k: v.contiguous() for k, v in ema.state_dict().items()}, str(ckpt_out / EMA_FILE))
+        save_file({k: v.contiguous() for k, v in opt_tensors.items()}, str(ckpt_out / OPTIMIZER_FILE))
+        write_json_atomic(
+            ckpt_out / STATE_FILE,
+            {"step": step, "iteration": ctx.iteration, "optimizer": opt_meta, "rng": "derived from (seed, iteration)"},
+        )
+        write_json_atomic(out / "metrics.json", {"steps": history})
+    last = history[-1]
+    return {
+        "step": step,
+        "loss": last["loss"],
+        "policy_loss": last["policy_loss"],
+        "kl": last["kl"],
+        "grad_norm": last["grad_norm"],
+        "old_eta": last["old_eta"],
+        "advantage_abs_mean": float(np.abs(adv).mean()),
+    }

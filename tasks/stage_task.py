@@ -1,0 +1,44 @@
+"""The one way a stage becomes a Prefect task.
+
+The run directory is the cache: a stage whose manifest exists returns it without recomputing, whichever process or
+pool runs it, so Prefect's own result caching is off (NO_CACHE). Prefect retries a stage that crashed; the stage
+resumes from its committed rows. User errors (bad config, missing inputs) are not retried.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from solrl_core.errors import SolrlError
+from solrl_core.rundir import RunDir
+from solrl_core.runs import load_run_config
+from solrl_core.stages.registry import run_stage
+
+
+def _retry_unless_user_error(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except SolrlError:
+        return False
+    except BaseException:  # noqa: BLE001 - any other failure is worth a retry
+        return True
+    return True
+
+
+def make_stage_task(stage: str, retries: int = 1):
+    @task(
+        name=stage,
+        task_run_name=f"{stage}-it{{iteration}}",
+        retries=retries,
+        retry_delay_seconds=1,
+        retry_condition_fn=_retry_unless_user_error,
+        cache_policy=NO_CACHE,
+        persist_result=False,
+    )
+    def stage_task(run_dir: str, iteration: int, force: bool = False, progress: bool = True) -> dict:
+        run = RunDir(run_dir)
+        return run_stage(run, load_run_config(run), iteration, stage, force=force, progress=progress)
+
+    stage_task.__doc__ = f"Run the '{stage}' stage of one iteration (skipped when its manifest exists)."
+    return stage_task

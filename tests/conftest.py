@@ -1,0 +1,85 @@
+"""Shared fixtures: a real Prefect server on 127.0.0.1 for the whole session, and a runner for the `solrl` CLI."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def session_env(tmp_path_factory) -> dict[str, str]:
+    """Environment for CLI subprocesses: private PREFECT_HOME, a Prefect server on loopback, quiet logs."""
+    base = tmp_path_factory.mktemp("env")
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(base / "prefect"),
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "MLFLOW_TRACKING_URI": "",
+    }
+    env.pop("PREFECT_API_URL", None)
+    port = _free_port()
+    log = open(base / "prefect-server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.time() + 180
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            if server.poll() is not None or time.time() > deadline:
+                server.kill()
+                pytest.fail(f"prefect server did not start; see {base / 'prefect-server.log'}")
+            time.sleep(1)
+    env["PREFECT_API_URL"] = url
+    env["SOLRL_TEST_TRACKING_URI"] = f"sqlite:///{base / 'mlruns.db'}"
+    yield env
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def solrl(env: dict[str, str], *args: str, cwd: Path | None = None, check: bool = True, timeout: float = 600):
+    """Run the `solrl` CLI in a subprocess; return the CompletedProcess."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        env=env, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"solrl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture
+def run_cli(session_env):
+    def _run(*args: str, **kwargs):
+        return solrl(session_env, *args, **kwargs)
+
+    return _run
+
+
+def tracking_set(env: dict[str, str]) -> list[str]:
+    return ["--set", f"tracking.uri={env['SOLRL_TEST_TRACKING_URI']}"]
