@@ -10,6 +10,7 @@ The "latent" is the image itself: 3 x R x R pixels scaled to [-1, 1]. With patch
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,9 +119,7 @@ class EmbeddedModel:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name, module in (("transformer", self.transformer), ("text_encoder", self.text_encoder)):
-            original = next(module.parameters()).dtype
-            module.to(dtype).save_pretrained(out / name, safe_serialization=True)
-            module.to(original)
+            copy.deepcopy(module).to(dtype).save_pretrained(out / name, safe_serialization=True)
         self.tokenizer.save_pretrained(out / "tokenizer")
         meta = {"format": "solrl-embedded", "version": FORMAT_VERSION, "resolution": self.resolution}
         meta.update(metadata or self.metadata)

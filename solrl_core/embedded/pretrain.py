@@ -1,6 +1,6 @@
 """Pretraining of the embedded model: rectified flow on freshly rendered scenes of the training prompts.
 
-Loss: x_t = (1 - t) x0 + t eps, the transformer predicts v = eps - x0 (mean squared error), t ~ logit-normal(0, 1).
+Loss: x_t = (1 - t) x0 + t eps, the transformer predicts v = eps - x0 (mean squared error), t ~ uniform(0, 1).
 The text encoder trains jointly. AdamW with linear warm-up then cosine decay; an EMA of the weights is what gets saved.
 Held-out prompts (`shapes.test_prompts()`) are never trained on. Same seed and thread count -> same weights.
 """
@@ -29,8 +29,8 @@ from solrl_core.embedded.model import (
 )
 
 # The run that produced the shipped weights (solrl_core/embedded/pretrained/).
-DEFAULT_STEPS = 2000
-DEFAULT_BATCH = 64
+DEFAULT_STEPS = 5000
+DEFAULT_BATCH = 32
 DEFAULT_LR = 1e-3
 DEFAULT_SEED = 0
 WARMUP_STEPS = 100
@@ -46,7 +46,9 @@ def _lr_factor(step: int, steps: int) -> float:
 
 
 def _sample_t(batch: int, generator: torch.Generator) -> torch.Tensor:
-    return torch.sigmoid(torch.randn(batch, generator=generator))
+    """Uniform t: the few-step uniform-sigma sampler evaluates the model at t = 1, 0.9, ..., all of which need training
+    (a logit-normal t, as in SD3, almost never visits t = 1, where the first and largest Euler step is taken)."""
+    return torch.rand(batch, generator=generator)
 
 
 @torch.no_grad()
@@ -99,9 +101,14 @@ def pretrain(
     resolution: int = 32,
     progress: bool = True,
     log_every: int = 100,
+    save_every: int = 0,
     evaluate_samples: bool = True,
 ) -> dict:
-    """Train the embedded model from scratch and save it to `out_dir`; returns the summary also stored there."""
+    """Train the embedded model from scratch and save it to `out_dir`; returns the summary also stored there.
+
+    `save_every` > 0 also saves the EMA weights every that many steps (same directory, overwritten), so a long run
+    can be inspected while it trains. Saved weights are fp16 (loaded back as fp32).
+    """
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model = build_model(resolution, seed=seed)
     transformer, text_encoder = model.transformer.train(), model.text_encoder.train()
@@ -138,6 +145,9 @@ def pretrain(
             bar.set_postfix(loss=f"{recent:.4f}")
             if not progress:
                 print(f"pretrain step {step + 1}/{steps} loss {recent:.4f}", flush=True)
+        if save_every and (step + 1) % save_every == 0 and step + 1 < steps:
+            partial = EmbeddedModel(ema_transformer, ema_text, model.tokenizer, resolution)
+            partial.save(out_dir, metadata={"pretraining": {"steps": step + 1, "of_steps": steps, "partial": True}})
     seconds = time.perf_counter() - start
 
     trained = EmbeddedModel(ema_transformer.eval(), ema_text.eval(), model.tokenizer, resolution)

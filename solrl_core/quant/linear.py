@@ -34,7 +34,8 @@ class NVFP4EmulatedLinear(nn.Module):
     (1×16 blocks along in_features, one global scale per activation tensor, i.e. per call — so, as on
     the real hardware, a sample's rounding depends slightly on the rest of its batch). ``act_fmt=None``
     gives weight-only quantization. The rounded weight is a frozen Parameter (no grad), stored in the
-    source weight's dtype.
+    source weight's dtype. ``load_source(weight, bias)`` re-quantizes from new full-precision weights
+    (the LoRA sync), bit-identical to building the layer afresh from them.
     """
 
     def __init__(self, linear: nn.Linear, weight_fmt: str = "nvfp4_2d", act_fmt: str | None = "nvfp4"):
@@ -47,15 +48,24 @@ class NVFP4EmulatedLinear(nn.Module):
         self.out_features = linear.out_features
         self.weight_fmt = weight_fmt
         self.act_fmt = act_fmt
-        with torch.no_grad():
-            w = linear.weight.detach()
-            w_q = quantize_dequantize(w, weight_fmt)
-            self.weight_rel_error = _rel_error(w_q, w)
-        self.weight = nn.Parameter(w_q, requires_grad=False)
+        self.source_dtype = linear.weight.dtype
+        w = linear.weight.detach()
+        self.weight = nn.Parameter(torch.empty_like(w), requires_grad=False)
         if linear.bias is not None:
-            self.bias = nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+            self.bias = nn.Parameter(torch.empty_like(linear.bias.detach()), requires_grad=False)
         else:
             self.register_parameter("bias", None)
+        self.weight_rel_error: float | None = None
+        self.load_source(w, linear.bias)
+
+    @torch.no_grad()
+    def load_source(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Quantize ``weight`` (out × in, full precision) into this layer and copy ``bias``."""
+        w = _source(weight, self.weight, self.source_dtype, (self.out_features, self.in_features))
+        w_q = quantize_dequantize(w, self.weight_fmt)
+        self.weight_rel_error = _rel_error(w_q, w)
+        self.weight.data = w_q
+        _load_bias(self, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.act_fmt is not None:
@@ -67,6 +77,21 @@ class NVFP4EmulatedLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, weight_fmt={self.weight_fmt}, act_fmt={self.act_fmt}"
         )
+
+
+def _source(weight: torch.Tensor, like: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int]) -> torch.Tensor:
+    """``weight`` detached, on ``like``'s device, in the layer's source dtype; shape-checked."""
+    if tuple(weight.shape) != shape:
+        raise ValueError(f"weight of shape {tuple(weight.shape)} does not fit a layer of shape {shape}")
+    return weight.detach().to(device=like.device, dtype=dtype)
+
+
+def _load_bias(layer: nn.Module, bias: torch.Tensor | None) -> None:
+    """Copy ``bias`` into ``layer.bias`` (same dtype and device), or check both are absent."""
+    if (bias is None) != (layer.bias is None):
+        raise ValueError(f"bias mismatch: layer has bias={layer.bias is not None}, source has bias={bias is not None}")
+    if bias is not None:
+        layer.bias.data = bias.detach().to(device=layer.bias.device, dtype=layer.bias.dtype).clone()
 
 
 def skip_match(name: str, skip_names: Iterable[str]) -> str | None:
@@ -86,7 +111,31 @@ def skip_match(name: str, skip_names: Iterable[str]) -> str | None:
     return None
 
 
-def _keep_reason(name: str, linear: nn.Linear, skip_names: list[str], min_width: int) -> str | None:
+ShapeRule = Callable[[nn.Linear], "str | None"]
+
+
+def nvfp4_shape_rule(linear: nn.Linear) -> str | None:
+    """NVFP4 GEMMs reduce over whole 16-element blocks: in_features must be a multiple of 16."""
+    if linear.in_features % BLOCK != 0:
+        return f"in_features {linear.in_features} is not a multiple of {BLOCK} (NVFP4 GEMM blocks)"
+    return None
+
+
+def fp8_shape_rule(linear: nn.Linear) -> str | None:
+    """FP8 GEMMs (cuBLASLt, Transformer Engine) need in_features and out_features multiples of 16."""
+    if linear.in_features % 16 != 0 or linear.out_features % 16 != 0:
+        return f"in/out features {linear.in_features}/{linear.out_features} are not multiples of 16 (FP8 GEMM)"
+    return None
+
+
+def any_shape(linear: nn.Linear) -> str | None:
+    """No shape requirement (bf16)."""
+    return None
+
+
+def _keep_reason(
+    name: str, linear: nn.Linear, skip_names: list[str], min_width: int, shape_rule: ShapeRule = nvfp4_shape_rule
+) -> str | None:
     """Why ``linear`` stays in high precision (None if it is to be quantized). First rule wins."""
     skip = skip_match(name, skip_names)
     if skip is not None:
@@ -94,9 +143,7 @@ def _keep_reason(name: str, linear: nn.Linear, skip_names: list[str], min_width:
     width = max(linear.in_features, linear.out_features)
     if width <= min_width:
         return f"max(in, out) = {width} <= min_width {min_width}"
-    if linear.in_features % BLOCK != 0:
-        return f"in_features {linear.in_features} is not a multiple of {BLOCK} (NVFP4 GEMM blocks)"
-    return None
+    return shape_rule(linear)
 
 
 def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
@@ -104,10 +151,16 @@ def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
     return [(n, m) for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear)]
 
 
-def eligible_linears(model: nn.Module, skip_names: Iterable[str], min_width: int) -> list[str]:
-    """Dotted names of the nn.Linear modules ``quantize_linears`` would replace (model untouched)."""
+def eligible_linears(
+    model: nn.Module, skip_names: Iterable[str], min_width: int, shape_rule: ShapeRule = nvfp4_shape_rule
+) -> list[str]:
+    """Dotted names of the nn.Linear modules ``quantize_linears`` would replace (model untouched).
+
+    Works on a model built on the meta device (no weights are read). ``shape_rule`` is the backend's
+    shape requirement (default: NVFP4's, in_features a multiple of 16).
+    """
     skip_names = list(skip_names)
-    return [n for n, m in _linears(model) if _keep_reason(n, m, skip_names, min_width) is None]
+    return [n for n, m in _linears(model) if _keep_reason(n, m, skip_names, min_width, shape_rule) is None]
 
 
 @dataclass
@@ -132,11 +185,13 @@ class QuantReport:
     """
 
     layers: list[LayerRow] = field(default_factory=list)
-    weight_fmt: str = "nvfp4_2d"
+    weight_fmt: str | None = "nvfp4_2d"
     act_fmt: str | None = "nvfp4"
     min_width: int = 0
     skip_names: list[str] = field(default_factory=list)
     calibration_rel_error: float | None = None
+    backend: str | None = None
+    backend_reason: str | None = None
 
     @property
     def n_replaced(self) -> int:
@@ -181,6 +236,8 @@ class QuantReport:
         if err is not None and not math.isfinite(err):
             totals["calibration_rel_error"] = None
         return {
+            "backend": self.backend,
+            "backend_reason": self.backend_reason,
             "weight_fmt": self.weight_fmt,
             "act_fmt": self.act_fmt,
             "min_width": self.min_width,
@@ -199,6 +256,58 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 @torch.no_grad()
+def replace_linears(
+    model: nn.Module,
+    skip_names: Iterable[str],
+    min_width: int,
+    factory: Callable[[str, nn.Linear], nn.Module],
+    *,
+    shape_rule: ShapeRule = nvfp4_shape_rule,
+    calibration: Callable[[], torch.Tensor] | None = None,
+    weight_fmt: str | None = None,
+    act_fmt: str | None = None,
+    backend: str | None = None,
+    backend_reason: str | None = None,
+) -> QuantReport:
+    """Replace the eligible nn.Linear modules of ``model`` in place by ``factory(name, linear)``.
+
+    The general form behind every backend (and handy for experiments, e.g. a deliberately broken
+    quantizer). A Linear stays in high precision when (first rule wins, the reason is recorded): a skip
+    name matches its dotted name (see ``skip_match``); max(in_features, out_features) <= min_width; or
+    ``shape_rule(linear)`` returns a reason. A Linear registered under several names is built once.
+    The report's ``weight_rel_error`` per layer is the new module's ``weight_rel_error`` attribute, if
+    it has one. ``calibration``: see ``quantize_linears``.
+    """
+    skip_names = list(skip_names)
+    if calibration is not None:
+        reference = calibration()
+        if not isinstance(reference, torch.Tensor):
+            raise TypeError(f"calibration must return a tensor, got {type(reference).__name__}")
+        reference = reference.detach().clone()
+    report = QuantReport(
+        weight_fmt=weight_fmt,
+        act_fmt=act_fmt,
+        min_width=min_width,
+        skip_names=skip_names,
+        backend=backend,
+        backend_reason=backend_reason,
+    )
+    swapped: dict[int, nn.Module] = {}
+    for name, linear in _linears(model):
+        reason = _keep_reason(name, linear, skip_names, min_width, shape_rule)
+        row = LayerRow(name, linear.in_features, linear.out_features, reason is None, reason or "eligible")
+        if reason is None:
+            new = swapped.get(id(linear))
+            if new is None:
+                new = swapped[id(linear)] = factory(name, linear)
+            _set_submodule(model, name, new)
+            row.weight_rel_error = getattr(new, "weight_rel_error", None)
+        report.layers.append(row)
+    if calibration is not None:
+        report.calibration_rel_error = _rel_error(calibration(), reference)
+    return report
+
+
 def quantize_linears(
     model: nn.Module,
     skip_names: Iterable[str],
@@ -217,24 +326,13 @@ def quantize_linears(
     no_grad) and the relative error of its output is recorded; it must be deterministic. Layers
     that are already ``NVFP4EmulatedLinear`` are not nn.Linear and do not appear in the report.
     """
-    skip_names = list(skip_names)
-    if calibration is not None:
-        reference = calibration()
-        if not isinstance(reference, torch.Tensor):
-            raise TypeError(f"calibration must return a tensor, got {type(reference).__name__}")
-        reference = reference.detach().clone()
-    report = QuantReport(weight_fmt=weight_fmt, act_fmt=act_fmt, min_width=min_width, skip_names=skip_names)
-    swapped: dict[int, NVFP4EmulatedLinear] = {}
-    for name, linear in _linears(model):
-        reason = _keep_reason(name, linear, skip_names, min_width)
-        row = LayerRow(name, linear.in_features, linear.out_features, reason is None, reason or "eligible")
-        if reason is None:
-            new = swapped.get(id(linear))
-            if new is None:
-                new = swapped[id(linear)] = NVFP4EmulatedLinear(linear, weight_fmt, act_fmt)
-            _set_submodule(model, name, new)
-            row.weight_rel_error = new.weight_rel_error
-        report.layers.append(row)
-    if calibration is not None:
-        report.calibration_rel_error = _rel_error(calibration(), reference)
-    return report
+    return replace_linears(
+        model,
+        skip_names,
+        min_width,
+        lambda _name, linear: NVFP4EmulatedLinear(linear, weight_fmt, act_fmt),
+        shape_rule=nvfp4_shape_rule,
+        calibration=calibration,
+        weight_fmt=weight_fmt,
+        act_fmt=act_fmt,
+    )

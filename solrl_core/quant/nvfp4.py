@@ -41,7 +41,8 @@ import torch
 E2M1_MAX = 6.0
 E4M3_MAX = 448.0
 BLOCK = 16
-FORMATS = ("nvfp4", "nvfp4_2d")
+FORMATS = ("nvfp4", "nvfp4_2d")  # the NVFP4 layouts
+QDQ_FORMATS = ("nvfp4", "nvfp4_2d", "fp8")  # everything ``quantize_dequantize`` accepts
 
 _FLT_MAX = torch.finfo(torch.float32).max
 _INV_E2M1_MAX = torch.tensor(1.0 / E2M1_MAX, dtype=torch.float32)  # fp32(1/6), as in TE
@@ -213,13 +214,56 @@ def nvfp4_decode(
 
 
 def quantize_dequantize(x: torch.Tensor, fmt: str = "nvfp4") -> torch.Tensor:
-    """Fake-quantize ``x`` to NVFP4 and back; same shape and dtype out, computed in float32.
+    """Fake-quantize ``x`` to a low-precision format and back; same shape and dtype out, computed in float32.
 
-    ``fmt="nvfp4"``: 1×16 blocks of consecutive elements along the last dim (any rank).
-    ``fmt="nvfp4_2d"``: 16×16 tiles of a 2-D tensor (a weight, out × in), one amax per tile.
-    A last dim (or row count, for 2-D) that is not a multiple of 16 is zero-padded to the next
+    ``fmt="nvfp4"``: NVFP4 with 1×16 blocks of consecutive elements along the last dim (any rank).
+    ``fmt="nvfp4_2d"``: NVFP4 with 16×16 tiles of a 2-D tensor (a weight, out × in), one amax per tile.
+    ``fmt="fp8"``: FP8 E4M3 with one per-tensor FP32 scale (amax / 448), round to nearest even,
+    saturating (see ``solrl_core.quant.fp8``).
+    NVFP4: a last dim (or row count, for 2-D) that is not a multiple of 16 is zero-padded to the next
     multiple of 16 and cropped back; zeros never change an amax. All-zero blocks give zeros.
-    Non-finite input raises ValueError. See the module docstring for the float32 arithmetic order.
+    Non-finite input raises ValueError. See the module docstrings for the float32 arithmetic order.
     """
-    codes, scales, S = nvfp4_encode(x, fmt)
-    return nvfp4_decode(codes, scales, S, x.shape).to(x.dtype)
+    if fmt == "fp8":
+        from solrl_core.quant.fp8 import fp8_quantize_dequantize
+
+        return fp8_quantize_dequantize(x)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown quantization format {fmt!r}; expected one of {QDQ_FORMATS}")
+    return _qdq_nvfp4(x, fmt).to(x.dtype)
+
+
+def _round_e2m1_float(y: torch.Tensor) -> torch.Tensor:
+    """E2M1 rounding done in float arithmetic (the fast path of quantize_dequantize).
+
+    Within each binade the E2M1 grid is uniform (step 0.5 below 2, 1 in [2, 4), 2 in [4, 6]), so rounding is
+    ``round(|y| / step) * step`` with torch.round's ties-to-even — the same values as ``round_to_e2m1``
+    (tests check equality on every element).
+    """
+    a = y.abs().clamp(max=E2M1_MAX)
+    step = torch.where(a < 2.0, 0.5, torch.where(a < 4.0, 1.0, 2.0))
+    return torch.copysign(torch.round(a / step) * step, y)
+
+
+def _qdq_nvfp4(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """encode + decode fused: identical float32 arithmetic, without materialising the 4-bit codes."""
+    x32 = _as_float32(x, "quantize_dequantize")
+    if fmt == "nvfp4_2d" and x32.dim() != 2:
+        raise ValueError(f"fmt 'nvfp4_2d' needs a 2-D tensor (out × in), got shape {tuple(x32.shape)}")
+    if x32.numel() == 0 or x32.dim() == 0:
+        codes, scales, S = nvfp4_encode(x32, fmt)
+        return nvfp4_decode(codes, scales, S, x32.shape)
+    shape, cols = x32.shape, x32.shape[-1]
+    x2 = x32.reshape(-1, cols)
+    rows = x2.shape[0]
+    xp = _pad_to_block(x2, 1)
+    if fmt == "nvfp4_2d":
+        xp = _pad_to_block(xp, 0)
+    S = _global_scale(x2.abs().amax())
+    S_inv = 1.0 / S
+    sf = to_e4m3(_block_amax(xp, fmt) * (S * _INV_E2M1_MAX)).to(torch.float32)
+    enc = (1.0 / (sf * S_inv)).clamp(max=_FLT_MAX)
+    enc = torch.where(sf == 0, torch.zeros_like(enc), enc)
+    q = _round_e2m1_float(xp.view(xp.shape[0], -1, BLOCK) * enc.unsqueeze(-1))
+    out = (q * (sf * S_inv).unsqueeze(-1)).view(xp.shape)
+    return out[:rows, :cols].reshape(shape)

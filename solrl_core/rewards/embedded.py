@@ -7,7 +7,7 @@ Per image, from a soft foreground alpha (brightness above the dark background) a
   shape       per component, a soft classifier over (fill of its bounding box, vertical centroid offset):
               circle ~ (0.79, 0), square ~ (1, 0), upward triangle ~ (0.59, +0.14); area-weighted probability of target
   position    (only when the prompt names one) sigmoid of how far the foreground centroid is past the image middle
-  background  exp(-mean |pixel - background colour| / 0.03) over pixels away from the objects (specks count as dirt)
+  background  exp(-mean |pixel - background colour| / 0.05) over pixels away from the objects (specks count as dirt)
 reward = weighted geometric mean of the components (floored at 1e-3), so one clearly wrong attribute pulls it down.
 """
 
@@ -133,7 +133,7 @@ def _score_one(image_u8: np.ndarray, prompt: str) -> dict[str, float]:
     away = ~ndimage.binary_dilation(objects_mask, structure=_STRUCT8, iterations=1)
     if away.any():
         deviation = np.abs(image[away] - _BG).mean()
-        scores["background"] = float(np.exp(-deviation / 0.03))
+        scores["background"] = float(np.exp(-deviation / 0.05))
     else:
         scores["background"] = 0.0
 
