@@ -37,8 +37,12 @@ def _default_run_dir(cfg) -> Path:
 
 def _preflight(cfg) -> None:
     """Fail fast, before any flow starts, on what a user can fix: prompts and model weights."""
+    from solrl_core.quant.backends import resolve_backend
+    from solrl_core.rewards.registry import check_reward_names
     from solrl_core.stages.context import load_backbone, train_prompt_set
 
+    check_reward_names(cfg.rewards)
+    resolve_backend(cfg.explore.precision, cfg.model.device)
     train_prompt_set(cfg)
     load_backbone(cfg)
 
@@ -143,6 +147,13 @@ def cmd_inspect(args) -> int:
         return 0
     print(f"iteration {args.iteration}: {summary['candidates']} candidates, {summary['prompts']} prompts, "
           f"{summary['selected']} selected")
+    q = summary["quantize"]
+    if q:
+        err = q.get("calibration_rel_error")
+        print(f"explore copy: {q['precision']}, {q.get('steps')} steps; {q.get('layers_replaced', 0)} Linear layers "
+              f"replaced, {q.get('low_precision_share', 0.0):.0%} of Linear weights in low precision"
+              + (f", calibration output error {err:.4f}" if err is not None else ""))
+        print(f"  why: {q.get('reason')}")
     for p in summary["per_prompt"]:
         print(f"\n[{p['prompt_index']}] {p['prompt']!r}: n={p['n']} proxy mean {p['proxy_mean']:.4f} "
               f"min {p['proxy_min']:.4f} max {p['proxy_max']:.4f}")

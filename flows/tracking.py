@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -71,9 +72,10 @@ def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
         value = s["score_final"].get(f"fidelity_{key}")
         if value is not None and np.isfinite(value):
             metrics[f"fidelity/{key}"] = value
-    for key, value in s["quantize"].items():
-        if key.startswith("share") or key.endswith("error"):
-            metrics[f"quant/{key}"] = value
+    for key in ("low_precision_share", "calibration_rel_error", "layers_replaced", "layers_kept"):
+        if s["quantize"].get(key) is not None:
+            metrics[f"quant/{key}"] = s["quantize"][key]
+    metrics["explore/steps"] = s["explore"].get("steps", s["quantize"].get("steps"))
     for stage in STAGES:
         metrics[f"time/{stage}_s"] = s[stage]["seconds"]
     return {k: float(v) for k, v in metrics.items()}
@@ -94,8 +96,15 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
     grid = best_worst_grid(pool, reward, cfg.tracking.grid_prompts)
     Image.fromarray(grid).save(run.iteration_dir(iteration) / "best_worst.png")
     mlflow.set_tracking_uri(info["tracking_uri"])
+    report = json.loads((run.stage_dir(iteration, "quantize") / "report.json").read_text())
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         mlflow.log_metrics(metrics, step=iteration)
+        mlflow.set_tags({"explore_backend": report["precision"], "explore_backend_reason": report["reason"][:5000]})
+        mlflow.log_dict(report, f"quantize/report_iter{iteration:04d}.json")
+        for event in report.get("escalations", []):
+            if event["iteration"] == iteration - 1:  # decided after the previous iteration, applied from this one
+                mlflow.log_dict(event, f"guardrail/escalation_after_iter{event['iteration']:04d}.json")
+                mlflow.log_metric("guardrail/level", event["to_level"], step=iteration)
         if cfg.tracking.grid_prompts:
             mlflow.log_image(grid, key="pool/best_worst", step=iteration)
     write_json_atomic(marker, {"iteration": iteration})

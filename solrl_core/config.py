@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from solrl_core.errors import ConfigError
 
 SelectMode = Literal["best_worst", "random", "top", "all", "extremes_random"]
-Precision = Literal["fp32", "nvfp4_emulated"]
+Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
 
 
 class _Strict(BaseModel):
@@ -41,12 +41,25 @@ class QuantConfig(_Strict):
     act_format: Literal["nvfp4"] = "nvfp4"
 
 
+class GuardrailConfig(_Strict):
+    """Raise the explore precision/steps when its ranking fidelity (Spearman, proxy vs final) stays low."""
+
+    enabled: bool = False
+    floor: float = Field(0.5, ge=-1, le=1, description="Spearman below this counts as a bad iteration")
+    patience: int = Field(2, ge=1, description="consecutive bad iterations before escalating")
+    ladder: list[tuple[Precision, int]] = Field(
+        default_factory=lambda: [("fp8_emulated", 6), ("fp32", 6), ("fp32", 10)],
+        description="settings to move to, one rung per escalation, after the configured precision/steps",
+    )
+
+
 class ExploreConfig(_Strict):
-    precision: Precision = "nvfp4_emulated"
+    precision: Precision = Field("auto", description="auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else emulated")
     steps: int = Field(6, ge=1, description="ODE steps of the explore copy (official 6)")
     seeds_per_prompt: int = Field(16, ge=1, description="N, candidates per prompt (official 96)")
     batch_size: int = Field(32, ge=1, description="candidates per forward batch; also the commit unit of the pool")
     keep_latents: bool = True
+    guardrail: GuardrailConfig = GuardrailConfig()
 
 
 class SelectConfig(_Strict):
@@ -115,6 +128,8 @@ class RunConfig(_Strict):
             raise ValueError(f"select.k must be even for best_worst, got {self.select.k}")
         if not self.rewards:
             raise ValueError("rewards: name at least one reward")
+        if any(precision == "auto" for precision, _ in self.explore.guardrail.ladder):
+            raise ValueError("explore.guardrail.ladder: name concrete precisions (not auto)")
         return self
 
 

@@ -44,8 +44,12 @@ def pool_summary(run: RunDir, iteration: int) -> dict:
                 ],
             }
         )
+    quantize = {}
+    if run.is_complete(iteration, "quantize"):
+        quantize = run.manifest(iteration, "quantize")["summary"]
     return {
         "iteration": iteration,
+        "quantize": quantize,
         "candidates": n,
         "prompts": len(attrs["prompts"]),
         "selected": int(len(chosen)),

@@ -74,3 +74,11 @@ def test_stage_without_inputs_names_the_stage_to_run_first(run_cli, tmp_path):
                                   ["stage", "bogus", "--run-dir", "/tmp", "--iteration", "0"]])
 def test_not_a_run_dir_or_unknown_stage(run_cli, args):
     assert_one_line_error(run_cli(*args, check=False))
+
+
+def test_unknown_reward_and_unrunnable_precision(run_cli, tmp_path):
+    proc = run_cli("train", str(TINY), "--run-dir", str(tmp_path / "r"), "--set", "rewards={bogus: 1.0}", check=False)
+    assert_one_line_error(proc, "bogus")
+    proc = run_cli("train", str(TINY), "--run-dir", str(tmp_path / "r"), "--set", "explore.precision=nvfp4",
+                   check=False)
+    assert_one_line_error(proc, "nvfp4_emulated")  # says what this machine can run

@@ -18,7 +18,7 @@ def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
 
 def test_demo_and_family_configs_validate():
     demo = load_config(ROOT / "configs" / "demo.yaml")
-    assert demo.family == "sol_rl" and demo.regenerate.enabled and demo.explore.precision == "nvfp4_emulated"
+    assert demo.family == "sol_rl" and demo.regenerate.enabled and demo.explore.precision == "auto"
     nft = load_config(ROOT / "configs" / "families" / "diffusionnft.yaml")
     assert nft.select.mode == "all" and not nft.regenerate.enabled and nft.explore.precision == "fp32"
     # a family inherits everything it does not override
@@ -79,3 +79,10 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(tmp_path / "nope.yaml")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(write(tmp_path, "a: [1, 2\n"))
+
+
+def test_guardrail_ladder_must_be_concrete(tmp_path):
+    with pytest.raises(ConfigError, match="ladder"):
+        load_config(write(tmp_path, "explore: {guardrail: {enabled: true, ladder: [[auto, 6]]}}\n"))
+    with pytest.raises(ConfigError, match="explore.precision"):
+        load_config(write(tmp_path, "explore: {precision: fp3}\n"))

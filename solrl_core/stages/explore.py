@@ -14,7 +14,7 @@ def run_explore(ctx: StageContext) -> dict:
     cfg = ctx.cfg
     backbone = load_backbone(cfg)
     merged = load_file(str(ctx.artifact("quantize", "merged_old.safetensors")))
-    transformer, _ = build_explore_copy(ctx, backbone, merged)
+    transformer, _, setting = build_explore_copy(ctx, backbone, merged)
     prompts = iteration_prompts(cfg, ctx.iteration)
     n = cfg.explore.seeds_per_prompt
     prompt_index = np.repeat(np.arange(len(prompts)), n)
@@ -27,11 +27,12 @@ def run_explore(ctx: StageContext) -> dict:
             prompts,
             prompt_index,
             seeds,
-            steps=cfg.explore.steps,
+            steps=setting.steps,
             batch_size=cfg.explore.batch_size,
             keep_latents=cfg.explore.keep_latents or not cfg.regenerate.enabled,
-            attrs={"precision": cfg.explore.precision, "iteration": ctx.iteration},
+            attrs={"precision": setting.precision, "iteration": ctx.iteration},
             progress=ctx.progress,
-            desc=f"explore it{ctx.iteration} ({cfg.explore.precision}, {cfg.explore.steps} steps)",
+            desc=f"explore it{ctx.iteration} ({setting.precision}, {setting.steps} steps)",
         )
-    return {"candidates": writer.committed, "prompts": len(prompts), "precision": cfg.explore.precision}
+    return {"candidates": writer.committed, "prompts": len(prompts), "precision": setting.precision,
+            "steps": setting.steps}

@@ -9,6 +9,7 @@ from safetensors.torch import save_file
 
 from solrl_core.stages.context import (
     StageContext,
+    explore_setting,
     attach_policy,
     fresh_transformer,
     load_adapters,
@@ -18,21 +19,30 @@ from solrl_core.stages.context import (
 
 
 def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tensor]):
-    """The explore copy: W0 + θ_old with its eligible Linear layers in emulated NVFP4 (or fp32). Returns (model, report)."""
-    from solrl_core.quant.linear import quantize_linears
+    """The explore copy: W0 + θ_old with its eligible Linear layers in the iteration's explore precision.
 
+    Returns (model, report, setting). The copy is rebuilt from the merged weights each time (a stage may run in
+    another process or on another pool); quantizing is deterministic, so every rebuild is the same copy."""
+    from solrl_core.quant.backends import apply_backend
+
+    setting = explore_setting(ctx)
     transformer = fresh_transformer(backbone)
     transformer.load_state_dict(merged)
-    if ctx.cfg.explore.precision == "fp32":
-        return transformer, {"precision": "fp32", "totals": {"layers_replaced": 0}, "layers": []}
     quant = ctx.cfg.quant
     skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
     min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
-    calibration = _calibration_forward(backbone, transformer)
-    report = quantize_linears(
-        transformer, skip, min_width, weight_fmt=quant.weight_format, act_fmt=quant.act_format, calibration=calibration
+    report = apply_backend(
+        transformer,
+        setting.precision,
+        skip,
+        min_width,
+        weight_fmt=quant.weight_format,
+        act_fmt=quant.act_format,
+        calibration=_calibration_forward(backbone, transformer),
     )
-    return transformer, {"precision": ctx.cfg.explore.precision, **report.to_dict()}
+    info = {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
+            "escalations": list(setting.escalations)}
+    return transformer, {**info, **report.to_dict()}, setting
 
 
 def _calibration_forward(backbone, transformer):
@@ -53,9 +63,10 @@ def run_quantize(ctx: StageContext) -> dict:
     policy = attach_policy(ctx.cfg, backbone, fresh_transformer(backbone))
     load_adapters(policy, previous_checkpoint(ctx))
     merged = {k: v.contiguous() for k, v in policy.merged_state_dict("old").items()}
-    _, report = build_explore_copy(ctx, backbone, merged)
+    _, report, _ = build_explore_copy(ctx, backbone, merged)
     with ctx.run.stage_output(ctx.iteration, "quantize") as out:
         save_file(merged, str(out / "merged_old.safetensors"))
         (out / "report.json").write_text(json.dumps(report, indent=2))
     totals = report.get("totals", {})
-    return {"precision": report["precision"], **{k: v for k, v in totals.items() if isinstance(v, (int, float))}}
+    numbers = {k: v for k, v in totals.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {"precision": report["precision"], "steps": report["steps"], "reason": report["reason"], **numbers}
