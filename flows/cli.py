@@ -173,6 +173,21 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    if args.paper:
+        from solrl_core.planner.compare import compare, format_markdown
+
+        print(format_markdown(compare(args.gpu or "b200", args.gpus, args.utilisation), "solrl plan --paper"))
+        return 0
+    if not args.model or not args.gpu:
+        raise SolrlError("solrl plan needs MODEL and --gpu NAME (e.g. solrl plan flux1 --gpu b200), or --paper")
+    from solrl_core.planner.model import format_plan, plan
+
+    result = plan(args.model, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation)
+    print(json.dumps(result, indent=2) if args.json else format_plan(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solrl", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -208,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iteration", type=int, required=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("plan", help="predict seconds per stage and iteration of each family on a GPU",
+                       description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "
+                       "and predict each family's seconds per stage on a GPU from its published dense throughput "
+                       "at a stated utilisation. --paper compares the predictions with the paper's iteration times.")
+    p.add_argument("model", nargs="?", help="flux1 | sd35l | sd35m | sana")
+    p.add_argument("--gpu", help="b200, gb200, b300, h100, h200, a100, rtx-pro-6000, rtx-5090, l40s, ...")
+    p.add_argument("--family", help="one family only (default: all four)")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per iteration (default 8, as the paper)")
+    p.add_argument("--utilisation", type=float, default=None, help="fraction of peak throughput (default 0.4)")
+    p.add_argument("--paper", action="store_true", help="the paper's three models against its reported times")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("pretrain", help="pretrain the embedded default model (reproduces the shipped weights)",
                        description="Flow-matching pretraining of the embedded text-to-image model on procedurally "

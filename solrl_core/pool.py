@@ -35,12 +35,16 @@ class CandidateWriter:
     ) -> CandidateWriter:
         """Open the pool at `path` to continue it, or create it when absent or made for other shapes."""
         if path.exists():
-            group = zarr.open_group(path, mode="r+")
-            same = (
-                group.attrs.get("n_rows") == n_rows
-                and tuple(group["image"].shape[1:]) == tuple(image_shape)
-                and ("latent" in group) == (latent_shape is not None)
-            )
+            try:
+                group = zarr.open_group(path, mode="r+")
+                same = (
+                    group.attrs.get("n_rows") == n_rows
+                    and tuple(group["image"].shape[1:]) == tuple(image_shape)
+                    and ("latent" in group) == (latent_shape is not None)
+                    and all(name in group for name in (extra_dtypes or {}))
+                )
+            except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+                same = False  # killed while the pool was being created: start it again
             if same:
                 return cls(group)
         group = zarr.open_group(path, mode="w")

@@ -94,3 +94,18 @@ def test_shipped_weights_follow_prompts_better_than_random_init(random_model):
     assert images.shape == (16, 32, 32, 3)
     assert trained.mean() > untrained.mean() + 0.25, (trained.mean(), untrained.mean())
     assert trained.mean() > 0.35
+
+
+def test_pretraining_is_reproducible_from_the_seed(tmp_path):
+    from safetensors.torch import load_file
+
+    from solrl_core.embedded.pretrain import pretrain
+
+    runs = []
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        summary = pretrain(tmp_path / name, steps=2, batch_size=4, seed=seed, progress=False, log_every=1, evaluate_samples=False)
+        assert summary["steps"] == 2 and np.isfinite(summary["final_loss"])
+        runs.append(load_file(tmp_path / name / "transformer" / "diffusion_pytorch_model.safetensors"))
+    assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+    assert not all(torch.equal(runs[0][k], runs[2][k]) for k in runs[0])
+    assert load_model(tmp_path / "a").metadata["pretraining"]["seed"] == 3

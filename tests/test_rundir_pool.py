@@ -106,3 +106,12 @@ def test_seed_noise_is_identical_across_processes():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert float(out) == pytest.approx(here.double().sum().item(), abs=0, rel=0)
     assert not noise_from_seed(1235, (3, 8, 8)).equal(here)
+
+
+def test_pool_torn_at_creation_is_started_again(tmp_path):
+    path = tmp_path / "pool.zarr"
+    path.mkdir()  # killed before the group's metadata was written
+    w = CandidateWriter.open(path, 4, (4, 4, 3), None, {})
+    assert w.committed == 0
+    w.write_batch(0, _rows(0, 4))
+    assert read_table(path, ["seed"])[1]["committed"] == 4

@@ -1,5 +1,26 @@
 """Rewards: images (uint8, B x H x W x 3) and prompts in, one score per image out. See `registry`."""
 
-from solrl_core.rewards.registry import REWARDS, score_images
+from solrl_core.rewards.base import Reward, RewardModelSpec
+from solrl_core.rewards.registry import (
+    REWARD_CLASSES,
+    REWARDS,
+    AsyncScorer,
+    configure_reward_models,
+    get_reward,
+    parse_reward_models,
+    preflight_rewards,
+    score_images,
+)
 
-__all__ = ["REWARDS", "score_images"]
+__all__ = [
+    "REWARDS",
+    "REWARD_CLASSES",
+    "AsyncScorer",
+    "Reward",
+    "RewardModelSpec",
+    "configure_reward_models",
+    "get_reward",
+    "parse_reward_models",
+    "preflight_rewards",
+    "score_images",
+]

@@ -1,25 +1,114 @@
-"""Named rewards and their weighted sum.
+"""Named rewards, their model files, and the weighted sum the pipeline trains on.
 
-Every reward is `fn(images uint8 (B, H, W, 3), prompts) -> dict` with at least "reward" (B,); other keys are its
-components, for inspection only.
+Two views of the same rewards:
+  REWARD_CLASSES  name -> `Reward` class (metadata, `resolve`/`load`, batched `__call__` -> np.ndarray)
+  REWARDS         name -> fn(images uint8 (B, H, W, 3), prompts) -> dict with at least "reward" (B,); other keys
+                  are components, for inspection only. Model rewards load lazily, once per process and spec.
+Model rewards find their files through the `reward_models:` config section ({name: RewardModelSpec fields}), set
+process-wide with `configure_reward_models` or passed to `score_images(..., models=...)`, then the environment
+(see `loading`). Heavy libraries (torch, transformers, open_clip) are imported only when a model reward is loaded.
+
+`score_images` weights each named reward and sums; a weight of 0 scores a reward for evaluation only. Non-finite
+scores stop with a SolrlError naming the reward.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from solrl_core.errors import SolrlError
+from solrl_core.rewards.base import Reward, RewardModelSpec, check_finite, parse_spec
+from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
 from solrl_core.rewards.embedded import prompt_match_reward
+from solrl_core.rewards.hps import HPSv2
+from solrl_core.rewards.imagereward import ImageReward
 from solrl_core.rewards.jpeg import jpeg_compressibility, jpeg_incompressibility
+from solrl_core.rewards.programmatic import EmbeddedReward, Jpeg, JpegCompressibility, JpegIncompressibility
 
 RewardFn = Callable[[np.ndarray, Sequence[str]], dict[str, np.ndarray]]
+ModelsConfig = Mapping[str, RewardModelSpec | Mapping | None]
+
+REWARD_CLASSES: dict[str, type[Reward]] = {
+    cls.name: cls
+    for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward)
+}
+
+_configured: dict[str, RewardModelSpec] = {}
+_cache: dict[tuple[str, str, str], Reward] = {}
+_lock = threading.RLock()
+
+
+def parse_reward_models(models: ModelsConfig | None) -> dict[str, RewardModelSpec]:
+    """Validate a `reward_models:` section: known reward names, and only the keys each reward takes."""
+    out: dict[str, RewardModelSpec] = {}
+    for name, data in (models or {}).items():
+        if name not in REWARD_CLASSES:
+            raise SolrlError(f"reward_models: unknown reward '{name}' (known: {', '.join(sorted(REWARD_CLASSES))})")
+        out[name] = parse_spec(name, data, REWARD_CLASSES[name].spec_keys)
+    return out
+
+
+def configure_reward_models(models: ModelsConfig | None) -> dict[str, RewardModelSpec]:
+    """Set the process-wide `reward_models:` section used when `score_images` gets no `models`."""
+    global _configured
+    specs = parse_reward_models(models)
+    with _lock:
+        _configured = specs
+    return specs
+
+
+def spec_for(name: str, models: ModelsConfig | None = None) -> RewardModelSpec:
+    specs = parse_reward_models(models) if models is not None else _configured
+    spec = specs.get(name)
+    if spec is None:
+        return RewardModelSpec()
+    return spec if isinstance(spec, RewardModelSpec) else parse_spec(name, spec, REWARD_CLASSES[name].spec_keys)
+
+
+def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
+    """The loaded reward `name` for its spec (cached: each model loads once per process and spec)."""
+    check_reward_names([name])
+    spec = spec_for(name, models)
+    cls = REWARD_CLASSES[name]
+    files = cls.resolve(spec) if cls.needs_weights else {}  # cheap; the key follows the environment too
+    key = (name, spec.model_dump_json(), repr(sorted((k, str(v)) for k, v in files.items())))
+    with _lock:
+        reward = _cache.get(key)
+        if reward is None:
+            reward = REWARD_CLASSES[name].load(spec)
+            _cache[key] = reward
+    return reward
+
+
+def clear_reward_cache() -> None:
+    """Forget loaded reward models (frees their memory once nothing else holds them)."""
+    with _lock:
+        _cache.clear()
+
+
+class ModelRewardFn:
+    """REWARDS entry of a model reward: loads it on first use, returns {"reward": scores}."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, images, prompts, models: ModelsConfig | None = None) -> dict[str, np.ndarray]:
+        return {"reward": get_reward(self.name, models)(images, prompts)}
+
+    def __repr__(self) -> str:
+        return f"ModelRewardFn({self.name!r})"
+
 
 REWARDS: dict[str, RewardFn] = {
     "embedded": prompt_match_reward,
+    "jpeg": jpeg_compressibility,
     "jpeg_compressibility": jpeg_compressibility,
     "jpeg_incompressibility": jpeg_incompressibility,
+    **{name: ModelRewardFn(name) for name, cls in REWARD_CLASSES.items() if cls.needs_weights},
 }
 
 
@@ -29,22 +118,74 @@ def check_reward_names(names) -> None:
         raise SolrlError(f"unknown reward '{unknown[0]}' (known: {', '.join(sorted(REWARDS))})")
 
 
-def score_images(
-    images: np.ndarray, prompts: Sequence[str], weights: Mapping[str, float]
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Weighted sum of the named rewards (B,), and each named reward's unweighted values (B,)."""
+def preflight_rewards(weights: Mapping[str, float], models: ModelsConfig | None = None) -> None:
+    """Before a run: every named reward exists and its files are where the config/environment says (nothing loaded)."""
     if not weights:
         raise SolrlError(f"no reward selected (known: {', '.join(sorted(REWARDS))})")
     check_reward_names(weights)
+    for name in weights:
+        cls = REWARD_CLASSES.get(name)
+        if cls is not None and cls.needs_weights:
+            cls.resolve(spec_for(name, models))
+
+
+def score_images(
+    images: np.ndarray,
+    prompts: Sequence[str],
+    weights: Mapping[str, float],
+    models: ModelsConfig | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Weighted sum of the named rewards (B,), and each named reward's unweighted values (B,).
+
+    models: a `reward_models:` section for this call; None uses `configure_reward_models`'s (then the environment).
+    """
+    if not weights:
+        raise SolrlError(f"no reward selected (known: {', '.join(sorted(REWARDS))})")
+    check_reward_names(weights)
+    if models is not None:
+        models = parse_reward_models(models)
     images = np.asarray(images)
     total = np.zeros(len(images), dtype=np.float64)
     per_reward = {}
     for name, weight in weights.items():
-        values = np.asarray(REWARDS[name](images, prompts)["reward"], dtype=np.float64)
+        fn = REWARDS[name]
+        out = fn(images, prompts, models=models) if isinstance(fn, ModelRewardFn) else fn(images, prompts)
+        values = np.asarray(out["reward"], dtype=np.float64)
         if values.shape != (len(images),):
             raise SolrlError(f"reward {name} returned shape {values.shape}, expected ({len(images)},)")
-        if not np.all(np.isfinite(values)):
-            raise SolrlError(f"reward {name} returned non-finite values")
+        check_finite(name, values, prompts)
         per_reward[name] = values
         total += float(weight) * values
     return total, per_reward
+
+
+class AsyncScorer:
+    """Scores batches on one background thread, so the caller can sample the next batch meanwhile.
+
+    Torch releases the GIL inside its kernels, so a reward model on its own device (or the CPU while the sampler
+    runs on a GPU) overlaps with sampling. Results come back as futures of `score_images`'s (total, per_reward).
+    Models are loaded up front (`preload`) so a missing file fails before any sampling.
+    """
+
+    def __init__(self, weights: Mapping[str, float], models: ModelsConfig | None = None, preload: bool = True):
+        self.weights = dict(weights)
+        self.models = parse_reward_models(models) if models is not None else None
+        check_reward_names(self.weights)
+        if preload:
+            for name in self.weights:
+                if isinstance(REWARDS[name], ModelRewardFn):
+                    get_reward(name, self.models)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-reward")
+
+    def submit(self, images: np.ndarray, prompts: Sequence[str]) -> Future:
+        images = np.array(images, copy=True)  # the caller may reuse its buffer
+        return self._pool.submit(score_images, images, list(prompts), self.weights, self.models)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> AsyncScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

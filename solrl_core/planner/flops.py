@@ -1,0 +1,335 @@
+"""FLOPs of one transformer forward of the real backbones, counted on the meta device (no weights, no memory).
+
+The diffusers transformer of each backbone is built from its ``config.json`` in ``shared/model-configs`` under
+``torch.device("meta")`` and run once on meta inputs of one sample at the official resolution inside
+``torch.utils.flop_counter.FlopCounterMode``, which counts the FLOPs of matrix products (mm/addmm/bmm, attention
+kernels) and convolutions by their shapes — meta tensors are enough. Counts are per sample (batch 1; every cost
+here is linear in the batch) and count 2 FLOPs per multiply-add. Normalisations, activations, softmax and other
+elementwise work are not counted (they are memory-bound and small next to the matmuls; the planner's utilisation
+absorbs them).
+
+The forward's FLOPs are split three ways from the counter's per-module totals:
+
+* ``linear`` — inside ``nn.Linear`` modules;
+* ``conv`` — inside convolutions (the patch embedding; in SANA also the GLUMBConv feed-forward);
+* ``attention`` — the rest: the attention score and value products (and SANA's linear-attention products).
+
+``low_precision`` is the part the explore copy runs in 4 bits: the FLOPs of the layers the project's own rule
+selects (``solrl_core.quant.linear.eligible_linears`` with the official skip names and minimum widths, as
+``solrl_core.quant.coverage`` applies them, and the real-GEMM backends' shape rule). Attention products and the
+kept layers stay in BF16.
+
+SANA. diffusers' standard SANA 1600M has a convolutional feed-forward and 2240-wide attention layers, so the rule
+replaces nothing in it. The official recipe runs the "LinearFFN" variant, whose feed-forward is Linear; as in the
+coverage report, the planner's ``sana`` counts the feed-forward's 1×1 convolutions as the Linear layers the rule
+then replaces (``sana-diffusers`` is the plain diffusers model, with no 4-bit share).
+
+Image decoding and reward scoring, which every sampled image goes through, are counted the same way: the VAE
+decoder (``AutoencoderKL`` f8c16 for FLUX.1/SD3.5, ``AutoencoderDC`` f32c32 for SANA, built from their public
+diffusers config values below) and an analytic count of the reward model's image tower (CLIP ViT-H/14 at 224 px,
+the PickScore / HPSv2.1 backbone).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from solrl_core.errors import SolrlError
+from solrl_core.quant.coverage import MODELS as COVERAGE_MODELS
+from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_linear
+from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
+
+CONFIG_DIR_ENV = "SOLRL_MODEL_CONFIGS"
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[3] / "shared" / "model-configs"
+
+
+@dataclass(frozen=True)
+class PlannerModel:
+    """A backbone the planner knows: its coverage spec (config file, skip names, min width, tokens), the training
+    timestep fraction, the VAE that decodes its latents and the latent shape of one sample."""
+
+    key: str
+    spec: ModelSpec
+    timestep_fraction: float
+    vae: str  # key of VAE_DECODERS
+    latent_shape: tuple[int, ...]  # of one sample, as the VAE decoder takes it (C, H, W)
+    note: str = ""
+
+
+def _spec(key: str) -> ModelSpec:
+    return next(s for s in COVERAGE_MODELS if s.key == key)
+
+
+MODELS: dict[str, PlannerModel] = {
+    m.key: m
+    for m in (
+        # 512 px, VAE f8 -> 64x64x16 latent, packed 2x2 -> 1024 tokens of 64 channels; 512 T5 tokens.
+        PlannerModel("flux1", _spec("flux1-dev"), 0.4, "kl-f8c16", (16, 64, 64)),
+        # 1024 px, VAE f8 -> 128x128x16 latent, patch 2 -> 4096 tokens; 77 CLIP + 256 T5 = 333 text tokens.
+        PlannerModel("sd35l", _spec("sd35-large"), 0.6, "kl-f8c16", (16, 128, 128)),
+        PlannerModel("sd35m", _spec("sd35-medium"), 0.6, "kl-f8c16", (16, 128, 128),
+                     "no official Sol-RL setting: SD3.5-L's skip names, timestep fraction and resolution"),
+        # 1024 px, DC-AE f32 -> 32x32x32 latent, patch 1 -> 1024 tokens; 300 Gemma tokens.
+        PlannerModel("sana", _spec("sana-1600m-linear-ffn"), 0.6, "dc-ae-f32c32", (32, 32, 32),
+                     "the official LinearFFN variant, approximated by counting the FFN's 1x1 convs as Linear"),
+        PlannerModel("sana-diffusers", _spec("sana-1600m"), 0.6, "dc-ae-f32c32", (32, 32, 32),
+                     "diffusers' standard SANA 1600M: convolutional FFN, no layer in 4 bits"),
+    )
+}
+
+MODEL_ALIASES = {
+    "flux": "flux1", "flux1-dev": "flux1", "flux.1-dev": "flux1",
+    "sd35-large": "sd35l", "sd3.5-large": "sd35l", "sd35": "sd35l",
+    "sd35-medium": "sd35m", "sd3.5-medium": "sd35m",
+    "sana-1600m": "sana", "sana-1600m-linear-ffn": "sana", "sana1600m": "sana",
+}
+
+
+def get_model(name: str) -> PlannerModel:
+    """The planner model called ``name`` (case-insensitive); SolrlError listing the known names."""
+    key = name.strip().lower().replace("_", "-")
+    key = MODEL_ALIASES.get(key, key)
+    if key not in MODELS:
+        raise SolrlError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
+    return MODELS[key]
+
+
+def config_dir(path: str | Path | None = None) -> Path:
+    """The directory of the diffusers transformer configs: ``path``, else $SOLRL_MODEL_CONFIGS, else the
+    ``shared/model-configs`` directory beside the repository. SolrlError (one line) when it is missing."""
+    chosen = Path(path or os.environ.get(CONFIG_DIR_ENV) or DEFAULT_CONFIG_DIR)
+    if not chosen.is_dir():
+        raise SolrlError(f"model config directory not found: {chosen} (set {CONFIG_DIR_ENV} or pass config_dir)")
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------- counting
+
+
+@dataclass(frozen=True)
+class FlopBreakdown:
+    """FLOPs of one call, split by where they happen (see the module docstring)."""
+
+    total: float
+    linear: float
+    conv: float
+    attention: float
+    low_precision: float
+    by_op: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def low_precision_share(self) -> float:
+        return self.low_precision / self.total if self.total else 0.0
+
+
+def count_flops(module: nn.Module, call: Callable[[], object], low_precision_names=()) -> FlopBreakdown:
+    """Run ``call()`` (which uses ``module``) under FlopCounterMode and split its FLOPs.
+
+    ``low_precision_names`` are dotted module names (relative to ``module``) whose FLOPs count as low precision.
+    Works on meta tensors. A module name that does not exist raises ValueError.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    names = dict(module.named_modules())
+    missing = [n for n in low_precision_names if n not in names]
+    if missing:
+        raise ValueError(f"not modules of {type(module).__name__}: {missing[:3]}")
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        call()
+    counts = counter.get_flop_counts()
+    total = float(sum(counts["Global"].values()))
+    by_op = {str(op): float(v) for op, v in counts["Global"].items()}
+    root = type(module).__name__
+
+    def of(name: str) -> float:
+        return float(sum(counts.get(f"{root}.{name}", {}).values()))
+
+    linear = sum(of(n) for n, m in names.items() if n and isinstance(m, nn.Linear))
+    conv = sum(of(n) for n, m in names.items() if n and isinstance(m, nn.modules.conv._ConvNd))
+    low = sum(of(n) for n in set(low_precision_names))
+    return FlopBreakdown(total, linear, conv, total - linear - conv, low, by_op)
+
+
+def example_inputs(family: str, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+    """Meta-device keyword inputs of one forward of a diffusers FLUX / SD3 / SANA transformer."""
+    with torch.device("meta"):
+        t = torch.ones(batch)
+        if family == "flux":
+            inputs = dict(
+                hidden_states=torch.randn(batch, image_tokens, config["in_channels"]),
+                encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
+                pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
+                timestep=t,
+                img_ids=torch.zeros(image_tokens, 3),
+                txt_ids=torch.zeros(text_tokens, 3),
+            )
+            if config.get("guidance_embeds"):
+                inputs["guidance"] = t
+            return inputs
+        side = math.isqrt(image_tokens) * config.get("patch_size", 1)
+        if side * side != image_tokens * config.get("patch_size", 1) ** 2:
+            raise ValueError(f"image_tokens {image_tokens} is not a square number of patches")
+        if family == "sd3":
+            return dict(
+                hidden_states=torch.randn(batch, config["in_channels"], side, side),
+                encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
+                pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
+                timestep=t,
+            )
+        if family == "sana":
+            return dict(
+                hidden_states=torch.randn(batch, config["in_channels"], side, side),
+                encoder_hidden_states=torch.randn(batch, text_tokens, config["caption_channels"]),
+                timestep=t,
+            )
+    raise ValueError(f"unknown model family {family!r} (flux, sd3, sana)")
+
+
+def low_precision_names(config_path: str | Path, spec: ModelSpec, model: nn.Module | None = None) -> list[str]:
+    """Names of the layers the explore copy runs in 4 bits: the project's eligibility rule (official skip names,
+    min width, the real-GEMM backends' shape rule) on the meta model of ``config_path`` (``model`` if given).
+    For the LinearFFN stand-in, the FFN's 1×1 convs are judged as the Linear layers they stand for, on a separate
+    meta copy (their names are those of the convs, whose FLOPs then count as low precision)."""
+    if spec.ffn_convs_as_linear:
+        judged = ffn_convs_as_linear(build_meta_model(config_path))
+    else:
+        judged = model if model is not None else build_meta_model(config_path)
+    return eligible_linears(judged, spec.skip_names, spec.min_width, shape_rule=fp8_shape_rule)
+
+
+# ---------------------------------------------------------------------------------------------- per model
+
+
+@dataclass(frozen=True)
+class ForwardFlops:
+    """One transformer forward of one sample at the official resolution."""
+
+    model: str
+    title: str
+    model_class: str
+    params: int
+    resolution: int
+    image_tokens: int
+    text_tokens: int
+    total: float
+    linear: float
+    conv: float
+    attention: float
+    low_precision: float
+    low_precision_layers: int
+    by_op: dict[str, float]
+
+    @property
+    def low_precision_share(self) -> float:
+        return self.low_precision / self.total if self.total else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["low_precision_share"] = self.low_precision_share
+        return d
+
+
+@lru_cache(maxsize=None)
+def _forward_flops(key: str, spec: ModelSpec, directory: str) -> ForwardFlops:
+    path = Path(directory) / spec.config_file
+    if not path.is_file():
+        raise SolrlError(f"model config not found: {path}")
+    config = json.loads(path.read_text())
+    model = build_meta_model(path)
+    params = sum(p.numel() for p in model.parameters())
+    low_names = low_precision_names(path, spec, model)
+    inputs = example_inputs(spec.family, config, spec.image_tokens, spec.text_tokens)
+    b = count_flops(model, lambda: model(**inputs, return_dict=False), low_names)
+    return ForwardFlops(
+        model=key, title=spec.title, model_class=type(model).__name__, params=params,
+        resolution=spec.resolution, image_tokens=spec.image_tokens, text_tokens=spec.text_tokens,
+        total=b.total, linear=b.linear, conv=b.conv, attention=b.attention, low_precision=b.low_precision,
+        low_precision_layers=len(low_names), by_op=b.by_op,
+    )
+
+
+def forward_flops(model: str, config_directory: str | Path | None = None, **spec_overrides) -> ForwardFlops:
+    """FLOPs of one forward of ``model`` (a ``MODELS`` key or alias) for one sample; cached per process.
+
+    ``spec_overrides`` replace fields of the model's coverage ``ModelSpec`` (e.g. ``min_width=2431`` or
+    ``skip_names=()`` to see another 4-bit coverage; ``image_tokens``/``text_tokens`` for another resolution).
+    """
+    m = get_model(model)
+    if "skip_names" in spec_overrides:
+        spec_overrides["skip_names"] = tuple(spec_overrides["skip_names"])
+    spec = replace(m.spec, **spec_overrides) if spec_overrides else m.spec
+    return _forward_flops(m.key, spec, str(config_dir(config_directory)))
+
+
+# ---------------------------------------------------------------------------------------------- decode, reward
+
+# Public diffusers config values of the VAEs (only what differs from the class defaults).
+VAE_DECODERS: dict[str, dict] = {
+    # FLUX.1-dev and SD3.5 share this architecture (vae/config.json of both repositories): 16 latent channels,
+    # 4 levels of 128/256/512/512 channels, 2 ResNet layers per level, no quant convs.
+    "kl-f8c16": dict(
+        cls="AutoencoderKL",
+        kwargs=dict(
+            block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=2, latent_channels=16,
+            use_quant_conv=False, use_post_quant_conv=False,
+        ),
+    ),
+    # mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers: 3 ResBlock + 3 EfficientViT levels, 3 layers each, multiscale 5
+    # attention, interpolation upsampling (the class defaults hold the channel widths and layer counts).
+    "dc-ae-f32c32": dict(
+        cls="AutoencoderDC",
+        kwargs=dict(
+            encoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+            decoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+            upsample_block_type="interpolate", downsample_block_type="Conv",
+        ),
+    ),
+}
+
+
+@lru_cache(maxsize=None)
+def vae_decode_flops(vae: str, latent_shape: tuple[int, ...]) -> float:
+    """FLOPs of decoding one latent of ``latent_shape`` (C, H, W) with the VAE ``vae`` (meta device)."""
+    import diffusers
+
+    if vae not in VAE_DECODERS:
+        raise SolrlError(f"unknown VAE '{vae}'; known: {', '.join(VAE_DECODERS)}")
+    entry = VAE_DECODERS[vae]
+    with torch.device("meta"):
+        model = getattr(diffusers, entry["cls"])(**entry["kwargs"])
+        z = torch.randn(1, *latent_shape)
+    return count_flops(model, lambda: model.decode(z)).total
+
+
+def vit_image_flops(width: int = 1280, layers: int = 32, mlp: int = 5120, patch: int = 14, image: int = 224,
+                    proj: int = 1024) -> float:
+    """FLOPs of a CLIP ViT image tower (defaults: ViT-H/14 at 224 px) for one image, counted analytically:
+    patch-embedding conv, per layer QKV + output projections (4·w²), MLP (2·w·mlp) and attention products
+    (2·n²·w), the final projection; 2 FLOPs per multiply-add."""
+    n = (image // patch) ** 2 + 1
+    patch_embed = 2 * (n - 1) * 3 * patch * patch * width
+    per_layer = 2 * n * (4 * width * width + 2 * width * mlp) + 2 * 2 * n * n * width
+    return float(patch_embed + layers * per_layer + 2 * width * proj)
+
+
+REWARD_FLOPS_PER_IMAGE = vit_image_flops()
+"""Reward scoring of one image: CLIP ViT-H/14 image tower at 224 px (PickScore, HPSv2.1 — the larger reward
+backbones; the prompt's text tower runs once per prompt and is left out)."""
+
+
+def decode_and_score_flops(model: str) -> dict[str, float]:
+    """Per-image FLOPs of the VAE decode and the reward model's image tower for ``model``."""
+    m = get_model(model)
+    decode = vae_decode_flops(m.vae, m.latent_shape)
+    return {"decode": decode, "reward": REWARD_FLOPS_PER_IMAGE, "total": decode + REWARD_FLOPS_PER_IMAGE}

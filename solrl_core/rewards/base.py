@@ -1,0 +1,169 @@
+"""The reward interface: a named scorer of (uint8 image, prompt) pairs, with its own batching, device and preprocessing.
+
+A reward class declares what it needs (`needs`, `source`, `spec_keys`), resolves its files from a `RewardModelSpec`
+without loading them (`resolve`), loads itself (`load`), and scores one batch (`score_batch`). `Reward.__call__`
+splits any number of images into batches of `batch_size`, runs them under `torch.no_grad` (model rewards) with a
+progress bar when there is more than one batch, and refuses non-finite scores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from solrl_core.errors import SolrlError
+
+DType = Literal["float32", "float16", "bfloat16"]
+COMMON_KEYS = frozenset({"batch_size", "device", "dtype"})
+
+
+class RewardModelSpec(BaseModel):
+    """Where a reward's files are and how to run it: one entry of the `reward_models:` config section.
+
+    Only the keys a reward lists in `spec_keys` may be set for it (see `Reward.spec_keys`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | None = Field(None, description="weights: a directory (transformers layout) or a checkpoint file")
+    processor: str | None = Field(None, description="CLIP processor/tokenizer directory; default: `path`")
+    arch: str | None = Field(None, description="hpsv2: open_clip model name or a model-config JSON; default ViT-H-14")
+    med_config: str | None = Field(None, description="imagereward: med_config.json; default: next to `path`")
+    tokenizer: str | None = Field(None, description="imagereward: bert-base-uncased dir or vocab.txt")
+    batch_size: int | None = Field(None, ge=1, description="images per forward pass; default: the reward's own")
+    device: str = Field("cpu", description="cpu | cuda | cuda:N | auto (cuda when available)")
+    dtype: DType = Field("float32", description="weights/activations dtype (half precision is for GPUs)")
+    allow_download: bool = Field(False, description="fetch missing files from the Hugging Face hub")
+
+
+def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec:
+    """Validate one `reward_models.<name>` entry (a mapping, a RewardModelSpec, or None) for a reward."""
+    if data is None:
+        return RewardModelSpec()
+    if isinstance(data, RewardModelSpec):
+        spec = data
+    else:
+        if not isinstance(data, dict):
+            raise SolrlError(f"reward_models.{name}: expected a mapping of keys, got {type(data).__name__}")
+        try:
+            spec = RewardModelSpec.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                raise SolrlError(f"reward_models.{name}: unknown key '{key}'") from None
+            raise SolrlError(f"reward_models.{name}.{key}: {err['msg']} (got {err.get('input')!r})") from None
+    extra = sorted(k for k in spec.model_fields_set if k not in allowed | COMMON_KEYS | {"allow_download"})
+    if extra:
+        known = ", ".join(sorted(allowed | COMMON_KEYS | {"allow_download"}))
+        raise SolrlError(f"reward_models.{name}: key '{extra[0]}' does not apply to {name} (it takes: {known})")
+    return spec
+
+
+def check_images(images: np.ndarray, prompts: Sequence[str]) -> np.ndarray:
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[-1] != 3:
+        raise ValueError(f"images must be uint8 (B, H, W, 3), got shape {images.shape}")
+    if images.dtype != np.uint8:
+        raise ValueError(f"images must be uint8, got {images.dtype}")
+    if len(prompts) != len(images):
+        raise ValueError(f"{len(images)} images but {len(prompts)} prompts")
+    return images
+
+
+def check_finite(name: str, values: np.ndarray, prompts: Sequence[str] | None = None) -> None:
+    """SolrlError naming the reward (and the first bad image) when any score is NaN or infinite."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        first = int(bad[0])
+        where = f"; first at image {first}"
+        if prompts is not None and first < len(prompts):
+            where += f" (prompt {prompts[first]!r})"
+        raise SolrlError(f"reward {name} returned non-finite values ({len(bad)} of {len(values)}{where})")
+
+
+class Reward:
+    """Base class. Subclasses set the class attributes and implement `score_batch` (and `load`/`resolve` if they need
+    files)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    needs: ClassVar[str] = "nothing"  # what files it needs, for `solrl rewards list`
+    source: ClassVar[str] = ""  # where to get them
+    needs_weights: ClassVar[bool] = False
+    spec_keys: ClassVar[frozenset[str]] = frozenset()  # spec keys besides batch_size/device/dtype/allow_download
+    default_batch_size: ClassVar[int] = 64
+    uses_torch: ClassVar[bool] = False
+
+    def __init__(self, batch_size: int | None = None, device: str = "cpu", dtype: str = "float32"):
+        self.batch_size = int(batch_size or self.default_batch_size)
+        self.device = device
+        self.dtype = dtype
+
+    # ---- files -------------------------------------------------------------------------------------------------
+    @classmethod
+    def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
+        """The files this reward would load under `spec` (raises SolrlError naming the first missing one)."""
+        return {}
+
+    @classmethod
+    def load(cls, spec: RewardModelSpec | None = None) -> Reward:
+        spec = spec or RewardModelSpec()
+        return cls(batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
+
+    # ---- scoring -----------------------------------------------------------------------------------------------
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def __call__(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        """Scores (B,) float64 of uint8 images (B, H, W, 3) for their prompts, `batch_size` at a time.
+
+        progress: True/False forces the bar on/off; None shows it only for more than one batch on a terminal.
+        """
+        from tqdm.auto import tqdm
+
+        images = check_images(images, prompts)
+        prompts = [str(p) for p in prompts]
+        n = len(images)
+        starts = range(0, n, self.batch_size)
+        disable = (not progress) if progress is not None else (len(starts) <= 1 or None)
+        out = []
+        with self._inference():
+            for start in tqdm(starts, desc=f"reward {self.name}", unit="batch", disable=disable, leave=False):
+                stop = start + self.batch_size
+                values = np.asarray(self.score_batch(images[start:stop], prompts[start:stop]), dtype=np.float64)
+                if values.shape != (min(stop, n) - start,):
+                    raise SolrlError(f"reward {self.name} returned shape {values.shape} for {min(stop, n) - start} images")
+                out.append(values)
+        scores = np.concatenate(out) if out else np.zeros(0, np.float64)
+        check_finite(self.name, scores, prompts)
+        return scores
+
+    def _inference(self):
+        if not self.uses_torch:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.no_grad()
+
+
+def torch_device(device: str):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SolrlError(f"device '{device}' requested for a reward, but CUDA is not available (use device: cpu)")
+    return dev
+
+
+def torch_dtype(dtype: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]

@@ -1,0 +1,106 @@
+"""What `solrl rewards list` and `solrl rewards check --config CONFIG` show, as plain data (and a text table).
+
+list_rewards(models)            one row per registered reward: what it is, what it needs, whether its files are found
+check_rewards(weights, models)  one row per configured reward: files found or not, load time, scores of a sample batch
+format_table(rows, columns)     the rows as an aligned text table for the terminal
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from solrl_core.errors import SolrlError
+from solrl_core.rewards.registry import REWARD_CLASSES, ModelsConfig, get_reward, parse_reward_models, spec_for
+from solrl_core.rewards.tiny import sample_batch
+
+
+def _files(name: str, models: ModelsConfig | None) -> tuple[bool | None, dict[str, str], str | None]:
+    """(found: None when no files are needed, {key: path}, error line) for one reward."""
+    cls = REWARD_CLASSES[name]
+    if not cls.needs_weights:
+        return None, {}, None
+    try:
+        files = cls.resolve(spec_for(name, models))
+    except SolrlError as exc:
+        return False, {}, str(exc)
+    return True, {k: str(v) for k, v in files.items()}, None
+
+
+def list_rewards(models: ModelsConfig | None = None) -> list[dict]:
+    """Every registered reward: name, summary, needs, source, and whether its files are found (config/environment)."""
+    if models is not None:
+        models = parse_reward_models(models)
+    rows = []
+    for name in sorted(REWARD_CLASSES):
+        cls = REWARD_CLASSES[name]
+        found, files, error = _files(name, models)
+        rows.append({
+            "name": name,
+            "summary": cls.summary,
+            "needs": cls.needs,
+            "source": cls.source,
+            "weights": "not needed" if found is None else ("found" if found else "missing"),
+            "found": found,
+            "files": files,
+            "error": error,
+        })
+    return rows
+
+
+def check_rewards(
+    weights: Mapping[str, float], models: ModelsConfig | None = None, n_images: int = 4, image_size: int = 64
+) -> list[dict]:
+    """For each configured reward: files found or not, and its scores of a small deterministic sample batch.
+
+    Never raises for a broken reward: its row carries `ok: False` and the one-line `error`.
+    """
+    if models is not None:
+        models = parse_reward_models(models)
+    images, prompts = sample_batch(n_images, image_size)
+    rows = []
+    for name, weight in weights.items():
+        row = {"name": name, "weight": float(weight), "ok": False, "found": None, "files": {}, "scores": None,
+               "mean": None, "load_seconds": None, "score_seconds": None, "error": None}
+        rows.append(row)
+        if name not in REWARD_CLASSES:
+            row["error"] = f"unknown reward '{name}' (known: {', '.join(sorted(REWARD_CLASSES))})"
+            continue
+        row["found"], row["files"], row["error"] = _files(name, models)
+        if row["found"] is False:
+            continue
+        try:
+            start = time.perf_counter()
+            reward = get_reward(name, models)
+            row["load_seconds"] = round(time.perf_counter() - start, 3)
+            start = time.perf_counter()
+            scores = reward(images, prompts, progress=False)
+            row["score_seconds"] = round(time.perf_counter() - start, 3)
+        except SolrlError as exc:
+            row["error"] = str(exc)
+            continue
+        row["scores"] = [float(s) for s in scores]
+        row["mean"] = float(np.mean(scores))
+        row["ok"] = True
+    return rows
+
+
+def format_table(rows: list[dict], columns: list[str]) -> str:
+    """Aligned text table of `columns` of `rows` (lists of floats shown with 4 decimals)."""
+
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.4f}"
+        if isinstance(value, list):
+            return " ".join(cell(v) for v in value)
+        if isinstance(value, dict):
+            return " ".join(f"{k}={v}" for k, v in value.items())
+        return str(value)
+
+    table = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in table)

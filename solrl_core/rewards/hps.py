@@ -1,0 +1,143 @@
+"""HPSv2.1: an open_clip ViT-H-14 whose weights are the HPS v2.1 checkpoint (no separate head).
+
+Checkpoint: HPS_v2.1_compressed.pt from the hub repo xswu/HPSv2, a dict whose "state_dict" holds every weight of
+open_clip's `ViT-H-14` (the same names and shapes as `open_clip.create_model("ViT-H-14", pretrained=None)`), so
+the LAION base weights are not needed. It is read with torch.load(weights_only=True).
+
+Score, as HPSv2's `img_score.score`: cos(image features, text features), both from the model's forward with
+normalised outputs (no logit scale). Preprocessing, as HPSv2's validation transform: image to [0, 1], resize so the
+longest side is the model's image size (bicubic, antialiased, on the tensor), pad the short side with zeros
+(centred), normalise with the OpenAI CLIP mean/std; text: open_clip's tokenizer (77 tokens, bundled BPE vocab).
+Differences from the reference: it runs ViT-H-14 under fp16 autocast on GPU; here the dtype is the spec's (float32
+by default). Prompts repeated within a batch are encoded once.
+
+`arch` selects the open_clip architecture: a built-in name (default "ViT-H-14") or the path of an open_clip model
+config JSON, registered at runtime under its file stem (this is how the tests build a tiny HPS).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from solrl_core.errors import SolrlError
+from solrl_core.rewards import loading
+from solrl_core.rewards.base import Reward, RewardModelSpec, torch_device, torch_dtype
+
+DEFAULT_ARCH = "ViT-H-14"
+CHECKPOINT = "HPS_v2.1_compressed.pt"
+
+
+def _arch(spec: RewardModelSpec) -> str:
+    return spec.arch or os.environ.get(loading.env_name("hpsv2", "arch")) or DEFAULT_ARCH
+
+
+def register_arch(arch: str) -> str:
+    """open_clip model name for `arch`: a built-in name, or a config JSON file added to open_clip's registry."""
+    import open_clip
+
+    if arch.endswith(".json"):
+        path = loading.expand(arch)
+        if not path.is_file():
+            raise SolrlError(f"hpsv2: no open_clip model config at {path} (reward_models.hpsv2.arch)")
+        if path.stem not in open_clip.list_models():
+            open_clip.add_model_config(path)
+        return path.stem
+    if arch not in open_clip.list_models():
+        raise SolrlError(f"hpsv2: unknown open_clip architecture '{arch}' (reward_models.hpsv2.arch)")
+    return arch
+
+
+class HPSv2(Reward):
+    name = "hpsv2"
+    summary = "HPS v2.1 (open_clip ViT-H-14 fine-tuned on human preferences): cos(image, text)"
+    needs = f"{CHECKPOINT} (the full ViT-H-14 state dict)"
+    source = f"hub xswu/HPSv2, file {CHECKPOINT}"
+    needs_weights = True
+    uses_torch = True
+    spec_keys = frozenset({"path", "arch"})
+    default_batch_size = 16
+
+    @classmethod
+    def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
+        path, _ = loading.candidate(cls.name, "path", spec.path, CHECKPOINT)
+        if (path is None or not path.is_file()) and loading.downloads_allowed(spec):
+            path = loading.hub_file(cls.name, "xswu/HPSv2", CHECKPOINT)
+        if path is None or not path.is_file():
+            raise loading.missing_error(cls.name, "path", "weights", path, f"download {CHECKPOINT} from xswu/HPSv2", CHECKPOINT)
+        files = {"path": path}
+        arch = _arch(spec)
+        if arch.endswith(".json"):
+            arch_path = loading.expand(arch)
+            if not arch_path.is_file():
+                raise SolrlError(f"hpsv2: no open_clip model config at {arch_path} (reward_models.hpsv2.arch)")
+            files["arch"] = arch_path
+        return files
+
+    @classmethod
+    def load(cls, spec: RewardModelSpec | None = None) -> HPSv2:
+        spec = spec or RewardModelSpec()
+        files = cls.resolve(spec)
+        arch = str(files["arch"]) if "arch" in files else _arch(spec)
+        return cls(files, arch, batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
+
+    def __init__(self, files: dict[str, Path], arch: str = DEFAULT_ARCH, batch_size=None, device="cpu", dtype="float32"):
+        super().__init__(batch_size=batch_size, device=device, dtype=dtype)
+        import open_clip
+
+        self.files = files
+        self.torch_device = torch_device(device)
+        with loading.quiet_logs():
+            model_name = register_arch(arch)
+            state = loading.load_state_dict(self.name, files["path"])
+            with loading.skip_init():
+                model = open_clip.create_model(model_name, pretrained=None, device="cpu")
+            try:
+                result = model.load_state_dict(state, strict=False)
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[-1].strip()
+                raise SolrlError(f"hpsv2: {files['path']} does not fit open_clip {model_name} ({first})") from None
+            if result.missing_keys or result.unexpected_keys:
+                missing, extra = result.missing_keys, result.unexpected_keys
+                example = (missing or extra)[0]
+                raise SolrlError(
+                    f"hpsv2: {files['path']} does not fit open_clip {model_name}: {len(missing)} weights missing, "
+                    f"{len(extra)} unexpected (e.g. '{example}'); check reward_models.hpsv2.arch"
+                )
+            self.tokenizer = open_clip.get_tokenizer(model_name)
+        self.model = model.to(self.torch_device, dtype=torch_dtype(dtype)).eval()
+        size = model.visual.image_size
+        self.image_size = int(size[0] if isinstance(size, (tuple, list)) else size)
+        self.mean = list(getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN)
+        self.std = list(getattr(model.visual, "image_std", None) or open_clip.OPENAI_DATASET_STD)
+
+    def pixels(self, images: np.ndarray):
+        """HPSv2's validation transform, batched: longest side to image_size, zero-pad to a square, normalise."""
+        import torch
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as F
+
+        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
+        height, width = x.shape[-2:]
+        scale = self.image_size / float(max(height, width))
+        if scale != 1.0:
+            new = [round(height * scale), round(width * scale)]
+            x = F.resize(x, new, interpolation=InterpolationMode.BICUBIC, antialias=True)
+            pad_h, pad_w = self.image_size - new[0], self.image_size - new[1]
+            x = F.pad(x, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
+        x = F.normalize(x, self.mean, self.std)
+        return x.to(self.torch_device, dtype=next(self.model.parameters()).dtype)
+
+    def embeddings(self, images: np.ndarray, prompts: list[str]):
+        """(unit image features (B, D), unit text features (B, D)) in float32."""
+        unique = list(dict.fromkeys(prompts))
+        index = [unique.index(p) for p in prompts]
+        text = self.model.encode_text(self.tokenizer(unique).to(self.torch_device), normalize=True).float()
+        image = self.model.encode_image(self.pixels(images), normalize=True).float()
+        return image, text[index]
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        image, text = self.embeddings(images, prompts)
+        return (image * text).sum(-1).cpu().numpy().astype(np.float64)

@@ -1,0 +1,38 @@
+"""Rewards without weights, as `Reward` classes: the embedded prompt-match reward and DDPO's JPEG rewards."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solrl_core.rewards.base import Reward
+from solrl_core.rewards.embedded import prompt_match_reward
+from solrl_core.rewards.jpeg import jpeg_compressibility, jpeg_incompressibility
+
+
+class EmbeddedReward(Reward):
+    name = "embedded"
+    summary = "prompt match in the embedded shapes world (colour, count, shape, position, clean background), in [0, 1]"
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        return prompt_match_reward(images, prompts)["reward"]
+
+
+class JpegCompressibility(Reward):
+    name = "jpeg_compressibility"
+    summary = "minus the JPEG size (quality 95) in kB: smaller files score higher (DDPO)"
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        return jpeg_compressibility(images, prompts)["reward"]
+
+
+class Jpeg(JpegCompressibility):
+    name = "jpeg"
+    summary = "alias of jpeg_compressibility"
+
+
+class JpegIncompressibility(Reward):
+    name = "jpeg_incompressibility"
+    summary = "the JPEG size (quality 95) in kB: larger files score higher (DDPO)"
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        return jpeg_incompressibility(images, prompts)["reward"]

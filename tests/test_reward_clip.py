@@ -1,0 +1,136 @@
+"""PickScore and CLIPScore on tiny random-weight CLIPs written in the hub layout, loaded through the real path."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from solrl_core.errors import SolrlError
+from solrl_core.rewards import get_reward
+from solrl_core.rewards.base import RewardModelSpec
+from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
+from solrl_core.rewards.tiny import sample_batch, write_tiny_clip
+
+CLASSES = {"pickscore": PickScore, "clipscore": CLIPScore}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models on a busy 2-core machine: one intra-op thread avoids oversubscription stalls."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clip")
+    return {
+        "pickscore": write_tiny_clip(root / "PickScore_v1", 0, "gelu", math.log(1 / 0.07)),
+        "clipscore": write_tiny_clip(root / "clip-vit-large-patch14", 1, "quick_gelu", math.log(100.0)),
+    }
+
+
+@pytest.fixture(scope="module")
+def batch():
+    rng = np.random.default_rng(3)
+    images, prompts = sample_batch(4, 48)
+    noise = rng.integers(0, 256, (3, 40, 56, 3), dtype=np.uint8)  # non-square: exercises resize + centre crop
+    noise = np.stack([np.asarray(__import__("PIL.Image").Image.fromarray(n).resize((48, 48))) for n in noise])
+    prompts = prompts + ["an astronaut riding a horse", "a photo of a cat", "a red circle"]
+    return np.concatenate([images, noise]), prompts
+
+
+def _reward(name, dirs, **kw):
+    return get_reward(name, {name: {"path": str(dirs[name]), **kw}})
+
+
+@pytest.mark.parametrize("name", ["pickscore", "clipscore"])
+def test_score_is_logit_scale_times_cosine_over_scale(name, dirs, batch):
+    images, prompts = batch
+    reward = _reward(name, dirs)
+    scores = reward(images, prompts)
+    assert scores.shape == (len(images),) and scores.dtype == np.float64 and np.all(np.isfinite(scores))
+    # by hand, from the checkpoint itself: CLIP's own forward gives logits_per_image = exp(logit_scale) * cos
+    from transformers import CLIPModel
+
+    model = CLIPModel.from_pretrained(dirs[name], local_files_only=True).eval()
+    tokens = reward.tokenizer(prompts, padding="max_length", max_length=77, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"], pixel_values=reward.pixels(images))
+        img = out.image_embeds / out.image_embeds.norm(dim=-1, keepdim=True)
+        txt = out.text_embeds / out.text_embeds.norm(dim=-1, keepdim=True)
+        by_hand = model.logit_scale.exp() * (img * txt).sum(-1) / CLASSES[name].scale
+    assert np.allclose(scores, out.logits_per_image.diagonal().numpy() / CLASSES[name].scale, atol=1e-5)
+    assert np.allclose(scores, by_hand.numpy(), atol=1e-5)
+    assert CLASSES[name].scale == {"pickscore": 26.0, "clipscore": 100.0}[name]
+    # padding the text to the batch's longest prompt (the reference's padding=True) gives the same scores
+    short = reward.tokenizer(prompts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out2 = model(input_ids=short["input_ids"], attention_mask=short["attention_mask"], pixel_values=reward.pixels(images))
+    assert np.allclose(scores, out2.logits_per_image.diagonal().numpy() / CLASSES[name].scale, atol=1e-5)
+
+
+def test_clipscore_preprocessing_is_the_reference_tensor_transform(dirs, batch):
+    """The reference CLIPScore scorer: Resize(shortest edge) -> CenterCrop -> Normalize on float tensors in [0, 1]."""
+    from torchvision import transforms as T
+
+    images, _ = batch
+    reward = _reward("clipscore", dirs)
+    tform = T.Compose([T.Resize(32), T.CenterCrop(32), T.Normalize(reward.mean, reward.std)])
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+    ref = torch.stack([tform(img) for img in x])
+    assert torch.allclose(reward.pixels(images), ref, atol=1e-5)
+
+
+def test_pickscore_preprocessing_is_clip_processor_on_pil(dirs, batch):
+    """PickScore's reference runs CLIPProcessor on PIL images: bicubic resize of the uint8 image, crop, normalise."""
+    from PIL import Image
+
+    images, _ = batch
+    reward = _reward("pickscore", dirs)
+    px = reward.pixels(images).numpy()
+    mean = np.array([0.48145466, 0.4578275, 0.40821073])[:, None, None]
+    std = np.array([0.26862954, 0.26130258, 0.27577711])[:, None, None]
+    for img, got in zip(images, px):
+        small = np.asarray(Image.fromarray(img).resize((32, 32), Image.Resampling.BICUBIC), dtype=np.float64)
+        expected = (small.transpose(2, 0, 1) / 255.0 - mean) / std
+        assert np.allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["pickscore", "clipscore"])
+def test_deterministic_and_independent_of_batching(name, dirs, batch):
+    images, prompts = batch
+    reward = _reward(name, dirs, batch_size=3)
+    first = reward(images, prompts)
+    assert np.array_equal(first, reward(images, prompts))
+    order = np.random.default_rng(0).permutation(len(images))
+    assert np.allclose(reward(images[order], [prompts[i] for i in order]), first[order], atol=1e-5)
+    for batch_size in (1, 16):
+        other = _reward(name, dirs, batch_size=batch_size)
+        assert np.allclose(other(images, prompts), first, atol=1e-5)
+    # identical (image, prompt) pairs score identically wherever they sit in a batch
+    twice = np.concatenate([images[:2], images[:2]])
+    dup = reward(twice, prompts[:2] * 2)
+    assert np.allclose(dup[:2], dup[2:], atol=1e-6) and np.allclose(dup[:2], first[:2], atol=1e-5)
+    # scores depend on the prompt
+    assert not np.allclose(reward(images[:1], ["a red circle"]), reward(images[:1], ["a photo of a cat"]))
+
+
+def test_missing_files_name_the_file_and_where_to_get_it(tmp_path, dirs):
+    with pytest.raises(SolrlError, match=r"pickscore: no weights .* at .*nowhere.*yuvalkirstain/PickScore_v1.*reward_models\.pickscore\.path"):
+        PickScore.load(RewardModelSpec(path=str(tmp_path / "nowhere")))
+    with pytest.raises(SolrlError, match=r"clipscore: no weights .*configured.*openai/clip-vit-large-patch14"):
+        CLIPScore.load(RewardModelSpec())
+    # a model directory without processor files: PickScore says which processor to fetch
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (bare / f).write_bytes((dirs["pickscore"] / f).read_bytes())
+    with pytest.raises(SolrlError, match=r"pickscore: no CLIP processor .*laion/CLIP-ViT-H-14-laion2B-s32B-b79K.*processor"):
+        PickScore.load(RewardModelSpec(path=str(bare)))
+    # ... and loads once pointed at one
+    reward = PickScore.load(RewardModelSpec(path=str(bare), processor=str(dirs["pickscore"])))
+    assert np.isfinite(reward(*sample_batch(1, 32))).all()
