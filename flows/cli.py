@@ -23,12 +23,14 @@ def _quiet_libraries() -> None:
 
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 
 def _prefect_env() -> None:
     # On 2 cores a fresh ephemeral Prefect server needs longer than the 20 s default to start.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here; avoid telemetry errors
 
 
 def _default_run_dir(cfg) -> Path:
@@ -173,6 +175,28 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from solrl_core.rundir import RunDir
+    from solrl_core.runs import load_run_config
+
+    run = RunDir(args.run_dir)
+    load_run_config(run)
+    done = [i + 1 for i in run.iterations_present() if run.is_complete(i, "update")]
+    step = args.step if args.step is not None else max(done, default=0)
+    if step and step not in done:
+        raise SolrlError(f"no checkpoint after {step} iterations in {run.root} (finished: {done or 'none'})")
+    _prefect_env()
+    from flows.evaluation import evaluation_flow
+
+    evaluation = evaluation_flow(str(run.root), step)
+    print(f"evaluation after {step} iterations ({'EMA' if evaluation['ema'] else 'policy'} weights, "
+          f"{evaluation['samples']} samples):")
+    for name, value in evaluation["metrics"].items():
+        print(f"  eval/{name:<24} {value:.4f}")
+    print(f"samples: {run.root / 'eval' / f'step_{step:04d}' / 'samples.png'}")
+    return 0
+
+
 def cmd_plan(args) -> int:
     if args.paper:
         from solrl_core.planner.compare import compare, format_markdown
@@ -223,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iteration", type=int, required=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("eval", help="held-out rewards of a run's policy (EMA weights, fixed prompts and seeds)",
+                       description="Evaluate the policy after STEP iterations (default: the latest checkpoint; 0 = "
+                       "before training) on the eval prompts and seeds of the run's config, with every eval reward.")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--step", type=int, default=None, help="iterations done (default: latest)")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("plan", help="predict seconds per stage and iteration of each family on a GPU",
                        description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "

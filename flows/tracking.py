@@ -109,3 +109,21 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
             mlflow.log_image(grid, key="pool/best_worst", step=iteration)
     write_json_atomic(marker, {"iteration": iteration})
     return metrics
+
+
+def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
+    """Log `eval/<reward>` at step = iterations done (0 = before training), and the samples grid."""
+    import mlflow
+
+    from solrl_core.evaluate import eval_dir
+
+    step = evaluation["step"]
+    marker = eval_dir(run, step) / "logged.json"
+    if marker.is_file():
+        return
+    info = ensure_mlflow_run(run, cfg)
+    mlflow.set_tracking_uri(info["tracking_uri"])
+    with mlflow.start_run(run_id=info["mlflow_run_id"]):
+        mlflow.log_metrics({f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step=step)
+        mlflow.log_artifact(str(eval_dir(run, step) / "samples.png"), artifact_path=f"eval/step_{step:04d}")
+    write_json_atomic(marker, {"step": step})

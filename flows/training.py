@@ -5,7 +5,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.iteration import iteration_flow
-from flows.tracking import ensure_mlflow_run, log_iteration
+from flows.tracking import ensure_mlflow_run, log_evaluation, log_iteration
+from tasks.evaluate import evaluate_task
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 
@@ -17,6 +18,8 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
     ensure_mlflow_run(run, cfg)
     logger = get_run_logger()
     history = []
+    if cfg.eval.every:
+        log_evaluation(run, cfg, evaluate_task(run_dir, 0, progress=progress))
     for iteration in range(iterations):
         iteration_flow(run_dir, iteration, progress=progress)
         metrics = log_iteration(run, cfg, iteration)
@@ -28,4 +31,9 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
             metrics["reward/train_mean"],
             metrics["loss/total"],
         )
+        step = iteration + 1
+        if cfg.eval.every and (step % cfg.eval.every == 0 or step == iterations):
+            evaluation = evaluate_task(run_dir, step, progress=progress)
+            log_evaluation(run, cfg, evaluation)
+            logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
     return history

@@ -97,6 +97,18 @@ class TrainConfig(_Strict):
     ema_max_decay: float = Field(0.9, ge=0, le=1)
 
 
+class EvalConfig(_Strict):
+    """Held-out evaluation with the EMA weights: fixed prompts and seeds, full precision."""
+
+    every: int = Field(5, ge=0, description="evaluate after every N iterations (and the last); 0 = never")
+    prompts: str = Field("builtin:shapes-test", description="a builtin set or a text file, one prompt per line")
+    num_prompts: int = Field(16, ge=1)
+    seeds_per_prompt: int = Field(2, ge=1)
+    steps: int = Field(10, ge=1, description="ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
+    batch_size: int = Field(32, ge=1)
+    rewards: dict[str, float] | None = Field(None, description="null = the training rewards")
+
+
 class TrackingConfig(_Strict):
     uri: str | None = Field(None, description="MLflow tracking URI; null = sqlite:///mlruns.db in the working dir")
     experiment: str = "solrl"
@@ -116,6 +128,7 @@ class RunConfig(_Strict):
     regenerate: RegenerateConfig = RegenerateConfig()
     rewards: dict[str, float] = Field(default_factory=lambda: {"embedded": 1.0})
     train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")

@@ -78,6 +78,12 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
                 "loss/kl_to_reference", "time/explore_s"):
         assert client.get_metric_history(st["mlflow_run_id"], key), key
 
+    evals = client.get_metric_history(st["mlflow_run_id"], "eval/embedded")
+    assert sorted(m.step for m in evals) == [0, 1]  # before training and after the last iteration
+    stored = json.loads((run_dir / "eval" / "step_0001" / "metrics.json").read_text())
+    assert stored["ema"] is True and stored["samples"] == cfg.eval.num_prompts * cfg.eval.seeds_per_prompt
+    assert {m.step: m.value for m in evals}[1] == pytest.approx(stored["metrics"]["embedded"])
+
     inspect = json.loads(run_cli("inspect", "--run-dir", str(run_dir), "--iteration", "0", "--json").stdout)
     assert inspect["candidates"] == n * p and inspect["selected"] == k * p
     assert all(len(pp["selected"]) == k for pp in inspect["per_prompt"])

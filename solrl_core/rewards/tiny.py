@@ -106,7 +106,7 @@ def tiny_wordpiece_vocab() -> list[str]:
 
 def official_imagereward_state_dict(
     vocab_size: int, seed: int, vit_width: int = 128, vit_depth: int = 2, patch: int = 16, image_size: int = 32,
-    hidden: int = 32, layers: int = 2, intermediate: int = 64, max_positions: int = 40, embed_dim: int = 32,
+    hidden: int = 32, layers: int = 2, intermediate: int = 64, max_positions: int = 40, embed_dim: int = 256,
 ) -> dict:
     """Random weights under the official ImageReward.pt names and shapes (BLIP ViT + med BERT + MLP head)."""
     import torch

@@ -55,21 +55,25 @@ def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
 
 
 def train_prompt_set(cfg: RunConfig) -> list[str]:
-    spec = cfg.prompts.train
+    return prompt_set(cfg.prompts.train, "prompts.train")
+
+
+def prompt_set(spec: str, key: str) -> list[str]:
+    """A builtin prompt set (`builtin:shapes-train`, `builtin:shapes-test`) or a text file, one prompt per line."""
     if spec.startswith("builtin:"):
         from solrl_core.embedded import shapes
 
         sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts}
         if spec not in sets:
-            raise SolrlError(f"prompts.train: unknown builtin set '{spec}' (known: {', '.join(sets)})")
+            raise SolrlError(f"{key}: unknown builtin set '{spec}' (known: {', '.join(sets)})")
         prompts = list(sets[spec]())
     else:
         path = Path(spec)
         if not path.is_file():
-            raise SolrlError(f"prompts.train: file not found: {path}")
+            raise SolrlError(f"{key}: file not found: {path}")
         prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
     if not prompts:
-        raise SolrlError(f"prompts.train: the prompt list '{spec}' is empty")
+        raise SolrlError(f"{key}: the prompt list '{spec}' is empty")
     return prompts
 
 

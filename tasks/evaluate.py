@@ -1,0 +1,17 @@
+"""Prefect task of the held-out evaluation (EMA weights, fixed prompts and seeds)."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from solrl_core.evaluate import run_eval
+from solrl_core.rundir import RunDir
+from solrl_core.runs import load_run_config
+
+
+@task(name="evaluate", task_run_name="evaluate-step{step}", retries=1, cache_policy=NO_CACHE, persist_result=False)
+def evaluate_task(run_dir: str, step: int, progress: bool = True) -> dict:
+    """Evaluate the policy after `step` iterations (stored once in <run>/eval/step_NNNN/)."""
+    run = RunDir(run_dir)
+    return run_eval(run, load_run_config(run), step, progress=progress)
