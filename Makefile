@@ -10,6 +10,7 @@ STAMP := $(VENV)/.solrl-installed-$(shell cat pyproject.toml constraints.txt | s
 help:
 	@echo "make demo   - set up, then train the embedded default with configs/demo.yaml into runs/demo/"
 	@echo "make test   - set up, then run the test suite"
+	@echo "make bench  - set up, then run the four families side by side (~45 min on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -26,6 +27,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/solrl bench configs/bench.yaml
 
 clean-runs:
 	rm -rf runs/ mlruns.db mlartifacts/

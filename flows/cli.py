@@ -40,10 +40,12 @@ def _default_run_dir(cfg) -> Path:
 def _preflight(cfg) -> None:
     """Fail fast, before any flow starts, on what a user can fix: prompts and model weights."""
     from solrl_core.quant.backends import resolve_backend
-    from solrl_core.rewards.registry import check_reward_names
+    from solrl_core.rewards.registry import preflight_rewards
     from solrl_core.stages.context import load_backbone, train_prompt_set
 
-    check_reward_names(cfg.rewards)
+    preflight_rewards(cfg.rewards, cfg.reward_models)
+    if cfg.eval.every and cfg.eval.rewards:
+        preflight_rewards(cfg.eval.rewards, cfg.reward_models)
     resolve_backend(cfg.explore.precision, cfg.model.device)
     train_prompt_set(cfg)
     load_backbone(cfg)
@@ -197,6 +199,31 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_rewards(args) -> int:
+    from solrl_core.rewards.commands import check_rewards, format_table, list_rewards
+
+    if args.action == "list":
+        models = {}
+        if args.config:
+            from solrl_core.config import load_config
+
+            models = load_config(args.config, args.set or []).reward_models
+        rows = list_rewards(models)
+        print(format_table(rows, [c for c in ("name", "needs", "found", "summary") if c in rows[0]]))
+        return 0
+    if not args.config:
+        raise SolrlError("solrl rewards check needs --config CONFIG (its rewards and reward_models are checked)")
+    from solrl_core.config import load_config
+
+    cfg = load_config(args.config, args.set or [])
+    weights = dict(cfg.rewards)
+    for name in cfg.eval.rewards or {}:
+        weights.setdefault(name, 0.0)
+    rows = check_rewards(weights, cfg.reward_models)
+    print(format_table(rows, list(rows[0].keys())))
+    return 0 if all(row.get("ok") for row in rows) else 1
+
+
 def cmd_plan(args) -> int:
     if args.paper:
         from solrl_core.planner.compare import compare, format_markdown
@@ -209,6 +236,51 @@ def cmd_plan(args) -> int:
 
     result = plan(args.model, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from solrl_core.bench.config import bench_runs, load_bench_config
+    from solrl_core.rundir import RunDir
+
+    overrides = list(args.set or [])
+    bench, base_dir = load_bench_config(args.config, overrides)
+    runs = bench_runs(bench, base_dir, args.run_dir)
+    root = RunDir(args.run_dir or bench.run_root)
+    command = " ".join(["solrl", "bench", str(args.config), *[f"--set {o}" for o in overrides]])
+    if args.report_only:
+        from flows.tracking import log_bench_report, tracking_uri
+        from solrl_core.bench.report import build_report
+
+        done = [r for r in runs if RunDir(r.run_dir).config_path.is_file()]
+        if not done:
+            raise SolrlError(f"no benchmark runs under {root.root} yet; run: {command}")
+        with root.hold():
+            report = build_report(done, bench, root.root, command=command + " --report-only")
+            report["mlflow"] = log_bench_report(root.root, tracking_uri(done[0].cfg), bench.tracking.experiment,
+                                                report, [Path(p) for p in report["files"]])
+    else:
+        for label in dict.fromkeys(r.label for r in runs):
+            _preflight(next(r.cfg for r in runs if r.label == label))
+        with root.hold():
+            _prefect_env()
+            from flows.bench import bench_flow
+
+            report = bench_flow(str(args.config), overrides, args.run_dir, progress=not args.no_progress,
+                                command=command)
+    print(f"\nbenchmark '{bench.name}': {len(runs)} runs ({bench.seeds} seed(s) x "
+          f"{len(report['families'])} families, {bench.iterations} iterations)")
+    print(f"{'family':<16} {'final eval reward':>22}   modeled GPU-s to target (speed-up vs {bench.baseline})")
+    for fam, d in report["families"].items():
+        std = d.get("final_reward_std")
+        final = "-" if d.get("final_reward") is None else f"{d['final_reward']:.4f}"
+        final += f" +/- {std:.4f}" if std is not None else ""
+        gpu = d.get("time_to_target", {}).get("gpu", {})
+        cost = "not reached" if gpu.get("cost") is None else f"{gpu['cost']:.4g}"
+        speed = gpu.get("speedup", {}).get(bench.baseline)
+        print(f"{fam:<16} {final:>22}   {cost}" + ("" if speed is None else f" ({speed:.2f}x)"))
+    print(f"report        : {root.root / 'report.md'}")
+    print(f"MLflow run    : {report['mlflow']['mlflow_run_id']} at {report['mlflow']['tracking_uri']}")
     return 0
 
 
@@ -255,6 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="iterations done (default: latest)")
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser("rewards", help="the registered rewards; check a config's reward weights and scores",
+                       description="list: the registered rewards, what each needs and whether its files are found. "
+                       "check --config CONFIG: for each reward of the config (training and eval), whether its "
+                       "weights are found, and its scores on a small sample batch. Exit 1 if any reward fails.")
+    p.add_argument("action", choices=["list", "check"])
+    p.add_argument("--config", help="YAML config whose rewards / reward_models to use")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.set_defaults(func=cmd_rewards)
+
     p = sub.add_parser("plan", help="predict seconds per stage and iteration of each family on a GPU",
                        description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "
                        "and predict each family's seconds per stage on a GPU from its published dense throughput "
@@ -267,6 +348,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", action="store_true", help="the paper's three models against its reported times")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("bench", help="train the four families side by side and write a comparison report",
+                       description="Train every family config of a bench config (diffusionnft, naive_scaling, "
+                       "naive_quant, sol_rl) with the same prompts, seeds and iteration count, once per run seed, "
+                       "into <run-dir>/<family>-s<seed>/ (runs resume), then write <run-dir>/report.md with PNG plots "
+                       "and report.json, and log them to MLflow: held-out eval reward against iterations, measured "
+                       "CPU seconds and modeled GPU cost; time to reach the baseline's final reward and the speed-ups; "
+                       "final rewards with their spread over seeds; ranking fidelity per iteration and the "
+                       "full-fidelity audits. configs/bench.yaml is sized for about 45 minutes on 2 CPU cores.")
+    p.add_argument("config", help="bench YAML, e.g. configs/bench.yaml")
+    p.add_argument("--run-dir", help="where the runs and the report go (default: the config's run_root, runs/bench)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a bench config key, e.g. --set iterations=4 or --set seeds=1 (repeatable)")
+    p.add_argument("--report-only", action="store_true",
+                   help="do not train: rebuild the report from the runs already in the run directory")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("pretrain", help="pretrain the embedded default model (reproduces the shipped weights)",
                        description="Flow-matching pretraining of the embedded text-to-image model on procedurally "

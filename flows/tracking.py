@@ -127,3 +127,78 @@ def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
         mlflow.log_metrics({f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step=step)
         mlflow.log_artifact(str(eval_dir(run, step) / "samples.png"), artifact_path=f"eval/step_{step:04d}")
     write_json_atomic(marker, {"step": step})
+
+
+AUDIT_METRICS = {
+    "audit/spearman": "spearman_within_prompt",
+    "audit/kendall": "kendall_within_prompt",
+    "audit/spearman_pooled": "spearman_pooled",
+    "audit/kendall_pooled": "kendall_pooled",
+    "audit/topk_overlap": "topk_overlap",
+    "audit/bottomk_overlap": "bottomk_overlap",
+}
+
+
+def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
+    """Log a finished audit (once: a marker file records it) at step = iteration. `audit/spearman` and
+    `audit/kendall` are the means over prompt groups (what selection depends on); `*_pooled` over all candidates."""
+    summary = run.manifest(iteration, "audit")["summary"]
+    metrics = {key: float(summary[name]) for key, name in AUDIT_METRICS.items()
+               if summary.get(name) is not None and np.isfinite(summary[name])}
+    metrics["time/audit_s"] = float(summary["seconds"])
+    marker = run.iteration_dir(iteration) / "manifests" / "audit_logged.json"
+    if marker.is_file():
+        return metrics
+    import mlflow
+
+    info = ensure_mlflow_run(run, cfg)
+    mlflow.set_tracking_uri(info["tracking_uri"])
+    with mlflow.start_run(run_id=info["mlflow_run_id"]):
+        mlflow.log_metrics(metrics, step=iteration)
+        mlflow.log_dict(summary, f"audit/summary_iter{iteration:04d}.json")
+    write_json_atomic(marker, {"iteration": iteration})
+    return metrics
+
+
+def log_bench_report(root: Path, uri: str, experiment: str, report: dict, files: list[Path]) -> dict:
+    """Log a benchmark report (Markdown, plots, JSON) and its headline numbers to one MLflow run of `experiment`.
+
+    The run is created once per benchmark directory (`<root>/mlflow.json` records it); a resumed benchmark logs
+    the regenerated report into the same run. Headline metrics, at step = iterations: `bench/<family>/final_reward`
+    (mean over seeds), `.../final_reward_std`, `.../target_cost_gpu_s` and `.../speedup_vs_<reference>`."""
+    import mlflow
+
+    record = Path(root) / "mlflow.json"
+    mlflow.set_tracking_uri(uri)
+    info = read_json(record) if record.is_file() else None
+    if info is None or info.get("tracking_uri") != uri:
+        experiment_obj = mlflow.get_experiment_by_name(experiment)
+        if experiment_obj is None:
+            artifacts = (Path.cwd() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+            experiment_id = mlflow.create_experiment(experiment, artifact_location=artifacts)
+        else:
+            experiment_id = experiment_obj.experiment_id
+        with mlflow.start_run(experiment_id=experiment_id, run_name=f"bench-{Path(root).name}") as active:
+            info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
+        write_json_atomic(record, info)
+    metrics: dict[str, float] = {}
+    for family, fam in report.get("families", {}).items():
+        for key in ("final_reward", "final_reward_std"):
+            value = fam.get(key)
+            if value is not None and np.isfinite(value):
+                metrics[f"bench/{family}/{key}"] = float(value)
+        ttt = fam.get("time_to_target", {}).get("gpu")
+        if ttt and ttt.get("cost") is not None:
+            metrics[f"bench/{family}/target_cost_gpu_s"] = float(ttt["cost"])
+        for ref, ratio in (ttt or {}).get("speedup", {}).items():
+            if ratio is not None and np.isfinite(ratio):
+                metrics[f"bench/{family}/speedup_vs_{ref}"] = float(ratio)
+    with mlflow.start_run(run_id=info["mlflow_run_id"]):
+        mlflow.set_tags({"bench_dir": str(Path(root).resolve()), "kind": "bench",
+                         "cost_axis": str(report.get("cost", {}).get("title", ""))[:5000]})
+        if metrics:
+            mlflow.log_metrics(metrics, step=int(report.get("iterations", 0)))
+        for path in files:
+            mlflow.log_artifact(str(path), artifact_path="bench")
+        mlflow.log_dict(report.get("runs", {}), "bench/runs.json")
+    return info

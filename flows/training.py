@@ -5,10 +5,11 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.iteration import iteration_flow
-from flows.tracking import ensure_mlflow_run, log_evaluation, log_iteration
+from flows.tracking import ensure_mlflow_run, log_audit, log_evaluation, log_iteration
 from tasks.evaluate import evaluate_task
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
+from solrl_core.stages.audit import AUDIT
 
 
 @flow(name="solrl-train", flow_run_name="train-{run_dir}")
@@ -24,6 +25,8 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
         iteration_flow(run_dir, iteration, progress=progress)
         metrics = log_iteration(run, cfg, iteration)
         history.append(metrics)
+        if run.is_complete(iteration, AUDIT):
+            log_audit(run, cfg, iteration)
         logger.info(
             "iteration %d: explore reward %.4f, train reward %.4f, loss %.4f",
             iteration,

@@ -109,6 +109,13 @@ class EvalConfig(_Strict):
     rewards: dict[str, float] | None = Field(None, description="null = the training rewards")
 
 
+class AuditConfig(_Strict):
+    """Full-fidelity audit: regenerate the whole explore pool at full precision and measure the ranking fidelity of
+    the proxy reward over whole prompt groups (solrl_core/stages/audit.py)."""
+
+    every: int = Field(0, ge=0, description="audit iterations whose (iteration + 1) divides by N; 0 = never")
+
+
 class TrackingConfig(_Strict):
     uri: str | None = Field(None, description="MLflow tracking URI; null = sqlite:///mlruns.db in the working dir")
     experiment: str = "solrl"
@@ -127,8 +134,12 @@ class RunConfig(_Strict):
     select: SelectConfig = SelectConfig()
     regenerate: RegenerateConfig = RegenerateConfig()
     rewards: dict[str, float] = Field(default_factory=lambda: {"embedded": 1.0})
+    reward_models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-reward weights location etc., e.g. {pickscore: {path: ...}}"
+    )
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    audit: AuditConfig = AuditConfig()
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")
@@ -141,6 +152,13 @@ class RunConfig(_Strict):
             raise ValueError(f"select.k must be even for best_worst, got {self.select.k}")
         if not self.rewards:
             raise ValueError("rewards: name at least one reward")
+        from solrl_core.errors import SolrlError
+        from solrl_core.rewards.registry import parse_reward_models
+
+        try:
+            parse_reward_models(self.reward_models)
+        except SolrlError as exc:
+            raise ValueError(str(exc)) from None
         if any(precision == "auto" for precision, _ in self.explore.guardrail.ladder):
             raise ValueError("explore.guardrail.ladder: name concrete precisions (not auto)")
         return self

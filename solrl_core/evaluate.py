@@ -70,7 +70,7 @@ def evaluate_checkpoint(cfg: RunConfig, checkpoint: Path, use_ema: bool = True, 
         cond = backbone.encode_prompts(batch_prompts)
         noise = backbone.initial_noise(seeds[start : start + bs].tolist())
         batch_images = backbone.decode(sample_euler(backbone, transformer, cond, noise, cfg.eval.steps).x0)
-        total, per = score_images(batch_images, batch_prompts, weights)
+        total, per = score_images(batch_images, batch_prompts, weights, models=cfg.reward_models)
         totals.append(total)
         parts.append(per)
         images.append(batch_images)

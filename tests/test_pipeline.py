@@ -92,7 +92,8 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
 @pytest.mark.parametrize("family", ["diffusionnft", "naive_quant"])
 def test_families_run_through_the_same_flow(run_cli, session_env, tmp_path, family):
     run_dir = tmp_path / family
-    sets = ["--set", "prompts.per_iteration=2", "--set", "explore.steps=3", "--set", "train.lora_rank=4"]
+    sets = ["--set", "prompts.per_iteration=2", "--set", "explore.steps=3", "--set", "train.lora_rank=4",
+            "--set", "eval.every=0"]
     if family == "diffusionnft":
         sets += ["--set", "explore.seeds_per_prompt=4", "--set", "select.k=4"]
     else:

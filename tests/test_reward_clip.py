@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import get_reward
@@ -38,7 +39,7 @@ def batch():
     rng = np.random.default_rng(3)
     images, prompts = sample_batch(4, 48)
     noise = rng.integers(0, 256, (3, 40, 56, 3), dtype=np.uint8)  # non-square: exercises resize + centre crop
-    noise = np.stack([np.asarray(__import__("PIL.Image").Image.fromarray(n).resize((48, 48))) for n in noise])
+    noise = np.stack([np.asarray(Image.fromarray(n).resize((48, 48))) for n in noise])
     prompts = prompts + ["an astronaut riding a horse", "a photo of a cat", "a red circle"]
     return np.concatenate([images, noise]), prompts
 
@@ -87,8 +88,6 @@ def test_clipscore_preprocessing_is_the_reference_tensor_transform(dirs, batch):
 
 def test_pickscore_preprocessing_is_clip_processor_on_pil(dirs, batch):
     """PickScore's reference runs CLIPProcessor on PIL images: bicubic resize of the uint8 image, crop, normalise."""
-    from PIL import Image
-
     images, _ = batch
     reward = _reward("pickscore", dirs)
     px = reward.pixels(images).numpy()
@@ -120,7 +119,8 @@ def test_deterministic_and_independent_of_batching(name, dirs, batch):
 
 
 def test_missing_files_name_the_file_and_where_to_get_it(tmp_path, dirs):
-    with pytest.raises(SolrlError, match=r"pickscore: no weights .* at .*nowhere.*yuvalkirstain/PickScore_v1.*reward_models\.pickscore\.path"):
+    expected = r"pickscore: no weights .* at .*nowhere.*yuvalkirstain/PickScore_v1.*reward_models\.pickscore\.path"
+    with pytest.raises(SolrlError, match=expected):
         PickScore.load(RewardModelSpec(path=str(tmp_path / "nowhere")))
     with pytest.raises(SolrlError, match=r"clipscore: no weights .*configured.*openai/clip-vit-large-patch14"):
         CLIPScore.load(RewardModelSpec())

@@ -27,7 +27,8 @@ def test_tiny_checkpoints_are_in_the_official_layouts(tiny):
     root, specs = tiny
     assert set(specs) == {"pickscore", "clipscore", "hpsv2", "imagereward"}
     for name in ("PickScore_v1", "clip-vit-large-patch14"):
-        assert {"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json"} <= {p.name for p in (root / name).iterdir()}
+        files = {p.name for p in (root / name).iterdir()}
+        assert {"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json"} <= files
     hps = torch.load(specs["hpsv2"]["path"], weights_only=True)
     assert set(hps) == {"state_dict"} and "visual.conv1.weight" in hps["state_dict"]
     ir = torch.load(specs["imagereward"]["path"], weights_only=True)

@@ -109,7 +109,8 @@ def test_real_layout_is_open_clip_vit_h_14():
 
 
 def test_missing_and_unreadable_checkpoints(tmp_path, tiny):
-    with pytest.raises(SolrlError, match=r"hpsv2: no weights at .*nope\.pt; download HPS_v2\.1_compressed\.pt from xswu/HPSv2.*reward_models\.hpsv2\.path"):
+    expected = r"hpsv2: no weights at .*nope\.pt; download HPS_v2\.1_compressed\.pt from xswu/HPSv2.*reward_models\.hpsv2\.path"
+    with pytest.raises(SolrlError, match=expected):
         HPSv2.load(RewardModelSpec(path=str(tmp_path / "nope.pt"), arch=tiny["arch"]))
     with pytest.raises(SolrlError, match=r"hpsv2: no open_clip model config at"):
         HPSv2.load(RewardModelSpec(path=tiny["path"], arch=str(tmp_path / "missing.json")))

@@ -150,15 +150,19 @@ def test_deterministic_and_independent_of_batching(tiny, batch):
 
 
 def test_missing_files_and_bad_checkpoints(tmp_path, tiny):
-    with pytest.raises(SolrlError, match=r"imagereward: no weights at .*none\.pt; download ImageReward\.pt from THUDM/ImageReward.*reward_models\.imagereward\.path"):
+    expected = r"imagereward: no weights at .*none\.pt; download ImageReward\.pt from THUDM/ImageReward.*reward_models\.imagereward\.path"
+    with pytest.raises(SolrlError, match=expected):
         ImageReward.load(RewardModelSpec(path=str(tmp_path / "none.pt")))
     with pytest.raises(SolrlError, match=r"imagereward: no med_config\.json at .*med\.json"):
-        ImageReward.load(RewardModelSpec(path=tiny["path"], med_config=str(tmp_path / "med.json"), tokenizer=tiny["tokenizer"]))
+        ImageReward.load(
+            RewardModelSpec(path=tiny["path"], med_config=str(tmp_path / "med.json"), tokenizer=tiny["tokenizer"])
+        )
     lonely = tmp_path / "alone" / "ImageReward.pt"
     lonely.parent.mkdir()
     lonely.write_bytes(open(tiny["path"], "rb").read())
     (lonely.parent / "med_config.json").write_text(open(tiny["med_config"]).read())
-    with pytest.raises(SolrlError, match=r"imagereward: no bert-base-uncased tokenizer .*google-bert/bert-base-uncased.*reward_models\.imagereward\.tokenizer"):
+    expected = r"imagereward: no bert-base-uncased tokenizer .*google-bert/bert-base-uncased.*reward_models\.imagereward\.tokenizer"
+    with pytest.raises(SolrlError, match=expected):
         ImageReward.load(RewardModelSpec(path=str(lonely)))
     # med_config.json next to the checkpoint and an explicit tokenizer are enough
     assert ImageReward.load(RewardModelSpec(path=str(lonely), tokenizer=tiny["tokenizer"])).batch_size == 16

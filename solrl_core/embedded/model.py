@@ -26,7 +26,7 @@ from solrl_core.errors import SolrlError
 FORMAT_VERSION = 1
 METADATA_FILE = "solrl_embedded.json"
 PATCH_SIZE = 4
-TEXT_LENGTH = 12  # tokens per prompt after padding: <bos> + up to 10 words + <eos> (the grammar's longest is 6 words)
+TEXT_LENGTH = 8  # tokens per prompt after padding: <bos> + up to 6 words (the grammar's longest) + <eos>
 TEXT_WIDTH = 64
 WIDTH = 128  # transformer width = heads x head dim
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]  # ids 0..3; eos must not be 2 (transformers' legacy CLIP pooling)
@@ -105,8 +105,10 @@ class EmbeddedModel:
     metadata: dict = field(default_factory=dict)
 
     def tokenize(self, prompts) -> torch.Tensor:
+        """Token ids (B, L), L = the tokenizer's fixed length (TEXT_LENGTH when built here)."""
+        length = self.tokenizer.model_max_length
         return self.tokenizer(
-            list(prompts), padding="max_length", max_length=TEXT_LENGTH, truncation=True, return_tensors="pt"
+            list(prompts), padding="max_length", max_length=length, truncation=True, return_tensors="pt"
         ).input_ids.to(self.text_encoder.device)
 
     def encode(self, prompts) -> dict[str, torch.Tensor]:

@@ -1,7 +1,8 @@
 """Pretraining of the embedded model: rectified flow on freshly rendered scenes of the training prompts.
 
 Loss: x_t = (1 - t) x0 + t eps, the transformer predicts v = eps - x0 (mean squared error), t ~ uniform(0, 1).
-The text encoder trains jointly. AdamW with linear warm-up then cosine decay; an EMA of the weights is what gets saved.
+The text encoder trains jointly. AdamW with warm-up, a constant rate, then a linear decay; the EMA of the weights is
+what gets saved.
 Held-out prompts (`shapes.test_prompts()`) are never trained on. Same seed and thread count -> same weights.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,20 +29,24 @@ from solrl_core.embedded.model import (
 )
 
 # The run that produced the shipped weights (solrl_core/embedded/pretrained/).
-DEFAULT_STEPS = 5000
+DEFAULT_STEPS = 3000
 DEFAULT_BATCH = 32
 DEFAULT_LR = 1e-3
 DEFAULT_SEED = 0
 WARMUP_STEPS = 100
+DECAY_FRACTION = 0.3
 EMA_DECAY = 0.999
 EVAL_SEEDS_PER_PROMPT = 4
 
 
 def _lr_factor(step: int, steps: int) -> float:
+    """Linear warm-up, constant, then a linear decay to 10% over the last DECAY_FRACTION of the steps."""
     if step < WARMUP_STEPS:
         return (step + 1) / WARMUP_STEPS
-    progress = (step - WARMUP_STEPS) / max(steps - WARMUP_STEPS, 1)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    decay_start = steps * (1 - DECAY_FRACTION)
+    if step < decay_start:
+        return 1.0
+    return 1.0 - 0.9 * min((step - decay_start) / max(steps - decay_start, 1), 1.0)
 
 
 def _sample_t(batch: int, generator: torch.Generator) -> torch.Tensor:

@@ -90,7 +90,6 @@ class _CLIPReward(Reward):
 
     def __init__(self, files: dict[str, Path], batch_size=None, device="cpu", dtype="float32"):
         super().__init__(batch_size=batch_size, device=device, dtype=dtype)
-        import torch  # noqa: F401
         from transformers import AutoTokenizer, CLIPModel
 
         self.files = files

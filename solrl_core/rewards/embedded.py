@@ -31,7 +31,7 @@ _COLOUR_PROTOS = np.array([np.array(c) / max(c) for c in COLOURS.values()] + [[1
 _COLOUR_TEMP = 0.03
 # (fill, offset) of anti-aliased renders (measured; the ideal shapes give 0.785, 1 and 0.5 fill, 1/6 offset)
 _SHAPE_PROTOS = np.array([[0.79, 0.0], [1.0, 0.0], [0.59, 0.14]])  # order of SHAPES: circle, square, triangle
-_SHAPE_SCALE = np.array([0.06, 0.04])
+_SHAPE_SCALE = np.array([0.09, 0.05])  # soft: a blob (fill ~0.75) still earns a little "square", more as it fills out
 _POS_MID, _POS_SCALE = 0.47, 0.035
 _STRUCT8 = np.ones((3, 3), dtype=bool)
 

@@ -14,6 +14,7 @@ scores stop with a SolrlError naming the reward.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -73,9 +74,9 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
     """The loaded reward `name` for its spec (cached: each model loads once per process and spec)."""
     check_reward_names([name])
     spec = spec_for(name, models)
-    cls = REWARD_CLASSES[name]
-    files = cls.resolve(spec) if cls.needs_weights else {}  # cheap; the key follows the environment too
-    key = (name, spec.model_dump_json(), repr(sorted((k, str(v)) for k, v in files.items())))
+    # the files come from the spec and the SOLRL_* environment: both are part of the key
+    env = repr(sorted((k, v) for k, v in os.environ.items() if k.startswith("SOLRL_")))
+    key = (name, spec.model_dump_json(), env)
     with _lock:
         reward = _cache.get(key)
         if reward is None:

@@ -24,7 +24,7 @@ def score_pool(ctx: StageContext, pool_path, desc: str) -> tuple[np.ndarray, dic
     for start in tqdm(range(0, n, SCORE_BATCH), desc=desc, disable=not ctx.progress, leave=False):
         images = np.asarray(group["image"][start : start + SCORE_BATCH])
         batch_prompts = [prompts[i] for i in prompt_index[start : start + SCORE_BATCH]]
-        total, per_reward = score_images(images, batch_prompts, ctx.cfg.rewards)
+        total, per_reward = score_images(images, batch_prompts, ctx.cfg.rewards, models=ctx.cfg.reward_models)
         totals.append(total)
         parts.append(per_reward)
     per = {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in (parts[0] if parts else {})}

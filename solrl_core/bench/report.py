@@ -1,0 +1,706 @@
+"""The benchmark report: from the run directories of the benchmark to `report.md`, `report.json` and PNG plots.
+
+Pure library code (no Prefect, no MLflow). What it reads from each run directory:
+
+* `config.yaml` (the frozen run config: family shapes);
+* `iter_XXXX/manifests/<stage>.json` of the finished iterations (all seven stages): measured seconds per stage,
+  the explore precision and steps actually used, and score_final's ranking fidelity on the selected seeds;
+* `iter_XXXX/manifests/audit.json`: the full-fidelity audits;
+* `eval/step_NNNN/metrics.json`: held-out evaluation rewards (EMA weights) after NNNN iterations.
+
+Costs. "Measured CPU seconds" = the sum of the seven stages' wall-clock seconds (evaluation and audits excluded:
+they are the same work for every family or are diagnostics). "Modeled GPU cost" = GPU-seconds the cost planner
+predicts for each finished iteration's shapes (P prompts, N seeds, K kept, the explore precision and steps actually
+used, regenerate steps, training timesteps), see `PlannerPricer`. Both are cumulative: the cost of the evaluation
+after s iterations is that of iterations 0..s-1.
+
+Time to target. target = the baseline family's (diffusionnft) final evaluation reward, averaged over seeds. For
+each family the cost to target is the cost at the first evaluation whose seed-averaged reward reaches the target
+(no interpolation: the resolution is the evaluation interval), on three axes: iterations, measured CPU seconds,
+modeled GPU-seconds (costs averaged over seeds at that evaluation). speed-up vs a reference = reference's cost to
+target / this family's cost to target. A family that never reaches it gets no value; when only the reference
+misses it, the ratio is reported as a lower bound (the reference's total cost / this family's cost).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
+
+EVAL_KEY = "reward"  # the weighted total of the eval rewards (metrics.json "metrics" -> "reward")
+AXES = ("iteration", "cpu", "gpu")
+AXIS_TITLES = {"iteration": "iterations", "cpu": "measured CPU seconds", "gpu": "modeled GPU-seconds"}
+
+
+class Pricer(Protocol):
+    """Modeled GPU-seconds of one iteration of a run config, per stage: keys explore, regenerate, update, iteration."""
+
+    title: str
+
+    def __call__(self, cfg, explore_precision: str, explore_steps: int) -> dict[str, float]: ...
+
+
+# ----------------------------------------------------------------------------------------------- pricing
+
+
+def _embedded_forward(cfg):
+    """FLOPs of one forward of the run's own (embedded) transformer for one sample, counted on the real module,
+    with the Linear layers the explore copy quantizes as the low-precision share."""
+    import torch
+
+    from solrl_core.planner.flops import ForwardFlops, count_flops
+    from solrl_core.quant.linear import eligible_linears
+    from solrl_core.stages.context import load_backbone
+
+    backbone = load_backbone(cfg)
+    transformer = backbone.transformer
+    quant = cfg.quant
+    skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
+    min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+    low = eligible_linears(transformer, skip, min_width)
+    cond = backbone.encode_prompts(["a red circle"])
+    x = torch.zeros(1, *backbone.latent_shape)
+    sigma = torch.full((1,), 0.5)
+    b = count_flops(transformer, lambda: backbone.velocity(transformer, x, sigma, cond), low)
+    return ForwardFlops(
+        model="embedded", title="embedded default (SD3-architecture, pixel space)",
+        model_class=type(transformer).__name__, params=sum(p.numel() for p in transformer.parameters()),
+        resolution=int(backbone.latent_shape[-1]), image_tokens=0, text_tokens=0, total=b.total, linear=b.linear,
+        conv=b.conv, attention=b.attention, low_precision=b.low_precision, low_precision_layers=len(low),
+        by_op=b.by_op,
+    )
+
+
+class PlannerPricer:
+    """Each iteration's shapes priced with the cost planner (`solrl_core.planner.model.iteration_cost`).
+
+    model "embedded": the forward FLOPs of the embedded model itself (`flops.count_flops`), decoding and the
+    programmatic reward counted as free (pixel space, no reward network). Any planner model ("sd35l", "flux1",
+    "sana", ...): the same shapes (prompts, seeds, K, steps, precision) priced on that full-size backbone at its
+    official resolution, with its VAE decode and reward tower per image."""
+
+    def __init__(self, model: str = "sd35l", gpu: str = "b200", gpus: int = 1, utilisation: float | None = None):
+        from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
+
+        self.model, self.gpus = model, gpus
+        self.gpu = get_gpu(gpu)
+        self.utilisation = DEFAULT_UTILISATION if utilisation is None else utilisation
+        self._forward = None
+        self._per_image = 0.0
+        self.title = ""
+
+    def _prepare(self, cfg) -> None:
+        if self._forward is not None:
+            return
+        if self.model == "embedded":
+            self._forward = _embedded_forward(cfg)
+            self._per_image = 0.0
+            what = (f"the embedded model's own forward ({self._forward.total / 1e6:.1f} MFLOP per sample, "
+                    f"{100 * self._forward.low_precision_share:.0f}% in 4 bits; decode and reward free)")
+        else:
+            from solrl_core.planner.flops import decode_and_score_flops, forward_flops
+
+            self._forward = forward_flops(self.model)
+            self._per_image = decode_and_score_flops(self.model)["total"]
+            what = (f"the same shapes priced on {self._forward.title} at {self._forward.resolution} px "
+                    f"({self._forward.total / 1e12:.2f} TFLOP per forward, "
+                    f"{100 * self._forward.low_precision_share:.0f}% in 4 bits; VAE decode + reward tower per image)")
+        self.title = (f"{what}, on {self.gpus} x {self.gpu.title} at utilisation {self.utilisation:.2f}; "
+                      "GPU-seconds = seconds x GPUs")
+
+    def __call__(self, cfg, explore_precision: str, explore_steps: int) -> dict[str, float]:
+        from solrl_core.planner.model import _CONFIG_PRECISION, Throughput, iteration_cost, shapes_from_config
+
+        self._prepare(cfg)
+        shapes = replace(shapes_from_config(cfg), explore_steps=int(explore_steps),
+                         explore_precision=_CONFIG_PRECISION.get(explore_precision, "nvfp4"))
+        cost = iteration_cost(self._forward, shapes, Throughput(self.gpu, self.gpus, self.utilisation),
+                              self._per_image)
+        s = cost["seconds"]
+        return {key: float(s[key]) * self.gpus for key in ("explore", "regenerate", "update", "iteration")}
+
+
+# ----------------------------------------------------------------------------------------------- collection
+
+
+@dataclass
+class RunHistory:
+    """What one run directory holds, as plain numbers."""
+
+    label: str
+    seed: int
+    run_dir: Path
+    cfg: object
+    iterations: list[dict] = field(default_factory=list)  # finished iterations, in order
+    evals: dict[int, float] = field(default_factory=dict)  # step -> eval reward
+    eval_metrics: dict[int, dict] = field(default_factory=dict)  # step -> every eval metric
+    audits: dict[int, dict] = field(default_factory=dict)  # iteration -> audit summary
+    mlflow_run_id: str | None = None
+
+
+def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
+    """Read a run directory (see the module docstring). Only iterations whose seven stages are complete count,
+    and only the leading run of them (iteration i needs 0..i-1)."""
+    from solrl_core.runs import load_run_config
+
+    run = RunDir(run_dir)
+    cfg = load_run_config(run)
+    hist = RunHistory(label, seed, run.root, cfg)
+    for i in run.iterations_present():
+        if i != len(hist.iterations) or not all(run.is_complete(i, s) for s in STAGES):
+            break
+        summaries = {s: run.manifest(i, s)["summary"] for s in STAGES}
+        explore = summaries["explore"]
+        final = summaries["score_final"]
+        hist.iterations.append({
+            "iteration": i,
+            "seconds": {s: float(summaries[s].get("seconds", 0.0)) for s in STAGES},
+            "cpu_seconds": float(sum(summaries[s].get("seconds", 0.0) for s in STAGES)),
+            "explore_precision": str(explore.get("precision", cfg.explore.precision)),
+            "explore_steps": int(explore.get("steps", cfg.explore.steps)),
+            "train_reward": float(final.get("mean", math.nan)),
+            "fidelity": {k[len("fidelity_"):]: float(v) for k, v in final.items()
+                         if k.startswith("fidelity_") and k != "fidelity_n_prompt_groups"},
+        })
+        if run.is_complete(i, "audit"):
+            hist.audits[i] = run.manifest(i, "audit")["summary"]
+    eval_root = run.root / "eval"
+    if eval_root.is_dir():
+        for path in sorted(eval_root.glob("step_[0-9][0-9][0-9][0-9]/metrics.json")):
+            data = read_json(path)
+            step = int(data["step"])
+            if step <= len(hist.iterations):
+                hist.evals[step] = float(data["metrics"][EVAL_KEY])
+                hist.eval_metrics[step] = {k: float(v) for k, v in data["metrics"].items()}
+    if run.run_json.is_file():
+        hist.mlflow_run_id = read_json(run.run_json).get("mlflow_run_id")
+    return hist
+
+
+def cumulative_costs(hist: RunHistory, pricer: Callable) -> dict[str, list[float]]:
+    """Per axis, the cost after s iterations for s = 0..len(iterations) (index s)."""
+    cpu, gpu = [0.0], [0.0]
+    for it in hist.iterations:
+        it["modeled"] = pricer(hist.cfg, it["explore_precision"], it["explore_steps"])
+        cpu.append(cpu[-1] + it["cpu_seconds"])
+        gpu.append(gpu[-1] + it["modeled"]["iteration"])
+    return {"iteration": [float(s) for s in range(len(hist.iterations) + 1)], "cpu": cpu, "gpu": gpu}
+
+
+# ----------------------------------------------------------------------------------------------- analysis
+
+
+def _stats(values) -> dict:
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
+    if len(v) == 0:
+        return {"mean": math.nan, "std": None, "min": math.nan, "max": math.nan, "n": 0}
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else None,
+            "min": float(v.min()), "max": float(v.max()), "n": int(len(v))}
+
+
+def family_curves(histories: list[RunHistory], pricer: Callable) -> dict:
+    """Seed-aggregated curves of one family at the evaluation steps every seed has."""
+    per_seed = []
+    for h in histories:
+        costs = cumulative_costs(h, pricer)
+        per_seed.append((h, costs))
+    steps = sorted(set.intersection(*(set(h.evals) for h in histories))) if histories else []
+    curve = {"steps": steps, "reward": [], "reward_std": [], "reward_min": [], "reward_max": [],
+             **{f"cost_{a}": [] for a in AXES}}
+    for s in steps:
+        st = _stats([h.evals[s] for h in histories])
+        curve["reward"].append(st["mean"])
+        curve["reward_std"].append(st["std"])
+        curve["reward_min"].append(st["min"])
+        curve["reward_max"].append(st["max"])
+        for a in AXES:
+            curve[f"cost_{a}"].append(float(np.mean([c[a][s] for _, c in per_seed])))
+    curve["per_seed"] = {
+        h.seed: {"steps": sorted(h.evals), "reward": [h.evals[s] for s in sorted(h.evals)],
+                 **{f"cost_{a}": [c[a][s] for s in sorted(h.evals)] for a in AXES}}
+        for h, c in per_seed
+    }
+    return curve
+
+
+def first_reaching(steps, rewards, costs, target: float) -> dict | None:
+    """The first evaluation (in step order) whose reward reaches `target`: {step, cost}; None when none does."""
+    for s, r, c in zip(steps, rewards, costs):
+        if np.isfinite(r) and r >= target:
+            return {"step": int(s), "cost": float(c)}
+    return None
+
+
+def time_to_target(curves: dict[str, dict], target: float, references: list[str]) -> dict[str, dict]:
+    """Per family and axis: the cost to target and the speed-up against each reference (see module docstring)."""
+    out: dict[str, dict] = {}
+    hits = {fam: {a: first_reaching(c["steps"], c["reward"], c[f"cost_{a}"], target) for a in AXES}
+            for fam, c in curves.items()}
+    for fam, c in curves.items():
+        out[fam] = {}
+        for a in AXES:
+            hit = hits[fam][a]
+            entry = {"step": hit["step"] if hit else None, "cost": hit["cost"] if hit else None,
+                     "total_cost": c[f"cost_{a}"][-1] if c["steps"] else None, "speedup": {}, "speedup_kind": {}}
+            for ref in references:
+                if ref not in curves:
+                    continue
+                ref_hit = hits[ref][a]
+                value, kind = None, None
+                if hit and hit["cost"] > 0:
+                    if ref_hit:
+                        value, kind = ref_hit["cost"] / hit["cost"], "exact"
+                    elif curves[ref]["steps"]:
+                        value, kind = curves[ref][f"cost_{a}"][-1] / hit["cost"], "lower_bound"
+                entry["speedup"][ref] = value
+                entry["speedup_kind"][ref] = kind
+            out[fam][a] = entry
+    return out
+
+
+def _fidelity_tables(groups: dict[str, list[RunHistory]]) -> tuple[dict, dict]:
+    """Per family: score_final fidelity per iteration (mean over seeds), and the audits per iteration."""
+    keys = ("spearman", "kendall", "spearman_within_prompt", "kendall_within_prompt")
+    selected, audits = {}, {}
+    for fam, hs in groups.items():
+        n = min(len(h.iterations) for h in hs)
+        rows = []
+        for i in range(n):
+            row = {"iteration": i}
+            for k in keys:
+                row[k] = _stats([h.iterations[i]["fidelity"].get(k, math.nan) for h in hs])["mean"]
+            rows.append(row)
+        if any(np.isfinite(r["spearman"]) for r in rows):
+            selected[fam] = rows
+        audit_keys = ("spearman_within_prompt", "kendall_within_prompt", "spearman_pooled", "kendall_pooled",
+                      "topk_overlap", "bottomk_overlap")
+        its = sorted(set().union(*(h.audits for h in hs)))
+        if its:
+            audits[fam] = [
+                {"iteration": i, "seeds": sum(i in h.audits for h in hs),
+                 **{k: _stats([h.audits[i].get(k, math.nan) for h in hs if i in h.audits])["mean"]
+                    for k in audit_keys},
+                 "explore": next(f"{h.audits[i].get('explore_precision')}, {h.audits[i].get('explore_steps')} steps"
+                                 for h in hs if i in h.audits)}
+                for i in its
+            ]
+    return selected, audits
+
+
+def analyse(runs, bench, pricer: Callable) -> dict:
+    """All numbers of the report (JSON-serialisable): per family curves, final rewards, costs, time to target,
+    fidelity, and the issue's targets checked. `runs`: objects with `label`, `seed`, `run_dir`."""
+    groups: dict[str, list[RunHistory]] = {}
+    for r in runs:
+        groups.setdefault(r.label, []).append(collect_run(r.label, r.seed, r.run_dir))
+    curves = {fam: family_curves(hs, pricer) for fam, hs in groups.items()}
+    families = {}
+    for fam, hs in groups.items():
+        c = curves[fam]
+        final_step = c["steps"][-1] if c["steps"] else None
+        final = _stats([h.evals[final_step] for h in hs]) if final_step is not None else _stats([])
+        its = [it for h in hs for it in h.iterations]
+        cfg = hs[0].cfg
+        families[fam] = {
+            "family": cfg.family,
+            "seeds": [h.seed for h in hs],
+            "iterations_done": min(len(h.iterations) for h in hs),
+            "final_step": final_step,
+            "final_reward": final["mean"],
+            "final_reward_std": final["std"],
+            "final_reward_min": final["min"],
+            "final_reward_max": final["max"],
+            "final_reward_per_seed": {h.seed: h.evals.get(final_step) for h in hs},
+            "initial_reward": curves[fam]["reward"][0] if c["steps"] and c["steps"][0] == 0 else None,
+            "shapes": {
+                "prompts": cfg.prompts.per_iteration, "seeds_per_prompt": cfg.explore.seeds_per_prompt,
+                "k": cfg.explore.seeds_per_prompt if cfg.select.mode == "all" else cfg.select.k,
+                "select": cfg.select.mode, "explore_precision": sorted({it["explore_precision"] for it in its}),
+                "explore_steps": sorted({it["explore_steps"] for it in its}) or [cfg.explore.steps],
+                "regenerate": bool(cfg.regenerate.enabled), "regenerate_steps": cfg.regenerate.steps,
+            },
+            "cpu_seconds_per_iteration": {
+                **{s: _stats([it["seconds"][s] for it in its])["mean"] for s in STAGES},
+                "iteration": _stats([it["cpu_seconds"] for it in its])["mean"],
+            },
+            "gpu_seconds_per_iteration": {
+                k: _stats([it["modeled"][k] for it in its])["mean"]
+                for k in ("explore", "regenerate", "update", "iteration")
+            } if its else {},
+            "curve": c,
+        }
+    baseline = bench.baseline
+    references = [r for r in dict.fromkeys([baseline, *bench.ratio_to]) if r in groups]
+    target = families[baseline]["final_reward"] if baseline in families else math.nan
+    ttt = time_to_target(curves, target, references) if np.isfinite(target) else {}
+    for fam in families:
+        families[fam]["time_to_target"] = ttt.get(fam, {})
+    selected, audits = _fidelity_tables(groups)
+    report = {
+        "name": bench.name,
+        "iterations": bench.iterations,
+        "seeds": bench.seeds,
+        "eval_every": bench.eval_every,
+        "audit_every": bench.audit_every,
+        "baseline": baseline,
+        "references": references,
+        "target": target,
+        "cost": {"title": getattr(pricer, "title", str(pricer)), "model": bench.cost.model, "gpu": bench.cost.gpu,
+                 "gpus": bench.cost.gpus},
+        "families": families,
+        "fidelity_selected": selected,
+        "audits": audits,
+        "runs": {f"{h.label}-s{h.seed}": {"run_dir": str(h.run_dir), "mlflow_run_id": h.mlflow_run_id,
+                                          "iterations": len(h.iterations)}
+                 for hs in groups.values() for h in hs},
+    }
+    report["targets"] = check_targets(report)
+    return report
+
+
+def _rel(a: float, b: float) -> float:
+    return (a - b) / abs(b) if b else math.nan
+
+
+def check_targets(report: dict) -> list[dict]:
+    """The issue's targets, each: {target, value, met (True/False/None = not measurable), detail}."""
+    fams = report["families"]
+    out = []
+    base = report["baseline"]
+    if "sol_rl" in fams and base in fams:
+        sp = fams["sol_rl"]["time_to_target"].get("gpu", {}).get("speedup", {}).get(base)
+        kind = fams["sol_rl"]["time_to_target"].get("gpu", {}).get("speedup_kind", {}).get(base)
+        if sp is None:
+            detail = "sol_rl did not reach the target"
+        else:
+            detail = f"{sp:.2f}x" + (" (lower bound)" if kind == "lower_bound" else "")
+            detail += "" if sp >= 3 else f"; short of 3x by {3 - sp:.2f}x"
+        out.append({"target": f"sol_rl reaches {base}'s final eval reward at >= 3x lower modeled GPU cost",
+                    "value": sp, "met": None if sp is None else bool(sp >= 3), "detail": detail})
+    if "sol_rl" in fams and "naive_scaling" in fams:
+        s, n = fams["sol_rl"], fams["naive_scaling"]
+        rel = _rel(s["final_reward"], n["final_reward"])
+        spread = max(s["final_reward_std"] or 0.0, n["final_reward_std"] or 0.0)
+        within = abs(rel) <= 0.01 or (spread > 0 and abs(s["final_reward"] - n["final_reward"]) <= spread)
+        out.append({"target": "sol_rl's final eval reward within 1% (or the seed spread) of naive_scaling's",
+                    "value": rel, "met": bool(within) if np.isfinite(rel) else None,
+                    "detail": f"sol_rl {s['final_reward']:.4f} vs naive_scaling {n['final_reward']:.4f}: "
+                              f"{100 * rel:+.2f}%; larger seed std {spread:.4f}"})
+    if "sol_rl" in fams and "naive_quant" in fams:
+        s, q = fams["sol_rl"], fams["naive_quant"]
+        gap = s["final_reward"] - q["final_reward"]
+        spread = max(s["final_reward_std"] or 0.0, q["final_reward_std"] or 0.0)
+        out.append({"target": "naive_quant's final eval reward visibly lower than sol_rl's",
+                    "value": gap, "met": bool(gap > spread) if np.isfinite(gap) else None,
+                    "detail": f"sol_rl - naive_quant = {gap:+.4f} (larger seed std {spread:.4f}; 'visibly' = "
+                              "the gap exceeds it)"})
+    audits = report["audits"].get("sol_rl") or next(iter(report["audits"].values()), None)
+    if audits:
+        fam = "sol_rl" if "sol_rl" in report["audits"] else next(iter(report["audits"]))
+        for key, bar in (("spearman", 0.93), ("kendall", 0.80)):
+            within = _stats([a[f"{key}_within_prompt"] for a in audits])["mean"]
+            pooled = _stats([a[f"{key}_pooled"] for a in audits])["mean"]
+            out.append({"target": f"audit {key} of the 4-bit explore over whole groups >= {bar} ({fam})",
+                        "value": within, "met": bool(within >= bar) if np.isfinite(within) else None,
+                        "detail": f"mean within prompt {within:.3f}, pooled {pooled:.3f}"
+                                  + ("" if not np.isfinite(within) or within >= bar else
+                                     f"; short by {bar - within:.3f}")})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- plots
+
+
+def _plot_curves(report: dict, axis: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for fam, data in report["families"].items():
+        c = data["curve"]
+        if not c["steps"]:
+            continue
+        x = c[f"cost_{axis}"]
+        (line,) = ax.plot(x, c["reward"], marker="o", ms=3, label=f"{fam} (n={len(data['seeds'])})")
+        if len(data["seeds"]) > 1:
+            ax.fill_between(x, c["reward_min"], c["reward_max"], color=line.get_color(), alpha=0.15, lw=0)
+    if np.isfinite(report["target"]):
+        ax.axhline(report["target"], color="grey", ls="--", lw=1, label=f"target ({report['baseline']} final)")
+    ax.set_xlabel(AXIS_TITLES[axis])
+    ax.set_ylabel("held-out eval reward (EMA)")
+    ax.set_title(f"eval reward vs {AXIS_TITLES[axis]}" + (" (band: min-max over seeds)" if report["seeds"] > 1 else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_fidelity(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=110, sharey=True)
+    for ax, key, bar in ((axes[0], "spearman", 0.93), (axes[1], "kendall", 0.80)):
+        for fam, rows in report["fidelity_selected"].items():
+            ax.plot([r["iteration"] for r in rows], [r[f"{key}_within_prompt"] for r in rows], marker=".",
+                    label=f"{fam}: selected seeds, within prompt")
+            ax.plot([r["iteration"] for r in rows], [r[key] for r in rows], ls=":", marker=".",
+                    label=f"{fam}: selected seeds, pooled")
+        for fam, rows in report["audits"].items():
+            ax.plot([r["iteration"] for r in rows], [r[f"{key}_within_prompt"] for r in rows], marker="s", ms=7,
+                    ls="none", label=f"{fam}: audit (whole groups), within prompt")
+            ax.plot([r["iteration"] for r in rows], [r[f"{key}_pooled"] for r in rows], marker="D", ms=6,
+                    ls="none", mfc="none", label=f"{fam}: audit, pooled")
+        ax.axhline(bar, color="grey", ls="--", lw=1, label="paper (0.93 / 0.80)")
+        ax.set_xlabel("iteration")
+        ax.set_title(f"{key.capitalize()}: proxy vs full-precision reward")
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_ylabel("rank correlation")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_costs(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = list(report["families"])
+    parts = {"explore (+score, select)": ("quantize", "explore", "score_explore", "select"),
+             "regenerate (+score)": ("regenerate", "score_final"), "update": ("update",)}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    bottom_cpu, bottom_gpu = np.zeros(len(fams)), np.zeros(len(fams))
+    for (name, stages), gkey in zip(parts.items(), ("explore", "regenerate", "update")):
+        cpu = np.array([sum(report["families"][f]["cpu_seconds_per_iteration"].get(s, 0.0) or 0.0 for s in stages)
+                        for f in fams])
+        gpu = np.array([report["families"][f]["gpu_seconds_per_iteration"].get(gkey, 0.0) or 0.0 for f in fams])
+        axes[0].bar(fams, cpu, bottom=bottom_cpu, label=name)
+        axes[1].bar(fams, gpu, bottom=bottom_gpu, label=gkey)
+        bottom_cpu += cpu
+        bottom_gpu += gpu
+    axes[0].set_title("measured CPU seconds per iteration")
+    axes[1].set_title("modeled GPU-seconds per iteration")
+    for ax in axes:
+        ax.tick_params(axis="x", labelsize=8)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+PLOTS = {
+    "eval_vs_iteration.png": lambda r, p: _plot_curves(r, "iteration", p),
+    "eval_vs_cpu_seconds.png": lambda r, p: _plot_curves(r, "cpu", p),
+    "eval_vs_gpu_cost.png": lambda r, p: _plot_curves(r, "gpu", p),
+    "fidelity.png": _plot_fidelity,
+    "cost_per_iteration.png": _plot_costs,
+}
+
+
+# ----------------------------------------------------------------------------------------------- markdown
+
+
+def _f(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def _g(x) -> str:
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "–"
+    return f"{x:.4g}"
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}"
+
+
+def _cost(x, axis: str) -> str:
+    if x is None:
+        return "not reached"
+    if axis == "iteration":
+        return f"{x:.0f}"
+    return f"{x:.1f}" if axis == "cpu" else f"{x:.4g}"
+
+
+def _speed(entry: dict, ref: str) -> str:
+    v = entry.get("speedup", {}).get(ref)
+    if v is None:
+        return "–"
+    return ("≥ " if entry.get("speedup_kind", {}).get(ref) == "lower_bound" else "") + f"{v:.2f}×"
+
+
+def format_markdown(report: dict, plots: dict[str, str], command: str | None = None) -> str:
+    fams = report["families"]
+    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    machine = _machine()
+    L = [f"# Benchmark `{report['name']}`: the families side by side", ""]
+    L.append(f"Generated {now} on {machine}" + (f" by `{command}`" if command else "") + ".")
+    L.append(f"{report['iterations']} iterations × {report['seeds']} seed(s) per family, held-out evaluation every "
+             f"{report['eval_every']} iterations (EMA weights, fixed prompts and seeds)"
+             + (f", full-fidelity audit every {report['audit_every']} iterations of the low-precision families"
+                if report["audit_every"] else "") + ".")
+    L += ["", "## Families", "",
+          "| family | explore | select | regenerate | iterations done | seeds |", "|---|---|---|---|---:|---|"]
+    for fam, d in fams.items():
+        sh = d["shapes"]
+        L.append(f"| {fam} | {sh['prompts']} prompts × {sh['seeds_per_prompt']} seeds, "
+                 f"{'/'.join(sh['explore_precision']) or '–'}, {'/'.join(map(str, sh['explore_steps']))} steps | "
+                 f"{sh['select']}, K = {sh['k']} | "
+                 f"{'fp32, ' + str(sh['regenerate_steps']) + ' steps' if sh['regenerate'] else '–'} | "
+                 f"{d['iterations_done']} | {', '.join(map(str, d['seeds']))} |")
+    L += ["", "## Final held-out evaluation reward", "",
+          f"Mean over seeds ± sample standard deviation (min – max); evaluation after the last common step. "
+          f"Target for time-to-target: {report['baseline']}'s final reward = **{_f(report['target'])}**.", "",
+          "| family | final reward | ± std | min – max | initial (step 0) | Δ vs naive_scaling |",
+          "|---|---:|---:|---|---:|---:|"]
+    ref = fams.get("naive_scaling", {}).get("final_reward")
+    for fam, d in fams.items():
+        delta = "–" if ref is None else f"{100 * _rel(d['final_reward'], ref):+.2f}%"
+        L.append(f"| {fam} | {_f(d['final_reward'])} | {_f(d['final_reward_std'])} | "
+                 f"{_f(d['final_reward_min'])} – {_f(d['final_reward_max'])} | {_f(d['initial_reward'])} | {delta} |")
+    L += ["", f"![eval vs iteration]({plots['eval_vs_iteration.png']})", ""]
+    L += ["## Time to target", "",
+          f"Cost at the first evaluation whose seed-mean reward reaches {_f(report['target'])} (resolution: the "
+          "evaluation interval), and the speed-up = reference's cost / this family's cost (≥: the reference "
+          "never reached it, so its total cost is used).", ""]
+    refs = report["references"]
+    header = "| family | iterations | CPU s | GPU-s (modeled) | " + " | ".join(
+        f"GPU speed-up vs {r} | CPU speed-up vs {r}" for r in refs) + " |"
+    L += [header, "|---|---:|---:|---:|" + "---:|" * (2 * len(refs))]
+    for fam, d in fams.items():
+        t = d["time_to_target"]
+        if not t:
+            continue
+        cells = [_cost(t["iteration"]["cost"], "iteration"), _cost(t["cpu"]["cost"], "cpu"),
+                 _cost(t["gpu"]["cost"], "gpu")]
+        for r in refs:
+            cells += [_speed(t["gpu"], r), _speed(t["cpu"], r)]
+        L.append(f"| {fam} | " + " | ".join(cells) + " |")
+    L += ["", f"![eval vs modeled GPU cost]({plots['eval_vs_gpu_cost.png']})",
+          f"![eval vs measured CPU seconds]({plots['eval_vs_cpu_seconds.png']})", ""]
+    L += ["## Cost per iteration", "",
+          f"Measured: wall-clock seconds of the seven stages on this machine (mean over iterations and seeds). "
+          f"Modeled: {report['cost']['title']}. On a CPU the 4-bit explore is emulated (quantize–dequantize, then an "
+          "fp32 matmul), so it is slower than fp32 here, not faster; the modeled axis prices it at the GPU's NVFP4 "
+          "throughput.", "",
+          "| family | CPU: explore | regenerate | update | iteration (s) | GPU: explore | regenerate | update | "
+          "iteration (GPU-s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for fam, d in fams.items():
+        c, g = d["cpu_seconds_per_iteration"], d["gpu_seconds_per_iteration"]
+        L.append(f"| {fam} | {_f(c.get('explore'), 1)} | {_f(c.get('regenerate'), 1)} | {_f(c.get('update'), 1)} | "
+                 f"{_f(c.get('iteration'), 1)} | {_g(g.get('explore'))} | {_g(g.get('regenerate'))} | "
+                 f"{_g(g.get('update'))} | {_g(g.get('iteration'))} |")
+    L += ["", f"![cost per iteration]({plots['cost_per_iteration.png']})", ""]
+    L += ["## Ranking fidelity", "",
+          "Per iteration, on the selected seeds (score_final: proxy reward of the explore vs the reward of the "
+          "regenerated full-precision sample; only families that regenerate), mean over seeds. The selected seeds "
+          "are the extremes of each group, so these figures are not the paper's whole-group ones: the audit is.", ""]
+    if report["fidelity_selected"]:
+        L += ["| family | iteration | Spearman within prompt | Kendall within prompt | Spearman pooled | "
+              "Kendall pooled |", "|---|---:|---:|---:|---:|---:|"]
+        for fam, rows in report["fidelity_selected"].items():
+            for r in rows:
+                L.append(f"| {fam} | {r['iteration']} | {_f(r['spearman_within_prompt'], 3)} | "
+                         f"{_f(r['kendall_within_prompt'], 3)} | {_f(r['spearman'], 3)} | {_f(r['kendall'], 3)} |")
+    else:
+        L.append("(no family regenerates: no selected-seed fidelity)")
+    L += ["", "### Full-fidelity audit (whole explore pool regenerated at full precision)", ""]
+    if report["audits"]:
+        L += ["Spearman/Kendall of the proxy reward against the full-precision reward over whole prompt groups "
+              "(within prompt: mean over groups; pooled: all candidates), and the mean fraction of the K/2 best "
+              "(worst) seeds by proxy that are also among the K/2 best (worst) at full precision.", "",
+              "| family | iteration | explore | seeds | Spearman within | Kendall within | Spearman pooled | "
+              "Kendall pooled | top-K/2 overlap | bottom-K/2 overlap |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for fam, rows in report["audits"].items():
+            for r in rows:
+                L.append(f"| {fam} | {r['iteration']} | {r['explore']} | {r['seeds']} | "
+                         f"{_f(r['spearman_within_prompt'], 3)} | {_f(r['kendall_within_prompt'], 3)} | "
+                         f"{_f(r['spearman_pooled'], 3)} | {_f(r['kendall_pooled'], 3)} | "
+                         f"{_f(r['topk_overlap'], 3)} | {_f(r['bottomk_overlap'], 3)} |")
+    else:
+        L.append("(no audits in this benchmark)")
+    L += ["", f"![ranking fidelity]({plots['fidelity.png']})", ""]
+    L += ["## Targets (issue 4)", "", "| target | met | measured |", "|---|---|---|"]
+    for t in report["targets"]:
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        L.append(f"| {t['target']} | {met} | {t['detail']} |")
+    if not report["targets"]:
+        L.append("| (needs sol_rl and the reference families) | n/a | |")
+    L += ["", "## Runs", "", "| run | directory | iterations | MLflow run |", "|---|---|---:|---|"]
+    for key, r in report["runs"].items():
+        L.append(f"| {key} | `{r['run_dir']}` | {r['iterations']} | {r['mlflow_run_id'] or '–'} |")
+    L.append("")
+    return "\n".join(L)
+
+
+def _json_safe(x):
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (np.floating, np.integer)):
+        return _json_safe(x.item())
+    return x
+
+
+def build_report(runs, bench, out_dir: str | Path, pricer: Callable | None = None,
+                 command: str | None = None) -> dict:
+    """Analyse the runs, draw the plots, write `report.md` and `report.json` into `out_dir`.
+
+    Returns the report dict with `files` (every path written). `pricer` defaults to `PlannerPricer` built from
+    the bench config's `cost` section."""
+    out = Path(out_dir)
+    plot_dir = out / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    if pricer is None:
+        c = bench.cost
+        pricer = PlannerPricer(c.model, c.gpu, c.gpus, c.utilisation)
+    report = analyse(runs, bench, pricer)
+    plots = {}
+    for name, draw in PLOTS.items():
+        path = plot_dir / name
+        draw(report, path)
+        plots[name] = f"plots/{name}"
+    text = format_markdown(report, plots, command)
+    md = out / "report.md"
+    tmp = md.with_name("report.md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, md)
+    report = _json_safe(report)
+    write_json_atomic(out / "report.json", report)
+    report["files"] = [str(md), str(out / "report.json"), *[str(plot_dir / n) for n in PLOTS]]
+    return report
