@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Before torch loads: OpenMP threads that spin while waiting stall badly on a shared 2-core machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
 
@@ -83,3 +86,14 @@ def run_cli(session_env):
 
 def tracking_set(env: dict[str, str]) -> list[str]:
     return ["--set", f"tracking.uri={env['SOLRL_TEST_TRACKING_URI']}"]
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models on a busy 2-core machine: one intra-op thread avoids oversubscription stalls."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -19,7 +19,9 @@ def test_every_scene_round_trips_through_its_prompt():
     assert shapes.make_prompt("yellow", "triangle", 3) == "three yellow triangles"
 
 
-@pytest.mark.parametrize("prompt", ["a red circles", "two red circle", "a purple circle", "two red circles on the left", "", "a red circle on the middle"])
+@pytest.mark.parametrize(
+    "prompt", ["a red circles", "two red circle", "a purple circle", "two red circles on the left", "", "a red circle up"]
+)
 def test_prompts_outside_the_grammar_are_user_errors(prompt):
     with pytest.raises(SolrlError, match="outside the embedded grammar"):
         parse_prompt(prompt)

@@ -14,6 +14,9 @@ from solrl_core.embedded.pretrain import sample_rewards
 from solrl_core.errors import SolrlError
 
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: 2 spinning OpenMP threads stall on a busy machine
+
+
 @pytest.fixture(scope="module")
 def random_model():
     return build_model(seed=0)
@@ -87,13 +90,15 @@ def test_shipped_weights_follow_prompts_better_than_random_init(random_model):
     assert shipped.latent_shape == (3, 32, 32)
     meta = json.loads((PRETRAINED_DIR / METADATA_FILE).read_text())
     assert meta["pretraining"]["steps"] > 0
-    prompts = ["a red circle on the left", "two blue squares", "three yellow triangles", "a green square at the top"]
+    prompts = ["a red circle on the left", "a green triangle", "two blue squares", "three yellow circles",
+               "a magenta circle at the bottom", "two cyan triangles"]
     seeds = [1, 2, 3, 4]
     images, trained = sample_rewards(shipped.model, prompts, seeds, steps=10)
     _, untrained = sample_rewards(random_model, prompts, seeds, steps=10)
-    assert images.shape == (16, 32, 32, 3)
-    assert trained.mean() > untrained.mean() + 0.25, (trained.mean(), untrained.mean())
-    assert trained.mean() > 0.35
+    assert images.shape == (24, 32, 32, 3)
+    # measured when written: trained ~0.5, random init ~0.08, within-prompt std ~0.16
+    assert trained.mean() > untrained.mean() + 0.2, (trained.mean(), untrained.mean())
+    assert trained.std(axis=1).mean() > 0.05  # seeds of one prompt must differ for per-prompt ranking to mean anything
 
 
 def test_pretraining_is_reproducible_from_the_seed(tmp_path):
@@ -103,7 +108,10 @@ def test_pretraining_is_reproducible_from_the_seed(tmp_path):
 
     runs = []
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
-        summary = pretrain(tmp_path / name, steps=2, batch_size=4, seed=seed, progress=False, log_every=1, evaluate_samples=False)
+        summary = pretrain(
+            tmp_path / name, steps=2, batch_size=4, seed=seed, progress=False, log_every=1, evaluate_samples=False,
+            threads=1,
+        )
         assert summary["steps"] == 2 and np.isfinite(summary["final_loss"])
         runs.append(load_file(tmp_path / name / "transformer" / "diffusion_pytorch_model.safetensors"))
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])

@@ -16,13 +16,7 @@ from solrl_core.rewards.tiny import sample_batch, write_tiny_clip
 CLASSES = {"pickscore": PickScore, "clipscore": CLIPScore}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models on a busy 2-core machine: one intra-op thread avoids oversubscription stalls."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,7 @@ from solrl_core.rewards.commands import check_rewards, format_table, list_reward
 from solrl_core.rewards.tiny import write_tiny_checkpoints
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

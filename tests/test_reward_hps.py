@@ -14,12 +14,7 @@ from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.tiny import sample_batch, write_tiny_hps
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

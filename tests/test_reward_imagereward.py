@@ -17,12 +17,7 @@ from solrl_core.rewards.imagereward import SCORE_MEAN, SCORE_STD, ImageReward
 from solrl_core.rewards.tiny import sample_batch, write_tiny_imagereward
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

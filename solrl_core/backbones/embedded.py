@@ -48,7 +48,9 @@ class EmbeddedBackbone(Backbone):
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
         return {k: v.detach() for k, v in self.model.encode(prompts).items()}
 
-    def velocity(self, transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: Conditioning) -> torch.Tensor:
+    def velocity(
+        self, transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: Conditioning
+    ) -> torch.Tensor:
         return predict_velocity(transformer, x_t, sigma, cond)
 
     def decode(self, latents: torch.Tensor) -> np.ndarray:

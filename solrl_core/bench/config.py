@@ -89,8 +89,11 @@ def load_bench_config(path: str | Path, overrides: list[str] | None = None) -> t
 
 
 def low_precision_explore(cfg: RunConfig) -> bool:
-    """Whether the explore copy differs from the full-precision regenerate copy (so an audit measures something)."""
-    return cfg.explore.precision not in ("fp32",) or cfg.explore.steps != cfg.regenerate.steps
+    """Whether the explore differs from full-precision sampling (so an audit measures something): a precision
+    other than fp32, or fewer/more steps than the regenerate copy that then replaces the samples."""
+    if cfg.explore.precision != "fp32":
+        return True
+    return cfg.regenerate.enabled and cfg.explore.steps != cfg.regenerate.steps
 
 
 def _nested(dotted: dict[str, Any]) -> dict:

@@ -1,4 +1,4 @@
-"""The embedded text-to-image model: a small SD3 transformer in pixel space, a small CLIP text encoder, a word tokenizer.
+"""The embedded text-to-image model: a small pixel-space SD3 transformer, a small CLIP text encoder, a word tokenizer.
 
 Everything is built from configs in code (no hub). On disk it is a standard directory:
     <dir>/transformer/    diffusers SD3Transformer2DModel (safetensors)
@@ -47,9 +47,12 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.train_from_iterator(all_prompts(), trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, show_progress=False))
+    trainer = trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, show_progress=False)
+    tok.train_from_iterator(all_prompts(), trainer)
     bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A <eos>", special_tokens=[("<bos>", bos), ("<eos>", eos)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", special_tokens=[("<bos>", bos), ("<eos>", eos)]
+    )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="<pad>",
@@ -149,7 +152,9 @@ def load_model(path: str | Path, device: str = "cpu") -> EmbeddedModel:
             )
     meta = json.loads((root / METADATA_FILE).read_text())
     if meta.get("version") != FORMAT_VERSION:
-        raise SolrlError(f"embedded model: {root / METADATA_FILE} has version {meta.get('version')}, expected {FORMAT_VERSION}")
+        raise SolrlError(
+            f"embedded model: {root / METADATA_FILE} has version {meta.get('version')}, expected {FORMAT_VERSION}"
+        )
     transformer = SD3Transformer2DModel.from_pretrained(root / "transformer", torch_dtype=torch.float32)
     text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=torch.float32)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tokenizer")

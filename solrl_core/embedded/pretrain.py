@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from solrl_core.embedded import shapes
+from solrl_core.errors import SolrlError
 from solrl_core.embedded.model import (
     METADATA_FILE,
     EmbeddedModel,
@@ -98,28 +99,39 @@ def evaluate(model: EmbeddedModel, seeds_per_prompt: int = EVAL_SEEDS_PER_PROMPT
 
 def pretrain(
     out_dir: str | Path,
-    steps: int = DEFAULT_STEPS,
-    batch_size: int = DEFAULT_BATCH,
-    lr: float = DEFAULT_LR,
+    steps: int | None = DEFAULT_STEPS,
+    batch_size: int | None = DEFAULT_BATCH,
+    lr: float | None = DEFAULT_LR,
     seed: int = DEFAULT_SEED,
     resolution: int = 32,
     progress: bool = True,
     log_every: int = 100,
     save_every: int = 0,
     evaluate_samples: bool = True,
+    threads: int = 2,
 ) -> dict:
     """Train the embedded model from scratch and save it to `out_dir`; returns the summary also stored there.
 
+    `steps`, `batch_size`, `lr` of None mean the defaults (those of the shipped weights).
     `save_every` > 0 also saves the EMA weights every that many steps (same directory, overwritten), so a long run
     can be inspected while it trains. Saved weights are fp16 (loaded back as fp32).
+    Bit-for-bit reproducibility holds for the same seed and `threads` (float sums are ordered per thread count).
+    On a busy machine set OMP_WAIT_POLICY=PASSIVE before starting Python: spinning OpenMP threads otherwise slow
+    2-thread torch down several-fold when another process holds a core.
     """
-    torch.set_num_threads(min(2, torch.get_num_threads()))
+    steps = DEFAULT_STEPS if steps is None else steps
+    batch_size = DEFAULT_BATCH if batch_size is None else batch_size
+    lr = DEFAULT_LR if lr is None else lr
+    if steps < 1 or batch_size < 1 or lr <= 0:
+        raise SolrlError(f"pretrain needs steps >= 1, batch size >= 1 and lr > 0 (got {steps}, {batch_size}, {lr})")
+    torch.set_num_threads(threads)
     model = build_model(resolution, seed=seed)
     transformer, text_encoder = model.transformer.train(), model.text_encoder.train()
     params = list(transformer.parameters()) + list(text_encoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, steps))
-    ema_transformer, ema_text = copy.deepcopy(transformer).requires_grad_(False), copy.deepcopy(text_encoder).requires_grad_(False)
+    ema_transformer = copy.deepcopy(transformer).requires_grad_(False)
+    ema_text = copy.deepcopy(text_encoder).requires_grad_(False)
 
     data_rng = np.random.default_rng(seed)
     noise_gen = torch.Generator().manual_seed(seed)
@@ -160,6 +172,7 @@ def pretrain(
         "batch_size": batch_size,
         "lr": lr,
         "seed": seed,
+        "threads": threads,
         "seconds": round(seconds, 1),
         "final_loss": curve[-1][1] if curve else None,
         "loss_curve": curve,

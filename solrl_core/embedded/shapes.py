@@ -2,7 +2,7 @@
 
 A scene is (colour, shape, count, position). The grammar has exactly one prompt per scene:
 
-    count 1:  "a red circle"  |  "a red circle on the left"  |  "... on the right"  |  "... at the top"  |  "... at the bottom"
+    count 1:    "a red circle" | "a red circle on the left" | "... on the right" | "... at the top" | "... at the bottom"
     count 2/3:  "two red circles"  |  "three red circles"
 
 Rendering is numpy only, anti-aliased by drawing at `SUPERSAMPLE`x resolution and averaging down. Every random choice
@@ -30,7 +30,12 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
 COUNTS: dict[int, str] = {1: "a", 2: "two", 3: "three"}
-POSITIONS: dict[str, str] = {"left": "on the left", "right": "on the right", "top": "at the top", "bottom": "at the bottom"}
+POSITIONS: dict[str, str] = {
+    "left": "on the left",
+    "right": "on the right",
+    "top": "at the top",
+    "bottom": "at the bottom",
+}
 BACKGROUND: tuple[int, int, int] = (14, 14, 20)
 SUPERSAMPLE = 4
 COLOUR_JITTER = 8  # max per-channel deviation of an object's colour, in 0..255 units

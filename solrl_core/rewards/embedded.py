@@ -8,7 +8,7 @@ Per image, from a soft foreground alpha (brightness above the dark background) a
               circle ~ (0.79, 0), square ~ (1, 0), upward triangle ~ (0.59, +0.14); area-weighted probability of target
   position    (only when the prompt names one) sigmoid of how far the foreground centroid is past the image middle
   background  exp(-mean |pixel - background colour| / 0.05) over pixels away from the objects (specks count as dirt)
-reward = weighted geometric mean of the components (floored at 1e-3), so one clearly wrong attribute pulls it down.
+reward = weighted geometric mean of the components (each floored at 1e-4), so one clearly wrong attribute pulls it down.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from scipy import ndimage
 from solrl_core.embedded.shapes import BACKGROUND, COLOURS, SHAPES, parse_prompt
 
 WEIGHTS = {"colour": 0.25, "count": 0.25, "shape": 0.25, "position": 0.15, "background": 0.10}
-FLOOR = 1e-3
+FLOOR = 1e-4  # low enough that a poor-but-improving component still ranks samples (1e-4 ** 0.25 = 0.1)
 _BG = np.array(BACKGROUND, dtype=np.float32) / 255.0
 _FG_FULL = 0.75  # max channel of a fully covered object pixel (every palette colour reaches at least ~0.77)
 _HARD = 0.5  # alpha above which a pixel belongs to a component
@@ -101,7 +101,10 @@ def _score_one(image_u8: np.ndarray, prompt: str) -> dict[str, float]:
     kept = [c for c in comps if c[1] > 0]
 
     soft_count = sum(c[1] for c in kept)
-    scores = {"colour": _colour_score(image, alpha, scene.colour), "count": float(np.exp(-abs(soft_count - scene.count) / 0.35))}
+    scores = {
+        "colour": _colour_score(image, alpha, scene.colour),
+        "count": float(np.exp(-abs(soft_count - scene.count) / 0.35)),
+    }
 
     # shape: classify each kept component from its alpha inside its (1 px padded) bounding box
     if kept:
