@@ -15,7 +15,7 @@ from conftest import ROOT
 from solrl_core.bench.config import BenchRun, bench_runs, load_bench_config
 from solrl_core.bench.report import build_report, first_reaching
 from solrl_core.config import dump_config, load_config
-from solrl_core.errors import ConfigError
+from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.rundir import STAGES, RunDir, write_json_atomic
 from solrl_core.stages.audit import audit_due, audit_numbers, extremes_overlap
 
@@ -85,7 +85,12 @@ def bench_cfg(tmp_path):
 
 def test_report_numbers_by_hand(tmp_path, bench_cfg):
     runs = [make_run(tmp_path / "bench", f, s) for s in (0, 1) for f in REWARDS]
-    report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer, command="solrl bench test")
+    def alt_pricer(cfg, precision, steps):  # another backbone: sol_rl twice as dear per iteration
+        return {"iteration": GPU_S[cfg.family] * (2 if cfg.family == "sol_rl" else 1)}
+
+    alt_pricer.title = "alt"
+    report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer, command="solrl bench test",
+                          alternatives={"alt": alt_pricer})
     fams = report["families"]
 
     # target = diffusionnft's final reward, mean over seeds: (0.50 + 0.54) / 2
@@ -117,6 +122,11 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
     assert fams["sol_rl"]["cpu_seconds_per_iteration"]["iteration"] == pytest.approx(np.mean(sol_it))
     assert fams["sol_rl"]["gpu_seconds_per_iteration"]["iteration"] == pytest.approx(8.0)
 
+    alt = report["alternative_costs"]["alt"]
+    assert alt["gpu_seconds_per_iteration"]["sol_rl"] == pytest.approx(16.0)
+    assert alt["speedup"]["sol_rl"]["diffusionnft"] == pytest.approx(40.0 / (2 * 16.0))
+    assert fams["sol_rl"]["gpu_seconds_per_iteration"]["iteration"] == pytest.approx(8.0)  # the main axis untouched
+
     # fidelity per iteration and the audits
     assert [r["spearman"] for r in report["fidelity_selected"]["sol_rl"]] == pytest.approx([0.80, 0.81, 0.82, 0.83])
     assert list(report["fidelity_selected"]) == ["sol_rl"]
@@ -139,6 +149,7 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
                     "## Ranking fidelity", "### Full-fidelity audit", "## Targets (issue 4)", "## Runs"):
         assert section in md, section
     assert "| sol_rl | 2 | " in md and "2.50×" in md and "7.50×" in md
+    assert "| alt | 1.00×, 1.00× | 4.00×, 0.33× | 2.00×, – | 1.60×, 1.25× |" in md
     assert json.loads((tmp_path / "bench" / "report.json").read_text())["target"] == pytest.approx(0.52)
     pngs = sorted((tmp_path / "bench" / "plots").glob("*.png"))
     assert {p.name for p in pngs} == {"eval_vs_iteration.png", "eval_vs_cpu_seconds.png", "eval_vs_gpu_cost.png",
@@ -183,12 +194,25 @@ def test_bench_config_is_strict_and_resolves_runs(tmp_path):
         load_bench_config(path, ["bogus=1"])
     with pytest.raises(ConfigError, match="'seed' is set by the benchmark"):
         load_bench_config(path, ["overrides={seed: 3}"])
+    with pytest.raises(ConfigError, match="missing key 'iterations'"):
+        _without(path, "iterations", tmp_path)
+    bad, base = load_bench_config(path, ["cost.gpu=h1000"])
+    with pytest.raises(SolrlError, match="h1000"):
+        bench_runs(bad, base)
     bad, base = load_bench_config(path, ["baseline=naive_scaling"])
     with pytest.raises(ConfigError, match="baseline: 'naive_scaling'"):
         bench_runs(bad, base)
     shipped, base = load_bench_config(ROOT / "configs" / "bench.yaml")
     assert {r.cfg.family for r in bench_runs(shipped, base)} == {"diffusionnft", "naive_scaling", "naive_quant",
                                                                  "sol_rl"}
+
+
+def _without(path: Path, key: str, tmp_path: Path):
+    data = yaml.safe_load(path.read_text())
+    data.pop(key)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(data))
+    return load_bench_config(other)
 
 
 def test_audit_numbers_by_hand():
@@ -205,7 +229,8 @@ def test_audit_numbers_by_hand():
 
     assert out["spearman_within_prompt"] == pytest.approx(stats.spearmanr(proxy, full).statistic)
     assert out["kendall_pooled"] == pytest.approx(stats.kendalltau(proxy, full).statistic)
-    assert out["selected"]["spearman"] == pytest.approx(stats.spearmanr(proxy[[0, 1, 4, 5]], full[[0, 1, 4, 5]]).statistic)
+    sel = [0, 1, 4, 5]
+    assert out["selected"]["spearman"] == pytest.approx(stats.spearmanr(proxy[sel], full[sel]).statistic)
 
 
 def test_audit_due():

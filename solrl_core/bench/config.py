@@ -26,6 +26,8 @@ class BenchCostConfig(_Strict):
     gpu: str = Field("b200", description="a GPU of the planner's table (solrl plan --help)")
     gpus: int = Field(1, ge=1, description="GPUs per iteration (costs are reported in GPU-seconds either way)")
     utilisation: float | None = Field(None, gt=0, le=1, description="null = the planner's stated default")
+    compare: list[str] = Field(default_factory=list, description="more models to price the same iterations on "
+                               "(a table beside the main axis), e.g. [embedded, flux1, sana]")
 
 
 class BenchTrackingConfig(_Strict):
@@ -77,6 +79,24 @@ class BenchRun:
         return f"{self.label}-s{self.seed}"
 
 
+def _format(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    if err["type"] == "missing":
+        return f"missing key '{'.'.join(str(p) for p in err['loc'])}'"
+    return _format_error(exc)
+
+
+def check_cost_names(bench: BenchConfig) -> None:
+    """Fail before any training on a GPU or model the planner does not know (the report would fail at the end)."""
+    from solrl_core.planner.flops import get_model
+    from solrl_core.planner.gpus import get_gpu
+
+    get_gpu(bench.cost.gpu)
+    for name in [bench.cost.model, *bench.cost.compare]:
+        if name != "embedded":
+            get_model(name)
+
+
 def load_bench_config(path: str | Path, overrides: list[str] | None = None) -> tuple[BenchConfig, Path]:
     """Read and validate a bench YAML (with `extends` and `--set` overrides); returns it with its directory."""
     path = Path(path)
@@ -85,7 +105,7 @@ def load_bench_config(path: str | Path, overrides: list[str] | None = None) -> t
     try:
         return BenchConfig.model_validate(data), path.resolve().parent
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {_format_error(exc)}") from None
+        raise ConfigError(f"{path}: {_format(exc)}") from None
 
 
 def low_precision_explore(cfg: RunConfig) -> bool:
@@ -132,6 +152,7 @@ def bench_runs(bench: BenchConfig, base_dir: Path, run_root: str | Path | None =
 
     Family config paths are relative to `base_dir` (the bench file's directory); run directories go under
     `run_root` (default: the config's `run_root`, relative to the working directory)."""
+    check_cost_names(bench)
     root = Path(run_root or bench.run_root)
     paths = [Path(rel) if Path(rel).is_absolute() else base_dir / rel for rel in bench.families]
     labels: list[str] = []
@@ -146,7 +167,9 @@ def bench_runs(bench: BenchConfig, base_dir: Path, run_root: str | Path | None =
             runs.append(BenchRun(cfg.name, seed, cfg, root / f"{cfg.name}-s{seed}"))
     unknown = [name for name in bench.audit_families or [] if name not in labels]
     if unknown:
-        raise ConfigError(f"audit_families: '{unknown[0]}' is not one of the benchmark's families ({', '.join(labels)})")
+        raise ConfigError(
+            f"audit_families: '{unknown[0]}' is not one of the benchmark's families ({', '.join(labels)})"
+        )
     if bench.baseline not in labels:
         raise ConfigError(f"baseline: '{bench.baseline}' is not one of the benchmark's families ({', '.join(labels)})")
     return runs

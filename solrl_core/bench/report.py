@@ -116,7 +116,7 @@ class PlannerPricer:
                     f"({self._forward.total / 1e12:.2f} TFLOP per forward, "
                     f"{100 * self._forward.low_precision_share:.0f}% in 4 bits; VAE decode + reward tower per image)")
         self.title = (f"{what}, on {self.gpus} x {self.gpu.title} at utilisation {self.utilisation:.2f}; "
-                      "GPU-seconds = seconds x GPUs")
+                      "GPU-seconds = seconds x GPUs; the update counts train.optimizer_steps passes")
 
     def __call__(self, cfg, explore_precision: str, explore_steps: int) -> dict[str, float]:
         from solrl_core.planner.model import _CONFIG_PRECISION, Throughput, iteration_cost, shapes_from_config
@@ -126,7 +126,11 @@ class PlannerPricer:
                          explore_precision=_CONFIG_PRECISION.get(explore_precision, "nvfp4"))
         cost = iteration_cost(self._forward, shapes, Throughput(self.gpu, self.gpus, self.utilisation),
                               self._per_image)
-        s = cost["seconds"]
+        s = dict(cost["seconds"])
+        # the planner's Shapes price one optimizer step; the update stage makes `train.optimizer_steps` passes over
+        # the same samples, each with the same forwards and backward
+        s["update"] *= cfg.train.optimizer_steps
+        s["iteration"] = s["rollout"] + s["update"]
         return {key: float(s[key]) * self.gpus for key in ("explore", "regenerate", "update", "iteration")}
 
 
@@ -187,13 +191,16 @@ def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
     return hist
 
 
-def cumulative_costs(hist: RunHistory, pricer: Callable) -> dict[str, list[float]]:
-    """Per axis, the cost after s iterations for s = 0..len(iterations) (index s)."""
+def cumulative_costs(hist: RunHistory, pricer: Callable, store: bool = True) -> dict[str, list[float]]:
+    """Per axis, the cost after s iterations for s = 0..len(iterations) (index s). With `store`, each iteration
+    keeps its modeled per-stage cost under "modeled"."""
     cpu, gpu = [0.0], [0.0]
     for it in hist.iterations:
-        it["modeled"] = pricer(hist.cfg, it["explore_precision"], it["explore_steps"])
+        modeled = pricer(hist.cfg, it["explore_precision"], it["explore_steps"])
+        if store:
+            it["modeled"] = modeled
         cpu.append(cpu[-1] + it["cpu_seconds"])
-        gpu.append(gpu[-1] + it["modeled"]["iteration"])
+        gpu.append(gpu[-1] + modeled["iteration"])
     return {"iteration": [float(s) for s in range(len(hist.iterations) + 1)], "cpu": cpu, "gpu": gpu}
 
 
@@ -208,11 +215,11 @@ def _stats(values) -> dict:
             "min": float(v.min()), "max": float(v.max()), "n": int(len(v))}
 
 
-def family_curves(histories: list[RunHistory], pricer: Callable) -> dict:
+def family_curves(histories: list[RunHistory], pricer: Callable, store: bool = True) -> dict:
     """Seed-aggregated curves of one family at the evaluation steps every seed has."""
     per_seed = []
     for h in histories:
-        costs = cumulative_costs(h, pricer)
+        costs = cumulative_costs(h, pricer, store)
         per_seed.append((h, costs))
     steps = sorted(set.intersection(*(set(h.evals) for h in histories))) if histories else []
     curve = {"steps": steps, "reward": [], "reward_std": [], "reward_min": [], "reward_max": [],
@@ -297,9 +304,32 @@ def _fidelity_tables(groups: dict[str, list[RunHistory]]) -> tuple[dict, dict]:
     return selected, audits
 
 
-def analyse(runs, bench, pricer: Callable) -> dict:
+def _alternative_costs(groups: dict[str, list[RunHistory]], alternatives: dict[str, Callable], target: float,
+                       references: list[str]) -> dict[str, dict]:
+    """The modeled-GPU numbers again with other pricers (other backbones): per family the GPU-seconds per iteration
+    and the speed-up to target against each reference."""
+    out = {}
+    for name, alt in alternatives.items():
+        curves = {fam: family_curves(hs, alt, store=False) for fam, hs in groups.items()}
+        ttt = time_to_target(curves, target, references) if np.isfinite(target) else {}
+        per_iteration = {}
+        for fam, hs in groups.items():
+            costs = [alt(h.cfg, it["explore_precision"], it["explore_steps"])["iteration"]
+                     for h in hs for it in h.iterations]
+            per_iteration[fam] = _stats(costs)["mean"]
+        out[name] = {
+            "title": getattr(alt, "title", name),
+            "gpu_seconds_per_iteration": per_iteration,
+            "speedup": {fam: ttt.get(fam, {}).get("gpu", {}).get("speedup", {}) for fam in groups},
+            "speedup_kind": {fam: ttt.get(fam, {}).get("gpu", {}).get("speedup_kind", {}) for fam in groups},
+        }
+    return out
+
+
+def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | None = None) -> dict:
     """All numbers of the report (JSON-serialisable): per family curves, final rewards, costs, time to target,
-    fidelity, and the issue's targets checked. `runs`: objects with `label`, `seed`, `run_dir`."""
+    fidelity, and the issue's targets checked. `runs`: objects with `label`, `seed`, `run_dir`; `alternatives`:
+    more pricers (name -> pricer) whose per-iteration cost and speed-ups are reported beside the main axis."""
     groups: dict[str, list[RunHistory]] = {}
     for r in runs:
         groups.setdefault(r.label, []).append(collect_run(r.label, r.seed, r.run_dir))
@@ -346,6 +376,7 @@ def analyse(runs, bench, pricer: Callable) -> dict:
     for fam in families:
         families[fam]["time_to_target"] = ttt.get(fam, {})
     selected, audits = _fidelity_tables(groups)
+    alternative = _alternative_costs(groups, alternatives or {}, target, references)
     report = {
         "name": bench.name,
         "iterations": bench.iterations,
@@ -358,6 +389,7 @@ def analyse(runs, bench, pricer: Callable) -> dict:
         "cost": {"title": getattr(pricer, "title", str(pricer)), "model": bench.cost.model, "gpu": bench.cost.gpu,
                  "gpus": bench.cost.gpus},
         "families": families,
+        "alternative_costs": alternative,
         "fidelity_selected": selected,
         "audits": audits,
         "runs": {f"{h.label}-s{h.seed}": {"run_dir": str(h.run_dir), "mlflow_run_id": h.mlflow_run_id,
@@ -622,6 +654,23 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None = N
                  f"{_f(c.get('iteration'), 1)} | {_g(g.get('explore'))} | {_g(g.get('regenerate'))} | "
                  f"{_g(g.get('update'))} | {_g(g.get('iteration'))} |")
     L += ["", f"![cost per iteration]({plots['cost_per_iteration.png']})", ""]
+    if report.get("alternative_costs"):
+        L += ["### The modeled axis priced on other backbones", "",
+              "The same finished iterations (shapes, explore precision and steps) priced by other models: GPU-seconds "
+              f"per iteration relative to {report['baseline']}, and the modeled-GPU speed-up to target against "
+              f"{report['baseline']} (the evaluations are the same; only the cost per iteration changes).", "",
+              "| priced on | " + " | ".join(f"{fam}: cost/iter, speed-up" for fam in fams) + " |",
+              "|---|" + "---|" * len(fams)]
+        for name, alt in report["alternative_costs"].items():
+            per = alt["gpu_seconds_per_iteration"]
+            base_cost = per.get(report["baseline"])
+            cells = []
+            for fam in fams:
+                rel = per[fam] / base_cost if base_cost else math.nan
+                entry = {"speedup": alt["speedup"].get(fam, {}), "speedup_kind": alt["speedup_kind"].get(fam, {})}
+                cells.append(f"{_f(rel, 2)}×, {_speed(entry, report['baseline'])}")
+            L.append(f"| {name} | " + " | ".join(cells) + " |")
+        L += [""] + [f"- {name}: {alt['title']}" for name, alt in report["alternative_costs"].items()] + [""]
     L += ["## Ranking fidelity", "",
           "Per iteration, on the selected seeds (score_final: proxy reward of the explore vs the reward of the "
           "regenerated full-precision sample; only families that regenerate), mean over seeds. The selected seeds "
@@ -678,18 +727,21 @@ def _json_safe(x):
 
 
 def build_report(runs, bench, out_dir: str | Path, pricer: Callable | None = None,
-                 command: str | None = None) -> dict:
+                 command: str | None = None, alternatives: dict[str, Callable] | None = None) -> dict:
     """Analyse the runs, draw the plots, write `report.md` and `report.json` into `out_dir`.
 
     Returns the report dict with `files` (every path written). `pricer` defaults to `PlannerPricer` built from
-    the bench config's `cost` section."""
+    the bench config's `cost` section, `alternatives` to one per `cost.compare` model (only when `pricer` is
+    defaulted too)."""
     out = Path(out_dir)
     plot_dir = out / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
+    c = bench.cost
     if pricer is None:
-        c = bench.cost
         pricer = PlannerPricer(c.model, c.gpu, c.gpus, c.utilisation)
-    report = analyse(runs, bench, pricer)
+        if alternatives is None:
+            alternatives = {m: PlannerPricer(m, c.gpu, c.gpus, c.utilisation) for m in c.compare if m != c.model}
+    report = analyse(runs, bench, pricer, alternatives)
     plots = {}
     for name, draw in PLOTS.items():
         path = plot_dir / name
