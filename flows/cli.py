@@ -53,6 +53,14 @@ def _preflight(cfg) -> None:
     load_backbone(cfg)
 
 
+def _eval_history(run) -> list[tuple[int, float]]:
+    out = []
+    for path in sorted((run.root / "eval").glob("step_[0-9]*/metrics.json")):
+        data = json.loads(path.read_text())
+        out.append((data["step"], data["metrics"]["reward"]))
+    return out
+
+
 def cmd_train(args) -> int:
     from solrl_core.config import load_config
     from solrl_core.rundir import RunDir
@@ -72,8 +80,13 @@ def cmd_train(args) -> int:
 
         info = ensure_mlflow_run(run, cfg)
         history = training_flow(str(run.root), cfg.iterations, progress=not args.no_progress)
-    first, last = history[0]["reward/train_mean"], history[-1]["reward/train_mean"]
-    print(f"\ntrained {cfg.iterations} iterations: reward/train_mean {first:.4f} -> {last:.4f}")
+    train = [h["reward/train_mean"] for h in history]
+    print(f"\ntrained {cfg.iterations} iterations; reward/train_mean by iteration (depends on the prompts drawn): "
+          + " ".join(f"{r:.2f}" for r in train))
+    evals = _eval_history(run)
+    if evals:
+        print("held-out eval reward (EMA weights, fixed prompts and seeds) after N iterations: "
+              + ", ".join(f"{step}: {value:.4f}" for step, value in evals))
     print(f"run directory : {run.root}")
     print(f"best/worst    : {run.iteration_dir(cfg.iterations - 1) / 'best_worst.png'}")
     print(f"status        : solrl status --run-dir {run.root}")
