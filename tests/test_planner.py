@@ -186,9 +186,11 @@ def test_official_shapes():
 def test_shapes_from_demo_config():
     from solrl_core.config import load_config
 
-    s = shapes_from_config(load_config(ROOT / "configs" / "demo.yaml"))
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    s = shapes_from_config(cfg)
     assert (s.family, s.prompts, s.seeds, s.k, s.explore_steps, s.explore_precision, s.regenerate,
-            s.train_timesteps) == ("sol_rl", 4, 24, 6, 6, "nvfp4", True, 6)
+            s.train_timesteps) == ("sol_rl", cfg.prompts.per_iteration, cfg.explore.seeds_per_prompt,
+                                   cfg.select.k, cfg.explore.steps, "nvfp4", True, 6)
     nft = shapes_from_config(load_config(ROOT / "configs" / "families" / "diffusionnft.yaml"))
     assert (nft.explore_precision, nft.seeds, nft.k, nft.regenerate) == ("bf16", 6, 6, False)
 
