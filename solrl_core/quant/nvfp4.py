@@ -36,6 +36,8 @@ gets S capped at FLT_MAX and, like in TE, comes out as zeros.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 E2M1_MAX = 6.0
@@ -137,6 +139,31 @@ def _block_amax(x2: torch.Tensor, fmt: str) -> torch.Tensor:
     return tiles.repeat_interleave(BLOCK, dim=0)  # each tile's scale shared by its 16 rows
 
 
+class _Blocks(NamedTuple):
+    xs: torch.Tensor  # the padded input scaled into E2M1 range, shape (rows', blocks, 16)
+    scales: torch.Tensor  # E4M3 block scales, shape (rows', blocks)
+    S: torch.Tensor  # the FP32 global (encode) scale
+    rows: int  # rows before padding
+    padded_shape: torch.Size
+
+
+def _scaled_blocks(x32: torch.Tensor, fmt: str) -> _Blocks:
+    """Pad a non-empty float32 tensor to 16-blocks (2-D: 16×16 tiles), compute S and the block scales, and scale
+    every element into E2M1 range — the part shared by `nvfp4_encode` and the fused `quantize_dequantize`."""
+    x2 = x32.reshape(-1, x32.shape[-1])
+    xp = _pad_to_block(x2, 1)
+    if fmt == "nvfp4_2d":
+        xp = _pad_to_block(xp, 0)
+    S = _global_scale(x2.abs().amax())
+    S_inv = 1.0 / S
+    scales = to_e4m3(_block_amax(xp, fmt) * (S * _INV_E2M1_MAX))
+    sf = scales.to(torch.float32)
+    enc = (1.0 / (sf * S_inv)).clamp(max=_FLT_MAX)
+    enc = torch.where(sf == 0, torch.zeros_like(enc), enc)  # zero-scale blocks: every element → ±0
+    xs = xp.view(xp.shape[0], -1, BLOCK) * enc.unsqueeze(-1)
+    return _Blocks(xs, scales, S, x2.shape[0], xp.shape)
+
+
 def nvfp4_encode(
     x: torch.Tensor, fmt: str = "nvfp4"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,21 +192,9 @@ def nvfp4_encode(
             torch.zeros((*shape[:-1], n_blocks), device=x32.device).to(torch.float8_e4m3fn),
             torch.tensor(1.0, dtype=torch.float32, device=x32.device),
         )
-    x2 = x32.reshape(-1, cols)
-    rows = x2.shape[0]
-    xp = _pad_to_block(x2, 1)
-    if fmt == "nvfp4_2d":
-        xp = _pad_to_block(xp, 0)
-
-    S = _global_scale(x2.abs().amax())
-    S_inv = 1.0 / S
-    amax_b = _block_amax(xp, fmt)
-    scales = to_e4m3(amax_b * (S * _INV_E2M1_MAX))
-    sf = scales.to(torch.float32)
-    enc = (1.0 / (sf * S_inv)).clamp(max=_FLT_MAX)
-    enc = torch.where(sf == 0, torch.zeros_like(enc), enc)  # zero-scale blocks: every element → ±0
-    xs = xp.view(xp.shape[0], -1, BLOCK) * enc.unsqueeze(-1)
-    codes = e2m1_codes(xs.clamp(-E2M1_MAX, E2M1_MAX)).view(xp.shape)
+    b = _scaled_blocks(x32, fmt)
+    codes = e2m1_codes(b.xs.clamp(-E2M1_MAX, E2M1_MAX)).view(b.padded_shape)
+    scales, rows, S = b.scales, b.rows, b.S
 
     codes = codes[:rows, :cols].reshape(shape)
     scales = scales[:rows].reshape(*shape[:-1], -1)
@@ -254,16 +269,7 @@ def _qdq_nvfp4(x: torch.Tensor, fmt: str) -> torch.Tensor:
         codes, scales, S = nvfp4_encode(x32, fmt)
         return nvfp4_decode(codes, scales, S, x32.shape)
     shape, cols = x32.shape, x32.shape[-1]
-    x2 = x32.reshape(-1, cols)
-    rows = x2.shape[0]
-    xp = _pad_to_block(x2, 1)
-    if fmt == "nvfp4_2d":
-        xp = _pad_to_block(xp, 0)
-    S = _global_scale(x2.abs().amax())
-    S_inv = 1.0 / S
-    sf = to_e4m3(_block_amax(xp, fmt) * (S * _INV_E2M1_MAX)).to(torch.float32)
-    enc = (1.0 / (sf * S_inv)).clamp(max=_FLT_MAX)
-    enc = torch.where(sf == 0, torch.zeros_like(enc), enc)
-    q = _round_e2m1_float(xp.view(xp.shape[0], -1, BLOCK) * enc.unsqueeze(-1))
-    out = (q * (sf * S_inv).unsqueeze(-1)).view(xp.shape)
-    return out[:rows, :cols].reshape(shape)
+    b = _scaled_blocks(x32, fmt)
+    q = _round_e2m1_float(b.xs)
+    out = (q * (b.scales.to(torch.float32) * (1.0 / b.S)).unsqueeze(-1)).view(b.padded_shape)
+    return out[: b.rows, :cols].reshape(shape)
