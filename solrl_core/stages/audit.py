@@ -26,7 +26,6 @@ import time
 import numpy as np
 
 from solrl_core.config import RunConfig
-from solrl_core.errors import MissingInputError
 from solrl_core.pool import read_table, write_table
 from solrl_core.rundir import RunDir, write_json_atomic
 from solrl_core.stages.context import StageContext, load_backbone, load_merged_transformer
@@ -152,17 +151,7 @@ def audit_missing_inputs(run: RunDir, iteration: int) -> list[str]:
 
 def audit_iteration(run: RunDir, cfg: RunConfig, iteration: int, force: bool = False, progress: bool = True) -> dict:
     """Run the audit of `iteration` unless done (or `force`); return its manifest. The caller holds the run dir."""
-    if run.is_complete(iteration, AUDIT) and not force:
-        return run.manifest(iteration, AUDIT)
-    missing = audit_missing_inputs(run, iteration)
-    if missing:
-        raise MissingInputError(
-            f"the audit of iteration {iteration} needs '{missing[0]}' of iteration {iteration} first: "
-            f"solrl stage {missing[0]} --run-dir {run.root} --iteration {iteration}"
-        )
-    if force:
-        run.invalidate(iteration, AUDIT)
-    start = time.perf_counter()
-    summary = run_audit(StageContext(run, cfg, iteration, progress))
-    summary["seconds"] = round(time.perf_counter() - start, 3)
-    return run.complete(iteration, AUDIT, summary)
+    from solrl_core.stages.registry import run_recorded
+
+    missing = [(iteration, stage) for stage in audit_missing_inputs(run, iteration)]
+    return run_recorded(run, cfg, iteration, AUDIT, run_audit, missing, force, progress, "the audit")

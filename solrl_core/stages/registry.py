@@ -56,18 +56,25 @@ def run_stage(
     """Run one stage unless already complete (or `force`); return its manifest. The caller holds the run dir."""
     if stage not in STAGES:
         raise MissingInputError(f"unknown stage '{stage}' (stages: {', '.join(STAGES)})")
-    if run.is_complete(iteration, stage) and not force:
-        return run.manifest(iteration, stage)
     missing = missing_inputs(run, iteration, stage)
+    return run_recorded(run, cfg, iteration, stage, _funcs()[stage], missing, force, progress, f"stage '{stage}'")
+
+
+def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, missing: list[tuple[int, str]],
+                 force: bool, progress: bool, what: str) -> dict:
+    """The one way a recorded step runs: return its manifest if complete (unless `force`), refuse when inputs are
+    missing (naming the stage to run first), otherwise run `func`, time it and write the manifest last."""
+    if run.is_complete(iteration, name) and not force:
+        return run.manifest(iteration, name)
     if missing:
         it, first = missing[0]
         raise MissingInputError(
-            f"stage '{stage}' of iteration {iteration} needs '{first}' of iteration {it} first: "
+            f"{what} of iteration {iteration} needs '{first}' of iteration {it} first: "
             f"solrl stage {first} --run-dir {run.root} --iteration {it}"
         )
     if force:
-        run.invalidate(iteration, stage)
+        run.invalidate(iteration, name)
     start = time.perf_counter()
-    summary = _funcs()[stage](StageContext(run, cfg, iteration, progress))
+    summary = func(StageContext(run, cfg, iteration, progress))
     summary["seconds"] = round(time.perf_counter() - start, 3)
-    return run.complete(iteration, stage, summary)
+    return run.complete(iteration, name, summary)
