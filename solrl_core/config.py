@@ -23,10 +23,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+BackboneKind = Literal["embedded", "flux1", "sd35", "sana"]
+SamplerName = Literal["euler", "dpmpp_2m"]
+
+
 class ModelConfig(_Strict):
-    kind: Literal["embedded"] = "embedded"
-    path: str | None = Field(None, description="weights directory; null = the shipped embedded model")
+    kind: BackboneKind = Field("embedded", description="backbone adapter (solrl_core/backbones/registry.py)")
+    path: str | None = Field(
+        None, description="local diffusers directory or hub id; null = the shipped embedded model (embedded only)"
+    )
     device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="weights of the transformer and encoders (bfloat16 on GPUs; CPUs here lack bf16)"
+    )
+    resolution: int | None = Field(None, ge=8, description="image side in pixels; null = the backbone's default")
+    sampler: SamplerName | None = Field(None, description="ODE solver; null = the backbone's default")
+    max_sequence_length: int | None = Field(None, ge=1, description="text tokens (T5/Gemma); null = default")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the update (saves memory)")
+    decode_chunk: int = Field(8, ge=1, description="latents decoded per VAE call")
+    release_text_encoders: bool = Field(
+        False, description="drop the text encoders from the device once every prompt of the run is cached"
+    )
+    allow_downloads: bool = Field(False, description="let from_pretrained reach the hub (off: local files only)")
+
+
+class GuidanceConfig(_Strict):
+    """Guidance scales. 1.0 = none. FLUX.1-dev's distilled guidance embedding takes the value directly; the others
+    use classifier-free guidance with the empty prompt when the scale is above 1."""
+
+    rollout: float = Field(1.0, ge=0, description="explore and regenerate")
+    train: float = Field(1.0, ge=0, description="the velocities inside the update")
+    eval: float = Field(1.0, ge=0, description="held-out evaluation")
 
 
 class PromptsConfig(_Strict):
@@ -128,6 +155,7 @@ class RunConfig(_Strict):
     seed: int = 0
     iterations: int = Field(10, ge=1)
     model: ModelConfig = ModelConfig()
+    guidance: GuidanceConfig = GuidanceConfig()
     prompts: PromptsConfig = PromptsConfig()
     quant: QuantConfig = QuantConfig()
     explore: ExploreConfig = ExploreConfig()

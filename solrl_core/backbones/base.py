@@ -13,11 +13,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from solrl_core.seeds import noise_batch
+
+if TYPE_CHECKING:
+    from solrl_core.config import ModelConfig
 
 Conditioning = dict[str, torch.Tensor]
 """Batch-first tensors the transformer is conditioned on (e.g. encoder_hidden_states, pooled_projections)."""
@@ -25,12 +29,14 @@ Conditioning = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class BackboneDefaults:
-    """Per-backbone defaults that configs may override."""
+    """Per-backbone defaults that configs may override (train.lora_targets, quant.*, model.sampler, ...)."""
 
     lora_targets: list[str]
     quant_skip_names: list[str]
     quant_min_width: int
     sampler: str = "euler"
+    resolution: int = 32
+    distilled_guidance: bool = False  # True: the guidance scale is a model input (FLUX.1-dev), not CFG
     extra: dict = field(default_factory=dict)
 
 
@@ -40,6 +46,11 @@ class Backbone(ABC):
     name: str
     transformer: torch.nn.Module
     defaults: BackboneDefaults
+
+    @classmethod
+    @abstractmethod
+    def load(cls, model: "ModelConfig") -> "Backbone":
+        """Build the adapter from the `model:` config section (path, device, dtype, resolution, ...)."""
 
     @property
     @abstractmethod
@@ -51,8 +62,16 @@ class Backbone(ABC):
         """Conditioning for a batch of prompts (no grad)."""
 
     @abstractmethod
-    def velocity(self, transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: Conditioning) -> torch.Tensor:
-        """Model velocity v(x_t, sigma) for a batch; `sigma` has shape (B,), values in [0, 1]."""
+    def velocity(
+        self,
+        transformer: torch.nn.Module,
+        x_t: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Conditioning,
+        guidance: float = 1.0,
+    ) -> torch.Tensor:
+        """Model velocity v(x_t, sigma) for a batch; `sigma` has shape (B,), values in [0, 1]. `guidance` is only
+        read by backbones with a distilled guidance input (defaults.distilled_guidance); CFG is the sampler's job."""
 
     @abstractmethod
     def decode(self, latents: torch.Tensor) -> np.ndarray:
@@ -61,6 +80,14 @@ class Backbone(ABC):
     def initial_noise(self, seeds: Sequence[int]) -> torch.Tensor:
         """Initial latents of the seeds: randn(latent_shape) from a generator seeded with each seed."""
         return noise_batch(seeds, self.latent_shape)
+
+    def sigmas(self, steps: int) -> list[float]:
+        """The sampling schedule's sigmas for `steps` steps, from 1 down, terminal 0 excluded (uniform by default;
+        backbones with a resolution-dependent shift override this)."""
+        return [1.0 - i / steps for i in range(steps)]
+
+    def release_text_encoders(self) -> None:
+        """Free the text encoders (called once every prompt the run needs is in the text-embedding cache)."""
 
     def base_state_dict(self) -> dict[str, torch.Tensor]:
         """The frozen base transformer weights W0 (no adapters)."""

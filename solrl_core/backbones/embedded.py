@@ -36,6 +36,10 @@ class EmbeddedBackbone(Backbone):
         self.resolution = model.resolution
 
     @classmethod
+    def load(cls, model) -> "EmbeddedBackbone":
+        return cls.from_pretrained(model.path, device=model.device)
+
+    @classmethod
     def from_pretrained(cls, path: str | Path | None = None, device: str = "cpu") -> "EmbeddedBackbone":
         """Load a saved model directory; None loads the weights shipped with solrl."""
         return cls(load_model(PRETRAINED_DIR if path is None else path, device=device), device=device)
@@ -49,7 +53,12 @@ class EmbeddedBackbone(Backbone):
         return {k: v.detach() for k, v in self.model.encode(prompts).items()}
 
     def velocity(
-        self, transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: Conditioning
+        self,
+        transformer: torch.nn.Module,
+        x_t: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Conditioning,
+        guidance: float = 1.0,
     ) -> torch.Tensor:
         return predict_velocity(transformer, x_t, sigma, cond)
 

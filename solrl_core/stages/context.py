@@ -35,18 +35,17 @@ class StageContext:
         return self.run.stage_dir(self.iteration, stage) / name
 
 
-@functools.lru_cache(maxsize=4)
-def _load_backbone(kind: str, path: str | None, device: str) -> Backbone:
-    if kind == "embedded":
-        from solrl_core.backbones.embedded import EmbeddedBackbone
+@functools.lru_cache(maxsize=2)
+def _load_backbone(model_json: str) -> Backbone:
+    from solrl_core.backbones import registry
+    from solrl_core.config import ModelConfig
 
-        return EmbeddedBackbone.from_pretrained(path, device=device)
-    raise SolrlError(f"model.kind '{kind}' is not supported")
+    return registry.load_backbone(ModelConfig.model_validate_json(model_json))
 
 
 def load_backbone(cfg: RunConfig) -> Backbone:
     """The backbone with its pristine base weights W0 (cached per process; never modify `.transformer`)."""
-    return _load_backbone(cfg.model.kind, cfg.model.path, cfg.model.device)
+    return _load_backbone(cfg.model.model_dump_json())
 
 
 def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
