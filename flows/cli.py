@@ -124,6 +124,33 @@ def cmd_stage(args) -> int:
     return 0
 
 
+def cmd_deploy(args) -> int:
+    from solrl_core.config import load_config
+
+    overrides = list(args.set or [])
+    cfg = load_config(args.config, overrides)
+    run_dir = Path(args.run_dir or _default_run_dir(cfg)).resolve()
+    _prefect_env()
+    from flows.deploy import check_schedule, deploy_all, require_api
+
+    check_schedule(args.cron, args.interval)
+    url = require_api()
+    info = deploy_all(cfg, Path(args.config).resolve(), run_dir, overrides, args.name, args.cron, args.interval)
+    schedule = f"cron '{args.cron}'" if args.cron else f"every {args.interval:g} s" if args.interval else "none"
+    print(f"deployed to {url}")
+    print(f"training : {info['training']}  (work pool '{info['training_pool']}', schedule: {schedule})")
+    print(f"           solrl train {Path(args.config).resolve()} --run-dir {run_dir}"
+          + "".join(f" --set {o}" for o in overrides))
+    for stage, name in info["stages"].items():
+        print(f"stage    : {name}")
+    for pool in info["pools"]:
+        made = " (created)" if pool in info["created_pools"] else ""
+        print(f"pool     : {pool}{made}, {info['workers'][pool]} worker(s) online; "
+              f"start one with: prefect worker start --pool {pool}")
+    print(f"run now  : prefect deployment run '{info['training']}'")
+    return 0
+
+
 def _status_data(run) -> dict:
     from solrl_core.rundir import STAGES, read_json
     from solrl_core.runs import load_run_config
@@ -157,7 +184,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from solrl_core.inspect import pool_summary
+    from solrl_core.inspect import mlflow_link_text, pool_summary
     from solrl_core.rundir import RunDir
 
     summary = pool_summary(RunDir(args.run_dir), args.iteration)
@@ -179,6 +206,7 @@ def cmd_inspect(args) -> int:
         for s in p["selected"]:
             final = "" if s["final"] is None else f"  final {s['final']:.4f}"
             print(f"    seed {s['seed']:>12}  proxy {s['proxy']:.4f}{final}")
+    print("\n" + mlflow_link_text(summary["mlflow"], args.iteration))
     return 0
 
 
@@ -237,6 +265,19 @@ def cmd_rewards(args) -> int:
     rows = check_rewards(weights, cfg.reward_models)
     print(format_table(rows, list(rows[0].keys())))
     return 0 if all(row.get("ok") for row in rows) else 1
+
+
+def cmd_make_tiny(args) -> int:
+    from solrl_core.backbones.tiny.bundle import make_tiny_bundle
+
+    summary = make_tiny_bundle(args.model, args.dir)
+    print(f"tiny {summary['model']} model ({summary['kind']}) in {summary['dir']}")
+    print(f"  rewards  : {summary['dir']}/rewards ({', '.join(summary['rewards'])})")
+    print(f"  prompts  : {summary['prompts']}")
+    print(f"  overrides: {summary['overrides']} (applied whenever model.path is this directory)")
+    print(f"try: solrl train configs/presets/{summary['model']}_sol_rl_pickscore.yaml --iterations 1 "
+          f"--set model.path={summary['dir']}")
+    return 0
 
 
 def cmd_plan(args) -> int:
@@ -324,6 +365,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="discard the stage's artifact and compute it again")
     p.set_defaults(func=cmd_stage)
 
+    p = sub.add_parser("deploy", help="register the training flow and every stage as Prefect deployments",
+                       description="Register, on the Prefect server of PREFECT_API_URL, the deployment "
+                       "solrl-train-config/<name> (what `solrl train CONFIG --run-dir DIR --set ...` does; optionally "
+                       "on a schedule) and solrl-stage/<stage>@<pool> for each stage (what `solrl stage` does; "
+                       "parameters run_dir and iteration), on the work pools of the config's `orchestration` section "
+                       "(process pools, created when missing). Workers load the flows from this checkout.")
+    p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
+    p.add_argument("--run-dir", help="the run directory the training deployment trains (default runs/<config name>/)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.add_argument("--name", help="name of the training deployment (default: the config's name)")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--cron", metavar="EXPR", help="schedule the training deployment, e.g. '0 3 * * *'")
+    when.add_argument("--interval", type=float, metavar="SECONDS", help="schedule it every SECONDS")
+    p.set_defaults(func=cmd_deploy)
+
     p = sub.add_parser("status", help="which stages of which iterations are complete")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -350,6 +406,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML config whose rewards / reward_models to use")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.set_defaults(func=cmd_rewards)
+
+    p = sub.add_parser("make-tiny", help="write a tiny random-weight model that runs the official presets on a CPU",
+                       description="Write into DIR a tiny random-weight diffusers model of MODEL's architecture, tiny "
+                       "reward checkpoints in the official layouts (DIR/rewards), a prompt file and DIR/solrl_tiny.yaml: "
+                       "run overrides (CPU, small resolution, 2 prompts x 8 seeds, K=4) applied to any config whose "
+                       "model.path is DIR, so e.g. `solrl train configs/presets/MODEL_sol_rl_pickscore.yaml "
+                       "--iterations 1 --set model.path=DIR` runs on a CPU (--set still wins).")
+    p.add_argument("model", help="flux1 | sd35l | sd35m | sana")
+    p.add_argument("dir", help="output directory (created)")
+    p.set_defaults(func=cmd_make_tiny)
 
     p = sub.add_parser("plan", help="predict seconds per stage and iteration of each family on a GPU",
                        description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "

@@ -1,27 +1,44 @@
 """One RL iteration as a Prefect flow: quantize → explore → score → select → regenerate → score → update.
 
+Each stage runs in this flow's process, or, when the config gives it a work pool (`orchestration.work_pools` /
+`default_pool`), as a run of its stage deployment on that pool (flows/deploy.py) that this flow waits for.
 When the run's `audit.every` says so, the full-fidelity audit (the whole explore pool regenerated at full
-precision) runs after score_final; nothing downstream reads it.
+precision) runs after score_final, in this process; nothing downstream reads it.
 """
 
 from __future__ import annotations
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
+from flows.deploy import ensure_stage_deployment, online_workers
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.audit import AUDIT, audit_due
 from tasks.audit import audit_task
 from tasks.registry import STAGE_TASKS
+from tasks.remote_stage import remote_stage_task
+
+
+def _deployment(stage: str, pool: str) -> str:
+    if not online_workers(pool):
+        get_run_logger().warning("no worker polls work pool '%s': stage '%s' waits until one starts "
+                                 "(prefect worker start --pool %s)", pool, stage, pool)
+    return ensure_stage_deployment(stage, pool)
 
 
 @flow(name="solrl-iteration", flow_run_name="iteration-{iteration}", log_prints=True)
 def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[str, dict]:
     """Run every stage of `iteration` in order; complete stages return their manifest at once (resume)."""
-    audit = audit_due(load_run_config(RunDir(run_dir)), iteration)
+    run = RunDir(run_dir)
+    cfg = load_run_config(run)
+    audit = audit_due(cfg, iteration)
     manifests = {}
     for stage, stage_task in STAGE_TASKS.items():
-        manifests[stage] = stage_task(run_dir, iteration, progress=progress)
+        pool = cfg.orchestration.pool_for(stage)
+        if pool and not run.is_complete(iteration, stage):
+            manifests[stage] = remote_stage_task(run_dir, stage, iteration, _deployment(stage, pool))
+        else:
+            manifests[stage] = stage_task(run_dir, iteration, progress=progress)
         if stage == "score_final" and audit:
             manifests[AUDIT] = audit_task(run_dir, iteration, progress=progress)
     return manifests

@@ -1,12 +1,27 @@
-"""One stage of one iteration as its own flow (what `solrl stage` runs, and what a deployment can run alone)."""
+"""One stage of one iteration as its own flow (what `solrl stage` runs, and what a stage deployment runs)."""
 
 from __future__ import annotations
 
 from prefect import flow
 
+from solrl_core.errors import SolrlError
+from solrl_core.rundir import RunDir
+from solrl_core.runs import load_run_config
 from tasks.registry import STAGE_TASKS
 
 
 @flow(name="solrl-stage", flow_run_name="{stage}-it{iteration}")
-def stage_flow(run_dir: str, stage: str, iteration: int, force: bool = False, progress: bool = True) -> dict:
-    return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)
+def stage_flow(run_dir: str, stage: str, iteration: int, force: bool = False, progress: bool = True,
+               hold: bool = False) -> dict:
+    """Run `stage` of `iteration` (skipped when complete unless `force`; refused when its inputs are missing).
+
+    `hold`: take the run directory's lock for the stage, as `solrl stage` does (stage deployments run alone default
+    to true); false when the caller already holds it (`solrl stage`, or the iteration flow that dispatched it).
+    """
+    if stage not in STAGE_TASKS:
+        raise SolrlError(f"unknown stage '{stage}' (stages: {', '.join(STAGE_TASKS)})")
+    load_run_config(RunDir(run_dir))  # a path that is not a run directory: one line saying so
+    if not hold:
+        return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)
+    with RunDir(run_dir).hold():
+        return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)

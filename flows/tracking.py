@@ -1,16 +1,21 @@
-"""MLflow: one MLflow run per training run; per-iteration metrics and the best/worst grid (step = iteration)."""
+"""MLflow: one MLflow run per training run; per-iteration metrics and the best/worst grid (step = iteration), and
+each iteration's candidate pool under `pool/iter_NNNN/` (see `log_pool`)."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from solrl_core.config import RunConfig
+from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table
 from solrl_core.pool import read_table
-from solrl_core.report import best_worst_grid
+from solrl_core.report import best_worst_grid, proxy_final_scatter, top_bottom_grids
 from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
+
+POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
 
 
 def tracking_uri(cfg: RunConfig) -> str:
@@ -83,7 +88,7 @@ def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
 
 def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     """Log one finished iteration (once: a marker file records it) and save its best/worst grid PNG."""
-    marker = run.iteration_dir(iteration) / "manifests" / "logged.json"
+    marker = logged_marker(run, iteration)
     metrics = iteration_metrics(run, iteration)
     if marker.is_file():
         return metrics
@@ -100,7 +105,7 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         mlflow.log_metrics(metrics, step=iteration)
         mlflow.set_tags({"explore_backend": report["precision"], "explore_backend_reason": report["reason"][:5000]})
-        mlflow.log_dict(report, f"quantize/report_iter{iteration:04d}.json")
+        log_pool(run, cfg, iteration, info["mlflow_run_id"], report)
         for event in report.get("escalations", []):
             if event["iteration"] == iteration - 1:  # decided after the previous iteration, applied from this one
                 mlflow.log_dict(event, f"guardrail/escalation_after_iter{event['iteration']:04d}.json")
@@ -109,6 +114,56 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
             mlflow.log_image(grid, key="pool/best_worst", step=iteration)
     write_json_atomic(marker, {"iteration": iteration})
     return metrics
+
+
+def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: dict) -> str:
+    """Log an iteration's pool into the active MLflow run, under `pool/iter_NNNN/`; return that path.
+
+    - `candidates.json`: MLflow table, one row per explore candidate (prompt, seed, proxy reward, final reward where
+      a training sample was made from the seed, selected; solrl_core.inspect.pool_table);
+    - `top_bottom/prompt_NNNN.png`: per prompt, its top-K and bottom-K candidates by proxy reward (K = select.k/2);
+    - `proxy_vs_final.png`: final against proxy reward of the selected seeds, with the ranking fidelity;
+    - `quantize_report.json`: the quantize stage's report: the explore precision and why, and per Linear layer
+      whether it ran in low precision or stayed in full precision (and why), with its weight error.
+    Safe to call again after a crash: a table already logged is not appended to a second time.
+    """
+    import mlflow
+
+    path = pool_artifact_path(iteration)
+    table = pool_table(run, iteration)
+    if f"{path}/candidates.json" not in {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, path)}:
+        _log_table(run_id, {k: v.tolist() for k, v in table.items()}, f"{path}/candidates.json")
+    pool = run.stage_dir(iteration, "explore") / "pool.zarr"
+    k = max(1, cfg.select.k // 2)
+    for prompt, grid in top_bottom_grids(pool, table["proxy_reward"], k, tile=POOL_TILE).items():
+        mlflow.log_image(grid, artifact_file=f"{path}/top_bottom/prompt_{prompt:04d}.png")
+    prompts = read_table(pool, [])[1]["prompts"]
+    with tempfile.TemporaryDirectory() as tmp:
+        scatter = Path(tmp) / "proxy_vs_final.png"
+        proxy_final_scatter(table["proxy_reward"], table["final_reward"], table["prompt_index"], scatter,
+                            prompts=prompts, title=f"iteration {iteration}: selected seeds")
+        mlflow.log_artifact(str(scatter), artifact_path=path)
+    mlflow.log_dict(report, f"{path}/quantize_report.json")
+    return path
+
+
+def _log_table(run_id: str, data: dict[str, list], artifact_file: str) -> None:
+    """`MlflowClient.log_table`, as long as the run's list of tables has room. MLflow lists a run's tables in one
+    tag (`mlflow.loggedArtifacts`) and silently cuts tag values at MAX_TAG_VAL_LENGTH characters (8000, ~130 pool
+    tables), after which every log_table fails; later tables are written in the same JSON format, not listed
+    (read them with `pandas.read_json(path, orient="split")`)."""
+    import mlflow
+    import pandas as pd
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    client = mlflow.MlflowClient()
+    listed = client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]")
+    entry = json.dumps({"path": artifact_file, "type": "table"})
+    if len(listed) + len(entry) + 2 <= MAX_TAG_VAL_LENGTH:
+        client.log_table(run_id, data, artifact_file)
+    else:
+        client.log_text(run_id, pd.DataFrame(data).to_json(orient="split", index=False), artifact_file)
 
 
 def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:

@@ -1,4 +1,5 @@
-"""The training flow: iterations up to the configured count, each resumed from its first incomplete stage."""
+"""The training flow: iterations up to the configured count, each resumed from its first incomplete stage; and
+`train_config_flow`, what `solrl train CONFIG` does as one flow (the entry point of the training deployment)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from prefect import flow, get_run_logger
 from flows.iteration import iteration_flow
 from flows.tracking import ensure_mlflow_run, log_audit, log_evaluation, log_iteration
 from tasks.evaluate import evaluate_task
+from solrl_core.config import load_config
 from solrl_core.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.runs import load_run_config, prepare_run
 from solrl_core.stages.audit import AUDIT
 
 
@@ -40,3 +42,15 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
             log_evaluation(run, cfg, evaluation)
             logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
     return history
+
+
+@flow(name="solrl-train-config", flow_run_name="train-config-{run_dir}")
+def train_config_flow(config: str, run_dir: str, overrides: list[str] | None = None,
+                      progress: bool = False) -> list[dict[str, float]]:
+    """`solrl train CONFIG --run-dir RUN_DIR --set OVERRIDE ...`: start the run, or resume it to the configured
+    iteration count (a no-op when complete; pass e.g. `iterations=12` in `overrides` to extend it)."""
+    cfg = load_config(config, list(overrides or []))
+    run = RunDir(run_dir)
+    with run.hold():
+        prepare_run(run, cfg)
+        return training_flow(str(run.root), cfg.iterations, progress=progress)

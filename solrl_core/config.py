@@ -1,12 +1,18 @@
 """Typed run configuration: YAML -> validated pydantic objects.
 
-Unknown keys and bad values are rejected with a message naming the key. A config may start from another file with
-`extends: other.yaml` (path relative to the extending file; mappings merge key by key, the extending file wins).
+Unknown keys and bad values are rejected with a message naming the key. A config may start from other files with
+`extends: other.yaml` or `extends: [a.yaml, b.yaml, ...]` (paths relative to the extending file; the list merges in
+order, later files win; mappings merge key by key, the extending file wins over all of them).
 `--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
+
+Tiny models: when `model.path` is a local directory holding `solrl_tiny.yaml` (written by `solrl make-tiny`), its
+values are merged over the config after `extends` and `--set`, and the `--set` overrides are applied once more, so
+the command line still wins. This makes an official preset runnable on a CPU against a tiny model.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,7 +63,14 @@ class GuidanceConfig(_Strict):
 
 
 class PromptsConfig(_Strict):
-    train: str = Field("builtin:shapes-train", description="builtin:shapes-train | builtin:shapes-test | a text file")
+    train: str = Field(
+        "builtin:shapes-train",
+        description="builtin:shapes-train | builtin:shapes-test | a text file (one prompt per line, # comments) | "
+        'a .jsonl file (one {"prompt": ...} object per line, other keys kept as metadata) (solrl_core/prompts.py)',
+    )
+    split: str | None = Field(
+        None, description='JSONL only: train on the lines whose "split" field equals this (e.g. train); null = all'
+    )
     per_iteration: int = Field(4, ge=1, description="prompts drawn per iteration (official 48)")
 
 
@@ -100,6 +113,15 @@ class RegenerateConfig(_Strict):
     batch_size: int = Field(32, ge=1)
 
 
+class ScoreConfig(_Strict):
+    """Reward scoring of the explore pool and the regenerated samples (solrl_core/stages/pool_scoring.py)."""
+
+    overlap: bool = Field(
+        True, description="score each committed sampling batch on a background thread while the next one samples "
+        "(same scores as scoring after sampling; the score stages then only read them)"
+    )
+
+
 class OptimizerConfig(_Strict):
     lr: float = Field(3e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -116,7 +138,9 @@ class TrainConfig(_Strict):
     beta: float = Field(1.0, gt=0)
     adv_clip: float = Field(5.0, gt=0)
     kl_weight: float = Field(1e-4, ge=0)
-    micro_batch: int = Field(8, ge=1)
+    micro_batch: int = Field(8, ge=1, description="(sample, time) pairs per forward/backward, per process")
+    processes: int = Field(1, ge=1, description="update processes (torchrun, data parallel); official 8 GPUs")
+    dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
     optimizer_steps: int = Field(1, ge=1, description="optimizer steps per iteration (official 1)")
     optimizer: OptimizerConfig = OptimizerConfig()
     old_eta_rate: float = Field(0.001, ge=0)
@@ -128,7 +152,10 @@ class EvalConfig(_Strict):
     """Held-out evaluation with the EMA weights: fixed prompts and seeds, full precision."""
 
     every: int = Field(5, ge=0, description="evaluate after every N iterations (and the last); 0 = never")
-    prompts: str = Field("builtin:shapes-test", description="a builtin set or a text file, one prompt per line")
+    prompts: str = Field("builtin:shapes-test", description="a builtin set, a text or a JSONL file (as prompts.train)")
+    split: str | None = Field(
+        None, description='JSONL only: evaluate the lines whose "split" field equals this (e.g. test); null = all'
+    )
     num_prompts: int = Field(16, ge=1)
     seeds_per_prompt: int = Field(2, ge=1)
     steps: int = Field(10, ge=1, description="ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
@@ -149,6 +176,32 @@ class TrackingConfig(_Strict):
     grid_prompts: int = Field(2, ge=0, description="prompts shown in the best/worst image grid per iteration")
 
 
+class OrchestrationConfig(_Strict):
+    """Where stages run. A stage with a work pool runs as a Prefect deployment run on that pool (a worker started
+    with `prefect worker start --pool NAME` picks it up) and the iteration flow waits for it; a stage without one
+    runs inside the iteration flow's own process."""
+
+    work_pools: dict[str, str] = Field(
+        default_factory=dict, description="stage -> work pool, e.g. {explore: explore-pool, update: train-pool}"
+    )
+    default_pool: str | None = Field(None, description="pool of the stages not in work_pools; null = in process")
+    flow_pool: str = Field("solrl", description="pool of the deployments `solrl deploy` makes for the training flow "
+                           "and for stages that have no pool")
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> OrchestrationConfig:
+        from solrl_core.rundir import STAGES
+
+        unknown = sorted(set(self.work_pools) - set(STAGES))
+        if unknown:
+            raise ValueError(f"orchestration.work_pools: unknown stage '{unknown[0]}' (stages: {', '.join(STAGES)})")
+        return self
+
+    def pool_for(self, stage: str) -> str | None:
+        """The work pool `stage` runs on, or None to run it in the iteration flow's process."""
+        return self.work_pools.get(stage) or self.default_pool
+
+
 class RunConfig(_Strict):
     name: str = "run"
     family: Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"] = "sol_rl"
@@ -162,6 +215,7 @@ class RunConfig(_Strict):
     select: SelectConfig = SelectConfig()
     regenerate: RegenerateConfig = RegenerateConfig()
     rewards: dict[str, float] = Field(default_factory=lambda: {"embedded": 1.0})
+    score: ScoreConfig = ScoreConfig()
     reward_models: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-reward weights location etc., e.g. {pickscore: {path: ...}}"
     )
@@ -169,6 +223,7 @@ class RunConfig(_Strict):
     eval: EvalConfig = EvalConfig()
     audit: AuditConfig = AuditConfig()
     tracking: TrackingConfig = TrackingConfig()
+    orchestration: OrchestrationConfig = OrchestrationConfig()
 
     @model_validator(mode="after")
     def _check_shapes(self) -> RunConfig:
@@ -216,10 +271,17 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}:{where} is not valid YAML") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
-    parent = data.pop("extends", None)
-    if parent is not None:
-        data = _deep_merge(_read_yaml(path.parent / parent, seen + (path,)), data)
-    return data
+    parents = data.pop("extends", None)
+    if parents is None:
+        return data
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise ConfigError(f"{path}: 'extends' must be a file name or a list of file names")
+    base: dict = {}
+    for parent in parents:  # in order: later files win
+        base = _deep_merge(base, _read_yaml(path.parent / parent, seen + (path,)))
+    return _deep_merge(base, data)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -270,10 +332,44 @@ def validate_config(data: dict, source: str = "config") -> RunConfig:
         raise ConfigError(f"{source}: {_format_error(exc)}") from None
 
 
+TINY_OVERRIDES_FILE = "solrl_tiny.yaml"
+
+
+def tiny_overrides_file(data: dict) -> Path | None:
+    """`model.path`/solrl_tiny.yaml when model.path is a local directory holding one (see `solrl make-tiny`)."""
+    model = data.get("model")
+    path = model.get("path") if isinstance(model, dict) else None
+    if not isinstance(path, str) or not path:
+        return None
+    candidate = Path(path).expanduser() / TINY_OVERRIDES_FILE
+    return candidate if candidate.is_file() else None
+
+
+def apply_tiny_overrides(data: dict, overrides: list[str]) -> dict:
+    """Merge the tiny model's run overrides over `data`, then the `--set` overrides again (the command line wins).
+    Prints one line to stderr when it does. A tiny model of another backbone kind is a ConfigError."""
+    tiny_file = tiny_overrides_file(data)
+    if tiny_file is None:
+        return data
+    tiny = _read_yaml(tiny_file)
+    kind = (tiny.get("model") or {}).get("kind")
+    wanted = data["model"].get("kind", "embedded")
+    if kind is not None and kind != wanted:
+        raise ConfigError(
+            f"model.path {tiny_file.parent} holds a tiny '{kind}' model but model.kind is '{wanted}'; "
+            "use the preset of that model"
+        )
+    data = apply_overrides(_deep_merge(data, tiny), overrides)
+    print(f"solrl: tiny model at {tiny_file.parent}: applied its CPU run overrides ({tiny_file.name}); "
+          "--set still wins", file=sys.stderr)
+    return data
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Read, merge `extends`, apply `--set` overrides, validate."""
+    """Read, merge `extends`, apply `--set` overrides (and a tiny model's run overrides), validate."""
     path = Path(path)
     data = apply_overrides(_read_yaml(path), overrides or [])
+    data = apply_tiny_overrides(data, overrides or [])
     data.setdefault("name", path.stem)
     return validate_config(data, source=str(path))
 

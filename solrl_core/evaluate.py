@@ -15,16 +15,16 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from solrl_core.config import RunConfig
+from solrl_core.prompts import eval_prompt_set
 from solrl_core.rewards.registry import score_images
 from solrl_core.rl.policy import EmaWeights
-from solrl_core.sampler import sample_euler
+from solrl_core.sampler import resolve_sampler, sample
 from solrl_core.stages.context import (
     EMA_FILE,
     attach_policy,
     fresh_transformer,
     load_adapters,
     load_backbone,
-    prompt_set,
 )
 
 EVAL_SEED_BASE = 2_000_000_000
@@ -32,7 +32,7 @@ EVAL_SEED_BASE = 2_000_000_000
 
 def eval_inputs(cfg: RunConfig) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(prompts, prompt_index per sample, seed per sample) of the evaluation."""
-    prompts = prompt_set(cfg.eval.prompts, "eval.prompts")[: cfg.eval.num_prompts]
+    prompts = eval_prompt_set(cfg)
     n = cfg.eval.seeds_per_prompt
     prompt_index = np.repeat(np.arange(len(prompts)), n)
     seeds = EVAL_SEED_BASE + np.arange(len(prompt_index))
@@ -57,9 +57,18 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
     return transformer, ema_used
 
 
-def evaluate_checkpoint(cfg: RunConfig, checkpoint: Path, use_ema: bool = True, progress: bool = False) -> dict:
-    """Mean of every evaluation reward (and their weighted total) over the fixed prompts and seeds."""
+def evaluate_checkpoint(
+    cfg: RunConfig, checkpoint: Path, use_ema: bool = True, progress: bool = False, encode=None
+) -> dict:
+    """Mean of every evaluation reward (and their weighted total) over the fixed prompts and seeds.
+
+    Samples with the run's solver (`model.sampler` or the backbone's default), `eval.steps` and `guidance.eval`;
+    `encode` (prompts -> conditioning, e.g. a run's text cache) defaults to the backbone's text encoders."""
     backbone = load_backbone(cfg)
+    encode = encode or backbone.encode_prompts
+    sampler = resolve_sampler(cfg.model.sampler, backbone)
+    guidance = cfg.guidance.eval
+    uncond = encode([""]) if guidance != 1.0 and not backbone.defaults.distilled_guidance else None
     transformer, ema_used = policy_transformer(cfg, checkpoint, use_ema)
     prompts, prompt_index, seeds = eval_inputs(cfg)
     weights = cfg.eval.rewards or cfg.rewards
@@ -67,9 +76,11 @@ def evaluate_checkpoint(cfg: RunConfig, checkpoint: Path, use_ema: bool = True, 
     bs = cfg.eval.batch_size
     for start in tqdm(range(0, len(seeds), bs), desc="evaluate", leave=False, disable=not progress):
         batch_prompts = [prompts[i] for i in prompt_index[start : start + bs]]
-        cond = backbone.encode_prompts(batch_prompts)
+        cond = encode(batch_prompts)
         noise = backbone.initial_noise(seeds[start : start + bs].tolist())
-        batch_images = backbone.decode(sample_euler(backbone, transformer, cond, noise, cfg.eval.steps).x0)
+        x0 = sample(backbone, transformer, cond, noise, cfg.eval.steps, sampler=sampler, guidance=guidance,
+                    uncond=uncond).x0
+        batch_images = backbone.decode(x0)
         total, per = score_images(batch_images, batch_prompts, weights, models=cfg.reward_models)
         totals.append(total)
         parts.append(per)
@@ -78,7 +89,7 @@ def evaluate_checkpoint(cfg: RunConfig, checkpoint: Path, use_ema: bool = True, 
     for name in weights:
         metrics[name] = float(np.concatenate([p[name] for p in parts]).mean())
     return {"metrics": metrics, "ema": ema_used, "samples": int(len(seeds)), "images": np.concatenate(images),
-            "prompt_index": prompt_index, "prompts": prompts}
+            "prompt_index": prompt_index, "prompts": prompts, "sampler": sampler}
 
 
 def sample_grid(images: np.ndarray, per_row: int, scale: int = 3) -> np.ndarray:
@@ -109,14 +120,15 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     if (out / "metrics.json").is_file():
         return json.loads((out / "metrics.json").read_text())
     checkpoint = ensure_initial_checkpoint(StageContext(run, cfg, 0)) if step == 0 else run.checkpoint_dir(step - 1)
-    result = evaluate_checkpoint(cfg, checkpoint, progress=progress)
+    context = StageContext(run, cfg, step, progress)
+    result = evaluate_checkpoint(cfg, checkpoint, progress=progress, encode=context.encode)
     partial = out.with_name(out.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     Image.fromarray(sample_grid(result["images"], cfg.eval.seeds_per_prompt)).save(partial / "samples.png")
     summary = {"step": step, "metrics": result["metrics"], "ema": result["ema"], "samples": result["samples"],
-               "prompts": result["prompts"]}
+               "prompts": result["prompts"], "sampler": result["sampler"], "guidance": cfg.guidance.eval}
     write_json_atomic(partial / "metrics.json", summary)
     if out.exists():
         shutil.rmtree(out)

@@ -1,35 +1,79 @@
-"""A readable summary of one iteration's candidate pool (what `solrl inspect` prints)."""
+"""One iteration's candidate pool as people read it: the per-candidate table, the per-prompt summary that
+`solrl inspect` prints, and where the pool is in the MLflow UI."""
 
 from __future__ import annotations
+
+from urllib.parse import urlparse
 
 import numpy as np
 
 from solrl_core.errors import MissingInputError
 from solrl_core.pool import read_table
-from solrl_core.rundir import RunDir
+from solrl_core.rundir import RunDir, read_json
+
+UI_HOST, UI_PORT = "127.0.0.1", 5000
 
 
-def pool_summary(run: RunDir, iteration: int) -> dict:
+def pool_table(run: RunDir, iteration: int) -> dict[str, np.ndarray]:
+    """One row per explore candidate, in pool order: candidate, prompt_index, prompt, seed, proxy_reward (NaN until
+    score_explore), final_reward (the reward of the training sample made from that seed; NaN where there is none),
+    selected. With several rewards, also proxy_<name> and final_<name> per reward."""
     if not run.is_complete(iteration, "explore"):
         raise MissingInputError(f"iteration {iteration} of {run.root} has no complete explore pool yet")
     cols, attrs = read_table(run.stage_dir(iteration, "explore") / "pool.zarr", ["prompt_index", "seed"])
     n = len(cols["seed"])
-    proxy = np.full(n, np.nan)
+    prompts = np.asarray(attrs["prompts"], dtype=object)
+    table = {
+        "candidate": np.arange(n, dtype=np.int64),
+        "prompt_index": cols["prompt_index"].astype(np.int64),
+        "prompt": prompts[cols["prompt_index"]],
+        "seed": cols["seed"].astype(np.int64),
+        "proxy_reward": np.full(n, np.nan),
+        "final_reward": np.full(n, np.nan),
+        "selected": np.zeros(n, dtype=bool),
+    }
     if run.is_complete(iteration, "score_explore"):
-        proxy = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr", ["reward"])[0]["reward"]
-    chosen = np.zeros(0, dtype=np.int64)
+        proxy, _ = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr")
+        table["proxy_reward"] = proxy["reward"].astype(np.float64)
+        table.update(_components("proxy", proxy, np.arange(n), n))
     if run.is_complete(iteration, "select"):
-        sel = read_table(run.stage_dir(iteration, "select") / "selection.zarr", ["candidate_index"])[0]
-        chosen = sel["candidate_index"]
-    final = {}
+        table["selected"] = read_table(run.stage_dir(iteration, "select") / "selection.zarr", ["selected"])[0][
+            "selected"].astype(bool)
     if run.is_complete(iteration, "score_final"):
-        r = read_table(run.stage_dir(iteration, "score_final") / "rewards.zarr", ["reward"])[0]["reward"]
-        final = dict(zip(chosen.tolist(), r.tolist()))
+        rows = read_table(run.stage_dir(iteration, "regenerate") / "samples.zarr", ["candidate_index"])[0][
+            "candidate_index"]
+        final, _ = read_table(run.stage_dir(iteration, "score_final") / "rewards.zarr")
+        table["final_reward"][rows] = final["reward"]
+        table.update(_components("final", final, rows, n))
+    return table
+
+
+def _components(prefix: str, rewards: dict[str, np.ndarray], rows: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Per-reward columns (`reward_<name>` in the zarr table), only when there is more than one reward."""
+    names = [k for k in rewards if k.startswith("reward_")]
+    if len(names) < 2:
+        return {}
+    out = {}
+    for name in names:
+        column = np.full(n, np.nan)
+        column[rows] = rewards[name]
+        out[f"{prefix}_{name.removeprefix('reward_')}"] = column
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def pool_summary(run: RunDir, iteration: int) -> dict:
+    table = pool_table(run, iteration)
+    attrs = read_table(run.stage_dir(iteration, "explore") / "pool.zarr", [])[1]
+    proxy, final = table["proxy_reward"], table["final_reward"]
+    chosen = np.flatnonzero(table["selected"])
     per_prompt = []
     for p, prompt in enumerate(attrs["prompts"]):
-        members = np.flatnonzero(cols["prompt_index"] == p)
-        picked = [int(i) for i in chosen if cols["prompt_index"][i] == p]
-        picked.sort(key=lambda i: -proxy[i])
+        members = np.flatnonzero(table["prompt_index"] == p)
+        picked = sorted((int(i) for i in chosen if table["prompt_index"][i] == p), key=lambda i: -proxy[i])
         per_prompt.append(
             {
                 "prompt_index": p,
@@ -39,7 +83,8 @@ def pool_summary(run: RunDir, iteration: int) -> dict:
                 "proxy_min": float(np.min(proxy[members])),
                 "proxy_max": float(np.max(proxy[members])),
                 "selected": [
-                    {"candidate": i, "seed": int(cols["seed"][i]), "proxy": float(proxy[i]), "final": final.get(i)}
+                    {"candidate": i, "seed": int(table["seed"][i]), "proxy": float(proxy[i]),
+                     "final": _finite(final[i])}
                     for i in picked
                 ],
             }
@@ -50,10 +95,65 @@ def pool_summary(run: RunDir, iteration: int) -> dict:
     return {
         "iteration": iteration,
         "quantize": quantize,
-        "candidates": n,
+        "candidates": int(len(proxy)),
         "prompts": len(attrs["prompts"]),
         "selected": int(len(chosen)),
         "explore_precision": attrs.get("precision"),
         "explore_steps": attrs.get("steps"),
         "per_prompt": per_prompt,
+        "mlflow": mlflow_pool_link(run, iteration),
     }
+
+
+def logged_marker(run: RunDir, iteration: int):
+    """Written once an iteration's metrics and pool are in MLflow (flows/tracking.py)."""
+    return run.iteration_dir(iteration) / "manifests" / "logged.json"
+
+
+def pool_artifact_path(iteration: int) -> str:
+    """Where an iteration's pool table, grids, scatter plot and quantization report are in the MLflow run."""
+    return f"pool/iter_{iteration:04d}"
+
+
+def mlflow_pool_link(run: RunDir, iteration: int) -> dict | None:
+    """The MLflow UI address of an iteration's pool, from the run's tracking URI (None before the MLflow run exists).
+
+    An http(s) tracking URI is a server with the UI: the link opens the run's artifact view at the pool. Any other
+    URI (sqlite, file, a local path, a database) has no UI of its own: `ui_command` is the `mlflow ui` command that
+    serves it on 127.0.0.1, and the link is the address that command serves.
+    """
+    if not run.run_json.is_file():
+        return None
+    info = read_json(run.run_json)
+    uri = info["tracking_uri"]
+    path = pool_artifact_path(iteration)
+    scheme = urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        base, command = uri.rstrip("/"), None
+    else:
+        base = f"http://{UI_HOST}:{UI_PORT}"
+        command = f"mlflow ui --backend-store-uri {uri} --host {UI_HOST} --port {UI_PORT}"
+    experiment = info.get("experiment_id", "0")
+    return {
+        "tracking_uri": uri,
+        "run_id": info["mlflow_run_id"],
+        "experiment_id": experiment,
+        "artifact_path": path,
+        "url": f"{base}/#/experiments/{experiment}/runs/{info['mlflow_run_id']}/artifactPath/{path}",
+        "ui_command": command,
+        "logged": logged_marker(run, iteration).is_file(),
+    }
+
+
+def mlflow_link_text(link: dict | None, iteration: int) -> str:
+    """What `solrl inspect` prints about the pool in MLflow (`link` from `mlflow_pool_link`)."""
+    if link is None:
+        return "MLflow: this run has no MLflow run yet (`solrl train` creates it)"
+    lines = [f"MLflow: pool of iteration {iteration} = run {link['run_id']}, artifacts {link['artifact_path']}/ "
+             f"(tracking URI {link['tracking_uri']})"]
+    if not link["logged"]:
+        lines.append("  not logged yet: `solrl train` logs an iteration once its update is complete")
+    if link["ui_command"]:
+        lines.append(f"  start the UI: {link['ui_command']}")
+    lines.append(f"  open: {link['url']}")
+    return "\n".join(lines)

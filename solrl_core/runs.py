@@ -8,8 +8,9 @@ from solrl_core.config import RunConfig, dump_config, validate_config
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
 
-# Keys that may differ when a run is continued (extending a run is the point of passing them again).
-_RESUMABLE_KEYS = ("iterations",)
+# Keys that may differ when a run is continued (extending a run is the point of passing them again; where stages
+# run, and whether scoring overlaps sampling, do not change what they compute).
+_RESUMABLE_KEYS = ("iterations", "orchestration", "score")
 
 
 def _comparable(cfg: RunConfig) -> dict:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
+from reward_helpers import mixed_batch
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.base import RewardModelSpec
@@ -30,12 +31,7 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch():
-    rng = np.random.default_rng(3)
-    images, prompts = sample_batch(4, 48)
-    noise = rng.integers(0, 256, (3, 40, 56, 3), dtype=np.uint8)  # non-square: exercises resize + centre crop
-    noise = np.stack([np.asarray(Image.fromarray(n).resize((48, 48))) for n in noise])
-    prompts = prompts + ["an astronaut riding a horse", "a photo of a cat", "a red circle"]
-    return np.concatenate([images, noise]), prompts
+    return mixed_batch()
 
 
 def _reward(name, dirs, **kw):
@@ -91,25 +87,6 @@ def test_pickscore_preprocessing_is_clip_processor_on_pil(dirs, batch):
         small = np.asarray(Image.fromarray(img).resize((32, 32), Image.Resampling.BICUBIC), dtype=np.float64)
         expected = (small.transpose(2, 0, 1) / 255.0 - mean) / std
         assert np.allclose(got, expected, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", ["pickscore", "clipscore"])
-def test_deterministic_and_independent_of_batching(name, dirs, batch):
-    images, prompts = batch
-    reward = _reward(name, dirs, batch_size=3)
-    first = reward(images, prompts)
-    assert np.array_equal(first, reward(images, prompts))
-    order = np.random.default_rng(0).permutation(len(images))
-    assert np.allclose(reward(images[order], [prompts[i] for i in order]), first[order], atol=1e-5)
-    for batch_size in (1, 16):
-        other = _reward(name, dirs, batch_size=batch_size)
-        assert np.allclose(other(images, prompts), first, atol=1e-5)
-    # identical (image, prompt) pairs score identically wherever they sit in a batch
-    twice = np.concatenate([images[:2], images[:2]])
-    dup = reward(twice, prompts[:2] * 2)
-    assert np.allclose(dup[:2], dup[2:], atol=1e-6) and np.allclose(dup[:2], first[:2], atol=1e-5)
-    # scores depend on the prompt
-    assert not np.allclose(reward(images[:1], ["a red circle"]), reward(images[:1], ["a photo of a cat"]))
 
 
 def test_missing_files_name_the_file_and_where_to_get_it(tmp_path, dirs):

@@ -7,11 +7,12 @@ import pytest
 import torch
 from PIL import Image
 
+from reward_helpers import mixed_batch
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.base import RewardModelSpec
 from solrl_core.rewards.hps import HPSv2
-from solrl_core.rewards.tiny import sample_batch, write_tiny_hps
+from solrl_core.rewards.tiny import write_tiny_hps
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -25,10 +26,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch():
-    images, prompts = sample_batch(4, 48)
-    rng = np.random.default_rng(1)
-    extra = rng.integers(0, 256, (2, 48, 48, 3), dtype=np.uint8)
-    return np.concatenate([images, extra]), prompts + ["an astronaut riding a horse", "a photo of a cat"]
+    return mixed_batch()
 
 
 def _reward(tiny, **kw):
@@ -77,19 +75,6 @@ def test_score_is_the_cosine_of_the_reference_forward(tiny, batch):
             out = model(_hps_val_transform(img, 32).unsqueeze(0), tokenizer([prompt]))
             ref.append(torch.diagonal(out["image_features"] @ out["text_features"].T).item())
     assert np.allclose(scores, ref, atol=1e-5)
-
-
-def test_deterministic_and_independent_of_batching(tiny, batch):
-    images, prompts = batch
-    reward = _reward(tiny, batch_size=4)
-    first = reward(images, prompts)
-    assert np.array_equal(first, reward(images, prompts))
-    order = np.random.default_rng(0).permutation(len(images))
-    assert np.allclose(reward(images[order], [prompts[i] for i in order]), first[order], atol=1e-5)
-    for batch_size in (1, 16):
-        assert np.allclose(_reward(tiny, batch_size=batch_size)(images, prompts), first, atol=1e-5)
-    dup = reward(np.concatenate([images[:2], images[:2]]), prompts[:2] * 2)
-    assert np.allclose(dup[:2], dup[2:], atol=1e-6)
 
 
 def test_real_layout_is_open_clip_vit_h_14():

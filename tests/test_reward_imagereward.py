@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from reward_helpers import mixed_batch
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.base import RewardModelSpec
 from solrl_core.rewards.imagereward import SCORE_MEAN, SCORE_STD, ImageReward
-from solrl_core.rewards.tiny import sample_batch, write_tiny_imagereward
+from solrl_core.rewards.tiny import write_tiny_imagereward
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -27,11 +28,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch():
-    images, prompts = sample_batch(4, 48)
-    rng = np.random.default_rng(2)
-    extra = rng.integers(0, 256, (2, 40, 56, 3), dtype=np.uint8)
-    extra = np.stack([np.asarray(Image.fromarray(e).resize((48, 48))) for e in extra])
-    return np.concatenate([images, extra]), prompts + ["A Photo of a CAT, at night!", "an astronaut riding a horse"]
+    return mixed_batch()
 
 
 def _reward(tiny, **kw):
@@ -129,19 +126,6 @@ def test_tokenizer_is_bert_uncased_plus_blip_tokens(tiny):
     assert set(ids[5:]) == {vocab.index("[PAD]")}
     assert tok.convert_tokens_to_ids(["[DEC]", "[ENC]"]) == [len(vocab), len(vocab) + 1]
     assert len(tok(["word " * 100], truncation=True, max_length=35)["input_ids"][0]) == 35
-
-
-def test_deterministic_and_independent_of_batching(tiny, batch):
-    images, prompts = batch
-    reward = _reward(tiny, batch_size=4)
-    first = reward(images, prompts)
-    assert np.array_equal(first, reward(images, prompts))
-    order = np.random.default_rng(0).permutation(len(images))
-    assert np.allclose(reward(images[order], [prompts[i] for i in order]), first[order], atol=1e-5)
-    for batch_size in (1, 16):
-        assert np.allclose(_reward(tiny, batch_size=batch_size)(images, prompts), first, atol=1e-5)
-    dup = reward(np.concatenate([images[:2], images[:2]]), prompts[:2] * 2)
-    assert np.allclose(dup[:2], dup[2:], atol=1e-6)
 
 
 def test_missing_files_and_bad_checkpoints(tmp_path, tiny):

@@ -69,7 +69,7 @@ def sample_rewards(
     """Euler samples of every (prompt, seed) pair and their embedded reward: (images (P*S, H, W, 3), rewards (P, S))."""
     from solrl_core.backbones.embedded import EmbeddedBackbone
     from solrl_core.rewards.embedded import prompt_match_reward
-    from solrl_core.sampler import sample_euler
+    from solrl_core.sampler import sample
 
     backbone = EmbeddedBackbone(model)
     pairs = [(p, s) for p in prompts for s in seeds]
@@ -78,7 +78,7 @@ def sample_rewards(
         chunk = pairs[start : start + batch]
         cond = backbone.encode_prompts([p for p, _ in chunk])
         noise = backbone.initial_noise([s for _, s in chunk])
-        x0 = sample_euler(backbone, backbone.transformer, cond, noise, steps).x0
+        x0 = sample(backbone, backbone.transformer, cond, noise, steps, sampler="euler").x0
         images.append(backbone.decode(x0))
     images = np.concatenate(images)
     reward = prompt_match_reward(images, [p for p, _ in pairs])["reward"]

@@ -4,23 +4,25 @@ from solrl_core.rewards.base import Reward, RewardModelSpec
 from solrl_core.rewards.registry import (
     REWARD_CLASSES,
     REWARDS,
-    AsyncScorer,
     configure_reward_models,
     get_reward,
+    load_rewards,
     parse_reward_models,
     preflight_rewards,
     score_images,
+    weighted_sum,
 )
 
 __all__ = [
     "REWARDS",
     "REWARD_CLASSES",
-    "AsyncScorer",
     "Reward",
     "RewardModelSpec",
     "configure_reward_models",
     "get_reward",
+    "load_rewards",
     "parse_reward_models",
     "preflight_rewards",
     "score_images",
+    "weighted_sum",
 ]

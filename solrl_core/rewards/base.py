@@ -1,14 +1,16 @@
 """The reward interface: a named scorer of (uint8 image, prompt) pairs, with its own batching, device and preprocessing.
 
 A reward class declares what it needs (`needs`, `source`, `spec_keys`), resolves its files from a `RewardModelSpec`
-without loading them (`resolve`), loads itself (`load`), and scores one batch (`score_batch`). `Reward.__call__`
-splits any number of images into batches of `batch_size`, runs them under `torch.no_grad` (model rewards) with a
-progress bar when there is more than one batch, and refuses non-finite scores.
+without loading them (`resolve`), loads itself (`load`), and scores one batch (`score_batch`). `Reward.scores`
+splits any number of images into batches of `batch_size` and runs them under `torch.no_grad` (model rewards) with a
+progress bar when there is more than one batch; `Reward.__call__` does the same and refuses non-finite scores.
+`ModelReward` is the base of the rewards with weight files: `load(spec)` = `cls(cls.resolve(spec), spec)`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -121,10 +123,17 @@ class Reward:
         raise NotImplementedError
 
     def __call__(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
-        """Scores (B,) float64 of uint8 images (B, H, W, 3) for their prompts, `batch_size` at a time.
+        """Scores (B,) float64 of uint8 images (B, H, W, 3) for their prompts, `batch_size` at a time; a SolrlError
+        naming the reward when any is NaN or infinite.
 
         progress: True/False forces the bar on/off; None shows it only for more than one batch on a terminal.
         """
+        scores = self.scores(images, prompts, progress)
+        check_finite(self.name, scores, prompts)
+        return scores
+
+    def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        """As `__call__`, without the finiteness check (for callers that name the bad rows themselves)."""
         from tqdm.auto import tqdm
 
         images = check_images(images, prompts)
@@ -140,9 +149,13 @@ class Reward:
                 if values.shape != (min(stop, n) - start,):
                     raise SolrlError(f"reward {self.name} returned shape {values.shape} for {min(stop, n) - start} images")
                 out.append(values)
-        scores = np.concatenate(out) if out else np.zeros(0, np.float64)
-        check_finite(self.name, scores, prompts)
-        return scores
+        return np.concatenate(out) if out else np.zeros(0, np.float64)
+
+    def fingerprint(self) -> str:
+        """What decides this reward's scores besides its inputs: name, files, batch size, device, dtype (JSON)."""
+        files = {k: str(v) for k, v in sorted(getattr(self, "files", {}).items())}
+        return json.dumps({"name": self.name, "files": files, "batch_size": self.batch_size, "device": self.device,
+                           "dtype": self.dtype}, sort_keys=True)
 
     def _inference(self):
         if not self.uses_torch:
@@ -150,6 +163,25 @@ class Reward:
         import torch
 
         return torch.no_grad()
+
+
+class ModelReward(Reward):
+    """A reward with weight files on its own torch device: `resolve` finds the files, `__init__(files, spec)` loads
+    them."""
+
+    needs_weights = True
+    uses_torch = True
+    default_batch_size = 16
+
+    @classmethod
+    def load(cls, spec: RewardModelSpec | None = None) -> ModelReward:
+        spec = spec or RewardModelSpec()
+        return cls(cls.resolve(spec), spec)
+
+    def __init__(self, files: dict[str, Path], spec: RewardModelSpec):
+        super().__init__(batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
+        self.files = files
+        self.torch_device = torch_device(spec.device)
 
 
 def torch_device(device: str):

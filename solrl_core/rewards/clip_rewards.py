@@ -25,7 +25,8 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import loading
-from solrl_core.rewards.base import Reward, RewardModelSpec, torch_device, torch_dtype
+from solrl_core.rewards.base import ModelReward, RewardModelSpec, torch_dtype
+from solrl_core.rewards.preprocess import normalised_pixels
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"))
@@ -46,17 +47,14 @@ def _features(out):
     return out if hasattr(out, "norm") else out.pooler_output
 
 
-class _CLIPReward(Reward):
+class _CLIPReward(ModelReward):
     repo_id: ClassVar[str]
     default_rel: ClassVar[str]  # under $SOLRL_REWARD_MODELS_DIR
     processor_repo_id: ClassVar[str]
     processor_rel: ClassVar[str | None] = None
     scale: ClassVar[float]
     image_mode: ClassVar[str]  # "pil" | "tensor"
-    needs_weights = True
-    uses_torch = True
     spec_keys = frozenset({"path", "processor"})
-    default_batch_size = 16
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
@@ -82,22 +80,14 @@ class _CLIPReward(Reward):
             )
         return {"path": path, "processor": proc}
 
-    @classmethod
-    def load(cls, spec: RewardModelSpec | None = None) -> _CLIPReward:
-        spec = spec or RewardModelSpec()
-        files = cls.resolve(spec)
-        return cls(files, batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
-
-    def __init__(self, files: dict[str, Path], batch_size=None, device="cpu", dtype="float32"):
-        super().__init__(batch_size=batch_size, device=device, dtype=dtype)
+    def __init__(self, files: dict[str, Path], spec: RewardModelSpec):
+        super().__init__(files, spec)
         from transformers import AutoTokenizer, CLIPModel
 
-        self.files = files
-        self.torch_device = torch_device(device)
         with loading.quiet_logs():
             try:
                 self.model = CLIPModel.from_pretrained(
-                    files["path"], local_files_only=True, dtype=torch_dtype(dtype)
+                    files["path"], local_files_only=True, dtype=torch_dtype(self.dtype)
                 ).to(self.torch_device).eval()
                 self.tokenizer = AutoTokenizer.from_pretrained(files["processor"], local_files_only=True)
             except (OSError, ValueError) as exc:
@@ -118,21 +108,12 @@ class _CLIPReward(Reward):
 
     def pixels(self, images: np.ndarray):
         """(B, 3, S, S) normalised pixel values on the model's device and dtype."""
-        import torch
-
         if self.image_mode == "pil":
             from PIL import Image
 
-            batch = self.image_processor([Image.fromarray(img) for img in images], return_tensors="pt")
-            pixels = batch["pixel_values"]
+            pixels = self.image_processor([Image.fromarray(img) for img in images], return_tensors="pt")["pixel_values"]
         else:
-            from torchvision.transforms import InterpolationMode
-            from torchvision.transforms import functional as F
-
-            x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
-            x = F.resize(x, self.resize, interpolation=InterpolationMode.BILINEAR, antialias=True)
-            x = F.center_crop(x, list(self.crop))
-            pixels = F.normalize(x, self.mean, self.std)
+            pixels = normalised_pixels(images, self.resize, "shortest", "bilinear", self.mean, self.std, self.crop)
         return pixels.to(self.torch_device, dtype=self.model.dtype)
 
     def embeddings(self, images: np.ndarray, prompts: list[str]):

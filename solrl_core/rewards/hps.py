@@ -24,7 +24,8 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import loading
-from solrl_core.rewards.base import Reward, RewardModelSpec, torch_device, torch_dtype
+from solrl_core.rewards.base import ModelReward, RewardModelSpec, torch_dtype
+from solrl_core.rewards.preprocess import normalised_pixels
 
 DEFAULT_ARCH = "ViT-H-14"
 CHECKPOINT = "HPS_v2.1_compressed.pt"
@@ -50,15 +51,12 @@ def register_arch(arch: str) -> str:
     return arch
 
 
-class HPSv2(Reward):
+class HPSv2(ModelReward):
     name = "hpsv2"
     summary = "HPS v2.1 (open_clip ViT-H-14 fine-tuned on human preferences): cos(image, text)"
     needs = f"{CHECKPOINT} (the full ViT-H-14 state dict)"
     source = f"hub xswu/HPSv2, file {CHECKPOINT}"
-    needs_weights = True
-    uses_torch = True
     spec_keys = frozenset({"path", "arch"})
-    default_batch_size = 16
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
@@ -76,19 +74,11 @@ class HPSv2(Reward):
             files["arch"] = arch_path
         return files
 
-    @classmethod
-    def load(cls, spec: RewardModelSpec | None = None) -> HPSv2:
-        spec = spec or RewardModelSpec()
-        files = cls.resolve(spec)
-        arch = str(files["arch"]) if "arch" in files else _arch(spec)
-        return cls(files, arch, batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
-
-    def __init__(self, files: dict[str, Path], arch: str = DEFAULT_ARCH, batch_size=None, device="cpu", dtype="float32"):
-        super().__init__(batch_size=batch_size, device=device, dtype=dtype)
+    def __init__(self, files: dict[str, Path], spec: RewardModelSpec):
+        super().__init__(files, spec)
         import open_clip
 
-        self.files = files
-        self.torch_device = torch_device(device)
+        arch = str(files["arch"]) if "arch" in files else _arch(spec)
         with loading.quiet_logs():
             model_name = register_arch(arch)
             state = loading.load_state_dict(self.name, files["path"])
@@ -107,7 +97,7 @@ class HPSv2(Reward):
                     f"{len(extra)} unexpected (e.g. '{example}'); check reward_models.hpsv2.arch"
                 )
             self.tokenizer = open_clip.get_tokenizer(model_name)
-        self.model = model.to(self.torch_device, dtype=torch_dtype(dtype)).eval()
+        self.model = model.to(self.torch_device, dtype=torch_dtype(self.dtype)).eval()
         size = model.visual.image_size
         self.image_size = int(size[0] if isinstance(size, (tuple, list)) else size)
         self.mean = list(getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN)
@@ -115,19 +105,7 @@ class HPSv2(Reward):
 
     def pixels(self, images: np.ndarray):
         """HPSv2's validation transform, batched: longest side to image_size, zero-pad to a square, normalise."""
-        import torch
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms import functional as F
-
-        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
-        height, width = x.shape[-2:]
-        scale = self.image_size / float(max(height, width))
-        if scale != 1.0:
-            new = [round(height * scale), round(width * scale)]
-            x = F.resize(x, new, interpolation=InterpolationMode.BICUBIC, antialias=True)
-            pad_h, pad_w = self.image_size - new[0], self.image_size - new[1]
-            x = F.pad(x, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
-        x = F.normalize(x, self.mean, self.std)
+        x = normalised_pixels(images, self.image_size, "longest", "bicubic", self.mean, self.std)
         return x.to(self.torch_device, dtype=next(self.model.parameters()).dtype)
 
     def embeddings(self, images: np.ndarray, prompts: list[str]):

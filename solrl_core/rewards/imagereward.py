@@ -39,7 +39,8 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import loading
-from solrl_core.rewards.base import Reward, RewardModelSpec, torch_device, torch_dtype
+from solrl_core.rewards.base import ModelReward, RewardModelSpec, torch_dtype
+from solrl_core.rewards.preprocess import unit_tensor
 
 SCORE_MEAN = 0.16717362830052426
 SCORE_STD = 1.0333394966054072
@@ -157,15 +158,12 @@ def _centre_crop(array: np.ndarray, size: int) -> np.ndarray:
     return array[top : top + size, left : left + size]
 
 
-class ImageReward(Reward):
+class ImageReward(ModelReward):
     name = "imagereward"
     summary = "ImageReward v1.0 (BLIP + MLP trained on human preferences), normalised with the official mean/std"
     needs = f"{CHECKPOINT}, med_config.json and a bert-base-uncased tokenizer (vocab.txt)"
     source = "hub THUDM/ImageReward (ImageReward.pt, med_config.json); tokenizer: google-bert/bert-base-uncased"
-    needs_weights = True
-    uses_torch = True
     spec_keys = frozenset({"path", "med_config", "tokenizer"})
-    default_batch_size = 16
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
@@ -194,18 +192,11 @@ class ImageReward(Reward):
             )
         return {"path": path, "med_config": med, "tokenizer": tok}
 
-    @classmethod
-    def load(cls, spec: RewardModelSpec | None = None) -> ImageReward:
-        spec = spec or RewardModelSpec()
-        return cls(cls.resolve(spec), batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
-
-    def __init__(self, files: dict[str, Path], batch_size=None, device="cpu", dtype="float32"):
-        super().__init__(batch_size=batch_size, device=device, dtype=dtype)
+    def __init__(self, files: dict[str, Path], spec: RewardModelSpec):
+        super().__init__(files, spec)
         import torch
         from transformers import BlipTextModel, BlipVisionModel
 
-        self.files = files
-        self.torch_device = torch_device(device)
         try:
             med = json.loads(files["med_config"].read_text())
         except (OSError, ValueError) as exc:
@@ -230,7 +221,7 @@ class ImageReward(Reward):
             layers.append(linear)
         if layers[0].in_features != text_cfg.hidden_size or layers[-1].out_features != 1:
             raise SolrlError(f"imagereward: the MLP head of {files['path']} does not fit med_config hidden_size")
-        dtype_t = torch_dtype(dtype)
+        dtype_t = torch_dtype(self.dtype)
         self.vision = vision.to(self.torch_device, dtype=dtype_t).eval()
         self.text = text.to(self.torch_device, dtype=dtype_t).eval()
         self.head = torch.nn.Sequential(*layers).to(self.torch_device).eval()  # float32, as the reference's .float()
@@ -243,17 +234,16 @@ class ImageReward(Reward):
             )
 
     def pixels(self, images: np.ndarray):
-        import torch
+        """The reference transform: PIL bicubic resize of the shortest edge, centre crop, to [0, 1], normalise."""
         from PIL import Image
+        from torchvision.transforms import functional as F
 
         batch = []
         for img in images:
             resized = np.asarray(_resize_shortest_pil(Image.fromarray(img), self.image_size))
             batch.append(_centre_crop(resized, self.image_size))
-        x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2).float() / 255.0
-        mean = torch.tensor(IMAGE_MEAN).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGE_STD).view(1, 3, 1, 1)
-        return ((x - mean) / std).to(self.torch_device, dtype=self.vision.dtype)
+        x = F.normalize(unit_tensor(np.stack(batch)), list(IMAGE_MEAN), list(IMAGE_STD))
+        return x.to(self.torch_device, dtype=self.vision.dtype)
 
     def features(self, images: np.ndarray, prompts: list[str]):
         """The [CLS] feature of the image-grounded text encoder (B, hidden) in float32."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -146,9 +145,8 @@ def score_images(
     if models is not None:
         models = parse_reward_models(models)
     images = np.asarray(images)
-    total = np.zeros(len(images), dtype=np.float64)
     per_reward = {}
-    for name, weight in weights.items():
+    for name in weights:
         fn = REWARDS[name]
         out = fn(images, prompts, models=models) if isinstance(fn, ModelRewardFn) else fn(images, prompts)
         values = np.asarray(out["reward"], dtype=np.float64)
@@ -156,37 +154,20 @@ def score_images(
             raise SolrlError(f"reward {name} returned shape {values.shape}, expected ({len(images)},)")
         check_finite(name, values, prompts)
         per_reward[name] = values
-        total += float(weight) * values
-    return total, per_reward
+    return weighted_sum(per_reward, weights), per_reward
 
 
-class AsyncScorer:
-    """Scores batches on one background thread, so the caller can sample the next batch meanwhile.
+def weighted_sum(per_reward: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+    """sum of weight * values (float64), added in the order of `weights` (the order fixes the rounding)."""
+    total = np.zeros(len(next(iter(per_reward.values()))), dtype=np.float64)
+    for name, weight in weights.items():
+        total += float(weight) * np.asarray(per_reward[name], dtype=np.float64)
+    return total
 
-    Torch releases the GIL inside its kernels, so a reward model on its own device (or the CPU while the sampler
-    runs on a GPU) overlaps with sampling. Results come back as futures of `score_images`'s (total, per_reward).
-    Models are loaded up front (`preload`) so a missing file fails before any sampling.
-    """
 
-    def __init__(self, weights: Mapping[str, float], models: ModelsConfig | None = None, preload: bool = True):
-        self.weights = dict(weights)
-        self.models = parse_reward_models(models) if models is not None else None
-        check_reward_names(self.weights)
-        if preload:
-            for name in self.weights:
-                if isinstance(REWARDS[name], ModelRewardFn):
-                    get_reward(name, self.models)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-reward")
-
-    def submit(self, images: np.ndarray, prompts: Sequence[str]) -> Future:
-        images = np.array(images, copy=True)  # the caller may reuse its buffer
-        return self._pool.submit(score_images, images, list(prompts), self.weights, self.models)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> AsyncScorer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+def load_rewards(weights: Mapping[str, float], models: ModelsConfig | None = None) -> dict[str, Reward]:
+    """The loaded `Reward` of every named reward (files are resolved and models loaded now, once per process)."""
+    if not weights:
+        raise SolrlError(f"no reward selected (known: {', '.join(sorted(REWARDS))})")
+    check_reward_names(weights)
+    return {name: get_reward(name, models) for name in weights}

@@ -121,6 +121,7 @@ def run_audit(ctx: StageContext) -> dict:
             attrs={"precision": "fp32", "iteration": ctx.iteration, "audit": True},
             progress=ctx.progress,
             desc=f"audit it{ctx.iteration} (fp32, {steps} steps, whole pool)",
+            ctx=ctx,
             extra_columns={"candidate_index": np.arange(n, dtype=np.int64)},
         )
         sample_seconds = time.perf_counter() - start

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from solrl_core.backbones.base import Backbone
 from solrl_core.config import RunConfig
 from solrl_core.errors import SolrlError
+from solrl_core.prompts import prompt_set, train_prompt_set  # noqa: F401  (re-exported)
 from solrl_core.rundir import RunDir
 from solrl_core.seeds import derived_generator
 
@@ -34,6 +35,12 @@ class StageContext:
     def artifact(self, stage: str, name: str) -> Path:
         return self.run.stage_dir(self.iteration, stage) / name
 
+    def encode(self, prompts) -> dict[str, torch.Tensor]:
+        """Batch-first conditioning of `prompts` from the run's text-embedding cache (solrl_core/text_cache.py)."""
+        from solrl_core.text_cache import run_text_cache
+
+        return run_text_cache(self.run, self.cfg, progress=self.progress).get(prompts)
+
 
 @functools.lru_cache(maxsize=2)
 def _load_backbone(model_json: str) -> Backbone:
@@ -51,29 +58,6 @@ def load_backbone(cfg: RunConfig) -> Backbone:
 def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
     """A private copy of the base transformer, safe to adapt, merge into or quantize."""
     return copy.deepcopy(backbone.transformer).eval()
-
-
-def train_prompt_set(cfg: RunConfig) -> list[str]:
-    return prompt_set(cfg.prompts.train, "prompts.train")
-
-
-def prompt_set(spec: str, key: str) -> list[str]:
-    """A builtin prompt set (`builtin:shapes-train`, `builtin:shapes-test`) or a text file, one prompt per line."""
-    if spec.startswith("builtin:"):
-        from solrl_core.embedded import shapes
-
-        sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts}
-        if spec not in sets:
-            raise SolrlError(f"{key}: unknown builtin set '{spec}' (known: {', '.join(sets)})")
-        prompts = list(sets[spec]())
-    else:
-        path = Path(spec)
-        if not path.is_file():
-            raise SolrlError(f"{key}: file not found: {path}")
-        prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    if not prompts:
-        raise SolrlError(f"{key}: the prompt list '{spec}' is empty")
-    return prompts
 
 
 def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:

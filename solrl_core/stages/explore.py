@@ -6,6 +6,7 @@ import numpy as np
 from safetensors.torch import load_file
 
 from solrl_core.stages.context import StageContext, candidate_seed, iteration_prompts, load_backbone
+from solrl_core.stages.pool_scoring import scoring_while_sampling
 from solrl_core.stages.quantize import build_explore_copy
 from solrl_core.stages.sampling import sample_into_pool
 
@@ -19,7 +20,11 @@ def run_explore(ctx: StageContext) -> dict:
     n = cfg.explore.seeds_per_prompt
     prompt_index = np.repeat(np.arange(len(prompts)), n)
     seeds = np.array([candidate_seed(cfg, ctx.iteration, p, c) for p in range(len(prompts)) for c in range(n)])
-    with ctx.run.stage_output(ctx.iteration, "explore", resume_partial=True) as out:
+    with (
+        ctx.run.stage_output(ctx.iteration, "explore", resume_partial=True) as out,
+        scoring_while_sampling(ctx, out / "pool.zarr", [prompts[i] for i in prompt_index], seeds,
+                               f"the explore pool of iteration {ctx.iteration}") as on_commit,
+    ):
         writer = sample_into_pool(
             out / "pool.zarr",
             backbone,
@@ -33,6 +38,8 @@ def run_explore(ctx: StageContext) -> dict:
             attrs={"precision": setting.precision, "iteration": ctx.iteration},
             progress=ctx.progress,
             desc=f"explore it{ctx.iteration} ({setting.precision}, {setting.steps} steps)",
+            ctx=ctx,
+            on_commit=on_commit,
         )
     return {"candidates": writer.committed, "prompts": len(prompts), "precision": setting.precision,
             "steps": setting.steps}

@@ -7,6 +7,7 @@ import json
 import torch
 from safetensors.torch import save_file
 
+from solrl_core.prompts import CALIBRATION_PROMPT
 from solrl_core.stages.context import (
     StageContext,
     explore_setting,
@@ -38,16 +39,16 @@ def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tens
         min_width,
         weight_fmt=quant.weight_format,
         act_fmt=quant.act_format,
-        calibration=_calibration_forward(backbone, transformer),
+        calibration=_calibration_forward(backbone, transformer, ctx.encode([CALIBRATION_PROMPT])),
     )
     info = {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
             "escalations": list(setting.escalations)}
     return transformer, {**info, **report.to_dict()}, setting
 
 
-def _calibration_forward(backbone, transformer):
-    """One fixed forward (seed 0 noise, sigma 0.5, a fixed prompt) used to measure the copy's output error."""
-    cond = backbone.encode_prompts(["a red circle"])
+def _calibration_forward(backbone, transformer, cond):
+    """One fixed forward (seed 0 noise, sigma 0.5, the conditioning of a fixed prompt) used to measure the copy's
+    output error."""
     x = backbone.initial_noise([0])
     sigma = torch.full((1,), 0.5)
 

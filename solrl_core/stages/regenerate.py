@@ -11,6 +11,7 @@ import numpy as np
 
 from solrl_core.pool import read_rows, read_table, write_table
 from solrl_core.stages.context import StageContext, load_backbone, load_merged_transformer
+from solrl_core.stages.pool_scoring import scoring_while_sampling
 from solrl_core.stages.sampling import sample_into_pool
 
 
@@ -23,21 +24,26 @@ def run_regenerate(ctx: StageContext) -> dict:
     with ctx.run.stage_output(ctx.iteration, "regenerate", resume_partial=cfg.regenerate.enabled) as out:
         if cfg.regenerate.enabled:
             backbone = load_backbone(cfg)
-            sample_into_pool(
-                out / "samples.zarr",
-                backbone,
-                load_merged_transformer(ctx, backbone),
-                list(pool_attrs["prompts"]),
-                prompt_index,
-                seeds,
-                steps=cfg.regenerate.steps,
-                batch_size=cfg.regenerate.batch_size,
-                keep_latents=True,
-                attrs={"precision": "fp32", "iteration": ctx.iteration, "regenerated": True},
-                progress=ctx.progress,
-                desc=f"regenerate it{ctx.iteration} (fp32, {cfg.regenerate.steps} steps)",
-                extra_columns={"candidate_index": chosen.astype(np.int64)},
-            )
+            prompts = list(pool_attrs["prompts"])
+            with scoring_while_sampling(ctx, out / "samples.zarr", [prompts[i] for i in prompt_index], seeds,
+                                        f"the regenerated samples of iteration {ctx.iteration}") as on_commit:
+                sample_into_pool(
+                    out / "samples.zarr",
+                    backbone,
+                    load_merged_transformer(ctx, backbone),
+                    prompts,
+                    prompt_index,
+                    seeds,
+                    steps=cfg.regenerate.steps,
+                    batch_size=cfg.regenerate.batch_size,
+                    keep_latents=True,
+                    attrs={"precision": "fp32", "iteration": ctx.iteration, "regenerated": True},
+                    progress=ctx.progress,
+                    desc=f"regenerate it{ctx.iteration} (fp32, {cfg.regenerate.steps} steps)",
+                    ctx=ctx,
+                    extra_columns={"candidate_index": chosen.astype(np.int64)},
+                    on_commit=on_commit,
+                )
         else:
             write_table(
                 out / "samples.zarr",

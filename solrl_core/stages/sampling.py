@@ -1,7 +1,13 @@
-"""Batched, resumable sampling of candidates into a zarr pool (shared by explore and regenerate)."""
+"""Batched, resumable sampling of candidates into a zarr pool (shared by explore, regenerate and the audit).
+
+The run's sampling settings come from the stage context: the solver (`model.sampler`, else the backbone's default),
+the rollout guidance (`guidance.rollout`) and the conditioning from the run's text-embedding cache.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +15,25 @@ import torch
 from tqdm.auto import tqdm
 
 from solrl_core.pool import CandidateWriter
-from solrl_core.sampler import make_scheduler, sample_euler
+from solrl_core.sampler import resolve_sampler, sample, schedule_sigmas
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    sampler: str
+    guidance: float
+    encode: Callable  # prompts -> batch-first conditioning
+    uncond: dict | None  # the empty prompt's conditioning when classifier-free guidance is on
+
+
+def sampling_settings(ctx, backbone, guidance: float | None = None) -> SamplingSettings:
+    """The run's solver, guidance (default `guidance.rollout`) and text cache; `ctx` None = the backbone's default
+    solver, no guidance, its own text encoders."""
+    if ctx is None:
+        return SamplingSettings(resolve_sampler(None, backbone), 1.0, backbone.encode_prompts, None)
+    g = ctx.cfg.guidance.rollout if guidance is None else guidance
+    uncond = ctx.encode([""]) if g != 1.0 and not backbone.defaults.distilled_guidance else None
+    return SamplingSettings(resolve_sampler(ctx.cfg.model.sampler, backbone), g, ctx.encode, uncond)
 
 
 def sample_into_pool(
@@ -26,21 +50,28 @@ def sample_into_pool(
     progress: bool,
     desc: str,
     extra_columns: dict[str, np.ndarray] | None = None,
+    on_commit: Callable[[int, dict], None] | None = None,
+    ctx=None,
 ) -> CandidateWriter:
     """Sample row i from seed `seeds[i]` with prompt `prompts[prompt_index[i]]`, batch by batch, committing each.
 
     Batches are aligned to multiples of `batch_size` from row 0, so a resumed run forms exactly the same batches
     as an uninterrupted one (numerics that depend on the batch, like per-tensor activation scales, then match too).
+    `on_commit(start, columns)` is called after each batch is committed (e.g. to score it while the next samples).
+    `ctx` (the stage's context) gives the run's sampling settings (`sampling_settings`); the pool's attributes
+    record the solver, the guidance and the sigmas (the update trains on those times).
     """
     n = len(seeds)
     image_shape = backbone.decode(torch.zeros(1, *backbone.latent_shape)).shape[1:]
-    sigmas = [float(s) for s in make_scheduler(steps).sigmas]
+    settings = sampling_settings(ctx, backbone)
+    sigmas = schedule_sigmas(backbone, steps)
     writer = CandidateWriter.open(
         path,
         n,
         tuple(image_shape),
         tuple(backbone.latent_shape) if keep_latents else None,
-        {**attrs, "prompts": prompts, "steps": steps, "sigmas": sigmas, "batch_size": batch_size},
+        {**attrs, "prompts": prompts, "steps": steps, "sigmas": sigmas, "batch_size": batch_size,
+         "sampler": settings.sampler, "guidance": settings.guidance},
         extra_dtypes={name: str(values.dtype) for name, values in (extra_columns or {}).items()},
     )
     start = writer.committed
@@ -48,19 +79,22 @@ def sample_into_pool(
     while start < n:
         rows = slice(start, min(start + batch_size, n))
         batch_prompts = [prompts[i] for i in prompt_index[rows]]
-        cond = backbone.encode_prompts(batch_prompts)
+        cond = settings.encode(batch_prompts)
         noise = backbone.initial_noise(seeds[rows].tolist())
-        result = sample_euler(backbone, transformer, cond, noise, steps)
+        result = sample(backbone, transformer, cond, noise, steps, sampler=settings.sampler,
+                        guidance=settings.guidance, uncond=settings.uncond)
         columns = {
             "prompt_index": prompt_index[rows].astype(np.int32),
             "seed": seeds[rows].astype(np.int64),
             "image": backbone.decode(result.x0),
         }
         if keep_latents:
-            columns["latent"] = result.x0.float().numpy()
+            columns["latent"] = result.x0.float().cpu().numpy()
         for name, values in (extra_columns or {}).items():
             columns[name] = values[rows]
         writer.write_batch(start, columns)
+        if on_commit is not None:
+            on_commit(start, columns)
         bar.update(rows.stop - start)
         start = rows.stop
     bar.close()

@@ -1,34 +1,19 @@
-"""score: reward every image of a pool (explore pool -> proxy reward; training set -> final reward R)."""
+"""score: reward every image of a pool (explore pool -> proxy reward; training set -> final reward R).
+
+With `score.overlap` the sampling stages already scored their rows while sampling (`scores.zarr` beside the pool);
+these stages then score only what is missing. Either way the scores, and `rewards.zarr`, are the same
+(solrl_core/stages/pool_scoring.py).
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from solrl_core.pool import read_table, write_table
-from solrl_core.rewards.registry import score_images
 from solrl_core.stages.context import StageContext
+from solrl_core.stages.pool_scoring import score_pool
 
-SCORE_BATCH = 64
-
-
-def score_pool(ctx: StageContext, pool_path, desc: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Weighted reward and per-reward columns for every committed row of the pool at `pool_path`."""
-    import zarr
-
-    group = zarr.open_group(pool_path, mode="r")
-    prompts = list(group.attrs["prompts"])
-    prompt_index = np.asarray(group["prompt_index"][...])
-    n = len(prompt_index)
-    totals, parts = [], []
-    for start in tqdm(range(0, n, SCORE_BATCH), desc=desc, disable=not ctx.progress, leave=False):
-        images = np.asarray(group["image"][start : start + SCORE_BATCH])
-        batch_prompts = [prompts[i] for i in prompt_index[start : start + SCORE_BATCH]]
-        total, per_reward = score_images(images, batch_prompts, ctx.cfg.rewards, models=ctx.cfg.reward_models)
-        totals.append(total)
-        parts.append(per_reward)
-    per = {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in (parts[0] if parts else {})}
-    return np.concatenate(totals).astype(np.float32) if totals else np.zeros(0, np.float32), per
+__all__ = ["run_score_explore", "run_score_final", "score_pool"]
 
 
 def _stats(reward: np.ndarray) -> dict:

@@ -14,8 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from solrl_core.errors import SolrlError
 from solrl_core.pool import read_table
 from solrl_core.rl.advantages import group_advantages, optimality
+from solrl_core.rl.distributed import GradientSync
 from solrl_core.rl.nft_loss import forward_noise, nft_loss
 from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
 from solrl_core.rl.policy import EmaWeights, old_policy_eta
@@ -56,10 +58,41 @@ def _load_optimizer_state(optimizer, ema: EmaWeights, ckpt) -> int:
     return int(state["step"])
 
 
+def enable_gradient_checkpointing(transformer: torch.nn.Module) -> None:
+    """model.gradient_checkpointing: diffusers' activation recomputation in the transformer's blocks (grad-enabled
+    forwards only, so the no-grad v_old / v_ref forwards are unchanged)."""
+    if not getattr(transformer, "_supports_gradient_checkpointing", False):
+        raise SolrlError(f"model.gradient_checkpointing: {type(transformer).__name__} does not support gradient "
+                         "checkpointing; set it to false")
+    transformer.enable_gradient_checkpointing()
+
+
+def train_guidance(cfg, backbone) -> float:
+    """guidance.train: an input of distilled-guidance backbones (FLUX.1-dev); the update never runs CFG."""
+    scale = cfg.guidance.train
+    if scale != 1.0 and not backbone.defaults.distilled_guidance:
+        raise SolrlError(f"guidance.train = {scale} needs a backbone with distilled guidance (FLUX.1-dev); set it "
+                         "to 1.0")
+    return scale
+
+
 def run_update(ctx: StageContext) -> dict:
+    if ctx.cfg.train.processes > 1:
+        from solrl_core.stages.update_worker import launch_update
+
+        return launch_update(ctx)  # torchrun: `train.processes` ranks each run `update_on_rank`
+    return update_on_rank(ctx, GradientSync())
+
+
+def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
+    """The update on one rank: its shard of the (sample, time) pairs, gradients summed over ranks by `sync`,
+    identical optimizer steps everywhere; the writer rank saves the checkpoint. One process = one rank of one."""
     cfg, tc = ctx.cfg, ctx.cfg.train
     backbone = load_backbone(cfg)
     policy = attach_policy(cfg, backbone, fresh_transformer(backbone))
+    if cfg.model.gradient_checkpointing:
+        enable_gradient_checkpointing(policy.transformer)
+    guidance = train_guidance(cfg, backbone)
     ckpt = previous_checkpoint(ctx)
     load_adapters(policy, ckpt)
     params = policy.trainable_parameters()
@@ -75,7 +108,7 @@ def run_update(ctx: StageContext) -> dict:
     adv = group_advantages(reward, prompt_index, clip=tc.adv_clip)
     r_all = torch.as_tensor(optimality(adv, clip=tc.adv_clip), dtype=torch.float32)
     times = torch.tensor(attrs["sigmas"][:-1], dtype=torch.float32)  # the schedule's times, terminal 0 excluded
-    cond_all = backbone.encode_prompts([attrs["prompts"][i] for i in prompt_index])
+    row_prompts = [attrs["prompts"][i] for i in prompt_index]  # conditioning from the run's text cache
 
     history = []
     for inner in range(tc.optimizer_steps):
@@ -83,6 +116,8 @@ def run_update(ctx: StageContext) -> dict:
         gen_eps = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_NOISE, inner)
         pairs = training_pairs(len(x0_all), len(times), tc.timestep_fraction, gen_t)
         eps_all = torch.randn((len(pairs), *x0_all.shape[1:]), generator=gen_eps)
+        n_pairs = len(pairs)
+        pairs, eps_all = sync.shard(pairs), sync.shard(eps_all)  # this rank's pairs (all of them in one process)
         optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         chunks = range(0, len(pairs), tc.micro_batch)
@@ -90,21 +125,23 @@ def run_update(ctx: StageContext) -> dict:
             idx, tix = pairs[start : start + tc.micro_batch].unbind(1)
             x0, t = x0_all[idx], times[tix]
             x_t = forward_noise(x0, t, eps_all[start : start + tc.micro_batch])
-            cond = {k: v[idx] for k, v in cond_all.items()}
+            cond = ctx.encode([row_prompts[i] for i in idx.tolist()])
             with torch.no_grad():
                 with policy.adapter("old"):
-                    v_old = backbone.velocity(policy.transformer, x_t, t, cond)
+                    v_old = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
                 with policy.reference():
-                    v_ref = backbone.velocity(policy.transformer, x_t, t, cond)
+                    v_ref = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
             with policy.adapter("default"):
-                v = backbone.velocity(policy.transformer, x_t, t, cond)
+                v = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
             loss, terms = nft_loss(
                 v, v_old, v_ref, x_t, x0, t, r_all[idx], beta=tc.beta, adv_clip=tc.adv_clip, kl_weight=tc.kl_weight
             )
-            weight = len(idx) / len(pairs)
+            weight = len(idx) / n_pairs
             (loss * weight).backward()
             for key, value in terms.items():
                 totals[key] = totals.get(key, 0.0) + float(value) * weight
+        sync.all_reduce_gradients(params)
+        totals = sync.all_reduce_totals(totals)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
         if not math.isfinite(grad_norm):
             raise FloatingPointError(f"update it{ctx.iteration}: non-finite gradient norm; nothing was saved")
@@ -113,8 +150,23 @@ def run_update(ctx: StageContext) -> dict:
         eta = old_policy_eta(step, rate=tc.old_eta_rate, max_eta=tc.old_eta_max)
         policy.soft_update_old(eta)
         ema.update(policy, step)
-        history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(len(pairs))})
+        history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(n_pairs)})
 
+    if sync.is_writer:
+        _save_checkpoint(ctx, policy, ema, optimizer, step, history)
+    last = history[-1]
+    return {
+        "step": step,
+        "loss": last["loss"],
+        "policy_loss": last["policy_loss"],
+        "kl": last["kl"],
+        "grad_norm": last["grad_norm"],
+        "old_eta": last["old_eta"],
+        "advantage_abs_mean": float(np.abs(adv).mean()),
+    }
+
+
+def _save_checkpoint(ctx: StageContext, policy, ema: EmaWeights, optimizer, step: int, history: list[dict]) -> None:
     opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
     with ctx.run.stage_output(ctx.iteration, "update") as out:
         ckpt_out = out / "checkpoint"
@@ -127,13 +179,3 @@ def run_update(ctx: StageContext) -> dict:
             {"step": step, "iteration": ctx.iteration, "optimizer": opt_meta, "rng": "derived from (seed, iteration)"},
         )
         write_json_atomic(out / "metrics.json", {"steps": history})
-    last = history[-1]
-    return {
-        "step": step,
-        "loss": last["loss"],
-        "policy_loss": last["policy_loss"],
-        "kl": last["kl"],
-        "grad_norm": last["grad_norm"],
-        "old_eta": last["old_eta"],
-        "advantage_abs_mean": float(np.abs(adv).mean()),
-    }

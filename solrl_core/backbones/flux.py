@@ -1,0 +1,91 @@
+"""Backbone adapter of FLUX.1 (dev/schnell) through diffusers' FluxPipeline.
+
+The rest of solrl sees plain latents (B, 16, H/8, W/8); `velocity` packs them into 2x2 patches for the transformer
+and unpacks its output with the pipeline's own `_pack_latents` / `_unpack_latents`, with the image and text
+position ids the pipeline builds. The timestep goes in as sigma in [0, 1] (the pipeline passes `t / 1000`; the
+model multiplies by 1000 inside), and FLUX.1-dev's distilled guidance embedding gets the guidance scale directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from solrl_core.backbones.base import BackboneDefaults, Conditioning
+from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
+from solrl_core.errors import SolrlError
+
+DEFAULTS = BackboneDefaults(  # official Sol-RL settings for FLUX.1-dev (shared/method.md)
+    lora_targets=["to_q", "to_k", "to_v", "to_out.0"],
+    quant_skip_names=["x_embedder", "context_embedder", "time_text_embed", "norm_out"],
+    quant_min_width=1000,
+    sampler="dpmpp_2m",
+    resolution=512,
+    distilled_guidance=True,
+)
+
+
+class FluxBackbone(DiffusersPipelineBackbone):
+    name = "flux1"
+    defaults = DEFAULTS
+    pipeline_class = "FluxPipeline"
+    text_encoder_names = ("text_encoder", "text_encoder_2")
+    default_max_sequence_length = 512
+
+    @property
+    def _multiple(self) -> int:
+        return self.pipe.vae_scale_factor * 2  # VAE downsampling, then 2x2 packing
+
+    def check_resolution(self) -> None:
+        if self.resolution % self._multiple:
+            raise SolrlError(
+                f"model.resolution {self.resolution} must be a multiple of {self._multiple} for FLUX.1 "
+                f"(VAE factor {self.pipe.vae_scale_factor}, 2x2 latent packing)"
+            )
+
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        side = self.resolution // self.pipe.vae_scale_factor
+        return (self.transformer.config.in_channels // 4, side, side)
+
+    @property
+    def image_seq_len(self) -> int:
+        _, h, w = self.latent_shape
+        return (h // 2) * (w // 2)
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
+        """T5 hidden states (B, max_sequence_length, 4096) and CLIP's pooled output (B, 768) from the pipeline's
+        `encode_prompt`; the text position ids are all zeros and are rebuilt in `velocity`."""
+        self.require_text_encoders()
+        embeds, pooled, _ = self.pipe.encode_prompt(
+            prompt=list(prompts), prompt_2=None, device=self.device, max_sequence_length=self.max_sequence_length
+        )
+        return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
+
+    def velocity(
+        self,
+        transformer: torch.nn.Module,
+        x_t: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Conditioning,
+        guidance: float = 1.0,
+    ) -> torch.Tensor:
+        pipe = type(self.pipe)  # the packing helpers are static methods of FluxPipeline
+        b, c, h, w = x_t.shape
+        dtype, device = transformer.dtype, x_t.device
+        text = cond["encoder_hidden_states"].to(device=device, dtype=dtype)
+        distilled = transformer.config.guidance_embeds
+        out = transformer(
+            hidden_states=pipe._pack_latents(x_t.to(dtype), b, c, h, w),
+            timestep=sigma.to(device=device, dtype=dtype).reshape(-1).expand(b),
+            guidance=torch.full((b,), float(guidance), device=device, dtype=torch.float32) if distilled else None,
+            pooled_projections=cond["pooled_projections"].to(device=device, dtype=dtype),
+            encoder_hidden_states=text,
+            txt_ids=torch.zeros(text.shape[1], 3, device=device, dtype=dtype),
+            img_ids=pipe._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype),
+            return_dict=False,
+        )[0]
+        scale = self.pipe.vae_scale_factor
+        return pipe._unpack_latents(out, h * scale, w * scale, scale).to(x_t.dtype)

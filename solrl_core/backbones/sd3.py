@@ -1,0 +1,94 @@
+"""Backbone adapter of Stable Diffusion 3.5 (Large and Medium) through diffusers' StableDiffusion3Pipeline.
+
+Latents are the VAE's (B, 16, H/8, W/8); the transformer patchifies them itself. The timestep goes in on the
+scheduler's 0..1000 scale (the pipeline passes `t = sigma * 1000` unchanged). No classifier-free guidance here:
+the sampler combines conditional and unconditional velocities itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from solrl_core.backbones.base import BackboneDefaults, Conditioning
+from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
+from solrl_core.errors import SolrlError
+
+DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SD3.5-Large (shared/method.md), also used for -Medium
+    lora_targets=["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
+    quant_skip_names=["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"],
+    quant_min_width=2432,
+    sampler="dpmpp_2m",
+    resolution=1024,
+    distilled_guidance=False,
+)
+
+
+class SD3Backbone(DiffusersPipelineBackbone):
+    name = "sd35"
+    defaults = DEFAULTS
+    pipeline_class = "StableDiffusion3Pipeline"
+    text_encoder_names = ("text_encoder", "text_encoder_2", "text_encoder_3")
+    default_max_sequence_length = 256
+
+    def check_resolution(self) -> None:
+        patch, scale = self.transformer.config.patch_size, self.pipe.vae_scale_factor
+        if self.resolution % (scale * patch):
+            raise SolrlError(
+                f"model.resolution {self.resolution} must be a multiple of {scale * patch} for SD3.5 "
+                f"(VAE factor {scale}, patch {patch})"
+            )
+        max_tokens = self.transformer.config.pos_embed_max_size
+        if max_tokens and self.resolution // (scale * patch) > max_tokens:
+            raise SolrlError(
+                f"model.resolution {self.resolution} is too large for this SD3 transformer "
+                f"(at most {max_tokens * scale * patch} px: pos_embed_max_size {max_tokens})"
+            )
+
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        side = self.resolution // self.pipe.vae_scale_factor
+        return (self.transformer.config.in_channels, side, side)
+
+    @property
+    def image_seq_len(self) -> int:
+        _, h, w = self.latent_shape
+        patch = self.transformer.config.patch_size
+        return (h // patch) * (w // patch)
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
+        """The joint text sequence (B, 77 + max_sequence_length, 4096: CLIP-L and CLIP-G penultimate states,
+        zero-padded to the T5 width, then T5) and the pooled CLIP-L + CLIP-G embeddings (B, 2048), from the
+        pipeline's `encode_prompt` without CFG."""
+        self.require_text_encoders()
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            prompt=list(prompts),
+            prompt_2=None,
+            prompt_3=None,
+            device=self.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+        )
+        return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
+
+    def velocity(
+        self,
+        transformer: torch.nn.Module,
+        x_t: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Conditioning,
+        guidance: float = 1.0,
+    ) -> torch.Tensor:
+        b = x_t.shape[0]
+        dtype, device = transformer.dtype, x_t.device
+        timestep = sigma.to(device=device, dtype=torch.float32).reshape(-1).expand(b)
+        out = transformer(
+            hidden_states=x_t.to(dtype),
+            timestep=timestep * self.pipe.scheduler.config.num_train_timesteps,
+            encoder_hidden_states=cond["encoder_hidden_states"].to(device=device, dtype=dtype),
+            pooled_projections=cond["pooled_projections"].to(device=device, dtype=dtype),
+            return_dict=False,
+        )[0]
+        return out.to(x_t.dtype)

@@ -1,0 +1,103 @@
+"""The official presets: configs/presets/<model>_<family>_<reward>.yaml, one per model × family × reward.
+
+Each preset is a short generated file whose one key, `extends`, lists the shared parts in configs/parts/
+(official.yaml, then one file each of models/, families/ and rewards/; later files win), so a value lives in exactly
+one place. Regenerate after changing the lists below (a test checks the checked-in files equal this output):
+
+    python -m solrl_core.presets            # rewrite configs/presets/
+    python -m solrl_core.presets --check    # exit 1 if a preset differs or is missing (or one is left over)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+PRESETS_DIR = CONFIGS_DIR / "presets"
+PARTS_DIR = CONFIGS_DIR / "parts"
+
+MODELS = ("flux1", "sd35l", "sd35m", "sana")
+FAMILIES = ("diffusionnft", "naive_scaling", "naive_quant", "sol_rl")
+REWARDS = ("pickscore", "clipscore", "hpsv2", "imagereward")
+
+TITLES = {
+    "flux1": "FLUX.1-dev", "sd35l": "SD3.5-Large", "sd35m": "SD3.5-Medium", "sana": "SANA 1600M",
+    "pickscore": "PickScore", "clipscore": "CLIPScore", "hpsv2": "HPSv2.1", "imagereward": "ImageReward",
+}
+
+OFFICIAL_PROMPT_FILES = ("data/pickscore/train.txt", "data/pickscore/test.txt")
+PROMPTS_HINT = (
+    "the Pick-a-Pic 'pickscore' prompt set of the official presets is not shipped: put its train.txt and test.txt "
+    "(one prompt per line; e.g. dataset/pickscore/ of the Flow-GRPO repository) in data/pickscore/, or --set "
+    "prompts.train=FILE eval.prompts=FILE"
+)
+
+
+def preset_name(model: str, family: str, reward: str) -> str:
+    return f"{model}_{family}_{reward}"
+
+
+def preset_text(model: str, family: str, reward: str) -> str:
+    """The YAML of one preset: a header and one `extends:` list of the parts."""
+    parts = ["../parts/official.yaml", f"../parts/models/{model}.yaml", f"../parts/families/{family}.yaml",
+             f"../parts/rewards/{reward}.yaml"]
+    return (
+        f"# {TITLES[model]}, {family}, trained on {TITLES[reward]}: official settings (shared/method.md).\n"
+        "# Generated from configs/parts/ by `python -m solrl_core.presets`; edit the parts, not this file.\n"
+        f"extends: [{', '.join(parts)}]\n"
+    )
+
+
+def expected_presets() -> dict[str, str]:
+    """File name -> content of every preset."""
+    return {
+        f"{preset_name(m, f, r)}.yaml": preset_text(m, f, r) for m in MODELS for f in FAMILIES for r in REWARDS
+    }
+
+
+def write_presets(directory: Path = PRESETS_DIR) -> list[Path]:
+    """Write every preset into `directory`, remove stale `*.yaml` there; return the files written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    expected = expected_presets()
+    for stale in directory.glob("*.yaml"):
+        if stale.name not in expected:
+            stale.unlink()
+    written = []
+    for name, text in expected.items():
+        path = directory / name
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+        written.append(path)
+    return written
+
+
+def differences(directory: Path = PRESETS_DIR) -> list[str]:
+    """Names of presets that are missing, differ from the generator's output, or should not be there."""
+    expected = expected_presets()
+    present = {p.name: p.read_text() for p in directory.glob("*.yaml")} if directory.is_dir() else {}
+    return sorted(n for n in set(expected) | set(present) if expected.get(n) != present.get(n))
+
+
+def missing_prompts_hint(path: str | Path) -> str:
+    """A hint for a missing prompt file that is one of the official presets' (empty string otherwise)."""
+    return f" ({PROMPTS_HINT})" if Path(path).as_posix().endswith(OFFICIAL_PROMPT_FILES) else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m solrl_core.presets", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a preset is out of date")
+    parser.add_argument("--dir", type=Path, default=PRESETS_DIR, help="presets directory (default configs/presets)")
+    args = parser.parse_args(argv)
+    if args.check:
+        diff = differences(args.dir)
+        print(f"{len(diff)} preset(s) out of date: {', '.join(diff)}" if diff else "presets are up to date")
+        return 1 if diff else 0
+    written = write_presets(args.dir)
+    print(f"wrote {len(written)} presets into {args.dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

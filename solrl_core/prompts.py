@@ -1,0 +1,112 @@
+"""Prompt sets: builtin sets, plain text files and JSONL files, with train/test splits.
+
+A prompt set is named by a spec string (config keys `prompts.train` and `eval.prompts`):
+
+* `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/embedded/shapes.py);
+* a `.jsonl` file: one JSON object per line with a required "prompt" string; every other key is kept as the
+  prompt's metadata (e.g. GenEval's "tag" and "include"). A "split" key assigns the line to a split, chosen by
+  `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line;
+* any other file: plain text, one prompt per line; blank lines and lines starting with `#` are skipped.
+
+Blank lines are skipped in JSONL files too. Mistakes end with one line naming the file (and line) to fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from solrl_core.errors import SolrlError
+
+BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test")
+CALIBRATION_PROMPT = "a red circle"  # the quantize stage's fixed calibration forward
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    prompts: tuple[str, ...]
+    metadata: tuple[dict, ...]  # per prompt: the JSONL line's other keys ({} for text and builtin sets)
+
+
+def load_prompt_set(spec: str, key: str, split: str | None = None) -> PromptSet:
+    """The prompt set named by `spec` (see the module docstring); `key` names the config key in error messages."""
+    stamp = None
+    if not spec.startswith("builtin:"):
+        path = Path(spec)
+        if not path.is_file():
+            from solrl_core.presets import missing_prompts_hint
+
+            raise SolrlError(f"{key}: file not found: {path}{missing_prompts_hint(path)}")
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+    return _load(spec, key, split, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(spec: str, key: str, split: str | None, stamp) -> PromptSet:
+    if spec.startswith("builtin:"):
+        rows = _builtin(spec, key)
+    elif spec.endswith(".jsonl"):
+        rows = _read_jsonl(Path(spec), key)
+    else:
+        rows = _read_text(Path(spec))
+    if not rows:
+        raise SolrlError(f"{key}: the prompt list '{spec}' is empty")
+    if split is not None:
+        splits = sorted({str(meta["split"]) for _, meta in rows if "split" in meta})
+        if not splits:
+            raise SolrlError(f"{key}: split '{split}' asked for, but '{spec}' has no \"split\" field "
+                             "(only JSONL files have splits; set the split to null)")
+        rows = [(prompt, meta) for prompt, meta in rows if str(meta.get("split")) == split]
+        if not rows:
+            raise SolrlError(f"{key}: no prompt of '{spec}' is in split '{split}' (splits: {', '.join(splits)})")
+    return PromptSet(tuple(p for p, _ in rows), tuple(m for _, m in rows))
+
+
+def _builtin(spec: str, key: str) -> list[tuple[str, dict]]:
+    from solrl_core.embedded import shapes
+
+    sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts}
+    if spec not in sets:
+        raise SolrlError(f"{key}: unknown builtin set '{spec}' (known: {', '.join(BUILTIN_SETS)})")
+    return [(p, {}) for p in sets[spec]()]
+
+
+def _read_text(path: Path) -> list[tuple[str, dict]]:
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [(line, {}) for line in lines if line and not line.startswith("#")]
+
+
+def _read_jsonl(path: Path, key: str) -> list[tuple[str, dict]]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SolrlError(f"{key}: {path} line {number} is not valid JSON ({exc.msg})") from None
+        if not isinstance(item, dict):
+            raise SolrlError(f"{key}: {path} line {number} must be a JSON object with a \"prompt\" key")
+        prompt = item.pop("prompt", None)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise SolrlError(f"{key}: {path} line {number} has no \"prompt\" string")
+        rows.append((prompt.strip(), item))
+    return rows
+
+
+def prompt_set(spec: str, key: str, split: str | None = None) -> list[str]:
+    """The prompts of a set (see `load_prompt_set`)."""
+    return list(load_prompt_set(spec, key, split).prompts)
+
+
+def train_prompt_set(cfg) -> list[str]:
+    """The training prompts: `prompts.train`, split `prompts.split`."""
+    return prompt_set(cfg.prompts.train, "prompts.train", cfg.prompts.split)
+
+
+def eval_prompt_set(cfg) -> list[str]:
+    """The evaluation prompts: the first `eval.num_prompts` of `eval.prompts`, split `eval.split`."""
+    return prompt_set(cfg.eval.prompts, "eval.prompts", cfg.eval.split)[: cfg.eval.num_prompts]

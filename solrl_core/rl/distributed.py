@@ -1,0 +1,134 @@
+"""Data-parallel training of the LoRA policy with torch.distributed.
+
+Each process (rank) computes the loss of its own shard of the iteration's (sample, time) pairs, weighting every
+micro-batch by its share of *all* pairs, so the gradients of the shards add up to exactly the gradient one process
+computes over all pairs (the DiffusionNFT loss is a mean over pairs). One all-reduce (sum) of the LoRA gradients
+before the optimizer step then gives every rank the same gradient, hence the same optimizer step, θ_old update and
+EMA; rank 0 writes the checkpoint.
+
+An explicit all-reduce of the adapter gradients is used rather than wrapping the transformer in
+DistributedDataParallel: the update runs three forward passes per micro-batch through the same module with
+different adapters (θ, θ_old, reference), ranks may hold different numbers of micro-batches, and a backbone adapter
+calls the transformer directly (attributes such as `.config`), none of which DDP's wrapper allows without padding
+or `Join`. For LoRA this is the same communication DDP does (a sum of a few small gradient tensors per step).
+
+`launch_command` builds the torchrun (`torch.distributed.run`) command for one machine. Its rendezvous and the
+process group use file stores, so no TCP store listens on any address, and gloo/NCCL are kept on the loopback
+interface: nothing is reachable from outside the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from solrl_core.errors import SolrlError
+
+
+class GradientSync:
+    """One process: the whole set of pairs is this rank's shard and nothing is exchanged."""
+
+    rank = 0
+    world_size = 1
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this rank writes the stage's artifacts (rank 0)."""
+        return self.rank == 0
+
+    def shard(self, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous block of `rows` (blocks differ in length by at most one)."""
+        if self.world_size > 1 and len(rows) < self.world_size:
+            raise SolrlError(
+                f"train.processes ({self.world_size}) exceeds the {len(rows)} training pairs of this update; "
+                "use fewer processes"
+            )
+        return torch.tensor_split(rows, self.world_size)[self.rank]
+
+    def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Replace each parameter's gradient by its sum over ranks."""
+
+    def all_reduce_totals(self, totals: dict[str, float]) -> dict[str, float]:
+        """Sum per-rank (already weighted) loss terms over ranks."""
+        return totals
+
+
+class ProcessGroupSync(GradientSync):
+    """Many processes in the default torch.distributed process group."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+
+    def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self._dist.all_reduce(flat, op=self._dist.ReduceOp.SUM)
+        offset = 0
+        for p, g in zip(params, grads):
+            p.grad = flat[offset : offset + g.numel()].view_as(g).clone()
+            offset += g.numel()
+
+    def all_reduce_totals(self, totals: dict[str, float]) -> dict[str, float]:
+        keys = sorted(totals)
+        device = "cuda" if self._dist.get_backend() == "nccl" else "cpu"
+        values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device)
+        self._dist.all_reduce(values, op=self._dist.ReduceOp.SUM)
+        return dict(zip(keys, values.cpu().tolist()))
+
+
+def check_setup(backend: str, device: str) -> None:
+    """Refuse settings the machine cannot run (one line naming the key to change)."""
+    if backend == "nccl" and not (device.startswith("cuda") and torch.cuda.is_available()):
+        raise SolrlError("train.dist_backend: nccl needs CUDA GPUs (model.device cuda); use gloo on a CPU")
+    if device.startswith("cuda:"):
+        raise SolrlError(f"model.device: with train.processes > 1 use 'cuda', not '{device}' (rank r runs on GPU r)")
+
+
+@contextmanager
+def process_group(backend: str, store_file: str | Path, device: str):
+    """Join the process group of a torchrun-launched worker (file store; rank and size from torchrun's env).
+    On CUDA, rank r's current device is GPU r (its local rank), so `cuda` means that GPU inside the rank."""
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device.startswith("cuda"):
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, init_method=Path(store_file).resolve().as_uri(), rank=rank, world_size=world)
+    try:
+        yield ProcessGroupSync()
+    finally:
+        dist.destroy_process_group()
+
+
+def launch_command(module: str, args: Sequence[str], processes: int, rendezvous_file: str | Path) -> list[str]:
+    """torchrun on this machine: `processes` copies of `python -m module args`, with a file-store rendezvous."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "1",
+        "--nproc-per-node", str(processes),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", str(Path(rendezvous_file).resolve()),
+        "--rdzv-conf", "store_type=file",
+        "--module", module,
+        *args,
+    ]
+
+
+def launch_env(processes: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the launch: no shared TCP store in the agent, collectives on the loopback interface, and
+    the CPU cores split between the processes (unless OMP_NUM_THREADS is set)."""
+    env = dict(os.environ if base is None else base)
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    return env

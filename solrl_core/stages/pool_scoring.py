@@ -1,0 +1,255 @@
+"""Rewards of a pool's rows, computed while the pool is sampled (overlap) or afterwards, with the same numbers.
+
+Reward r with batch size b scores rows [k*b, (k+1)*b) of a pool (the last batch may be shorter), and only those
+batches, whatever order the rows become available in. So scoring each committed batch on a background thread while
+the next batch samples (`scoring_while_sampling`, on when `score.overlap`), scoring after a crash and a resume, and
+scoring the whole pool in the score stage (`score_pool`) all give the same scores, bit for bit.
+
+`ScoreStore` keeps the scores, and persists them next to the pool (`scores.zarr`) while it is being sampled: one
+float64 column `reward_<name>` per reward and, in the group attributes, each reward's committed row count and its
+fingerprint (name, files, batch size, device, dtype). Like the pool, rows past a committed count are scored again
+after a crash; a column written under another fingerprint (the reward config changed) is scored again from row 0.
+The score stages read the stored columns, score only the rows still missing, and write `rewards.zarr` as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import zarr
+from tqdm.auto import tqdm
+
+from solrl_core.errors import SolrlError
+from solrl_core.rewards.base import Reward
+from solrl_core.rewards.registry import load_rewards, weighted_sum
+from solrl_core.stages.context import StageContext
+
+SCORES = "scores.zarr"  # next to the pool it scores
+MAX_QUEUED = 2  # committed batches waiting for the scorer before sampling waits for it
+
+
+class ScoreStore:
+    """Per-reward scores of `n_rows` rows with a committed count each; mirrored to `path` when given."""
+
+    def __init__(self, n_rows: int, rewards: Mapping[str, Reward], path: Path | None = None):
+        self.n_rows = n_rows
+        self.batch_sizes = {name: reward.batch_size for name, reward in rewards.items()}
+        self.fingerprints = {name: reward.fingerprint() for name, reward in rewards.items()}
+        self.values = {name: np.zeros(n_rows, np.float64) for name in rewards}
+        self.committed = dict.fromkeys(rewards, 0)
+        self.image_shape: list[int] | None = None
+        self._group = None
+        if path is not None:
+            self.adopt(path)
+            self._group = zarr.open_group(path, mode="w")
+            for name, values in self.values.items():
+                self._group.create_array(f"reward_{name}", data=values, chunks=(max(n_rows, 1),))
+            self._save_attrs()
+
+    def adopt(self, path: Path) -> None:
+        """Take over the committed scores stored at `path` that were computed under the same fingerprints."""
+        try:
+            group = zarr.open_group(path, mode="r")
+            attrs = dict(group.attrs)
+            if attrs.get("n_rows") != self.n_rows:
+                return
+            self.image_shape = attrs.get("image_shape")
+            for name in self.values:
+                count = int(attrs.get("committed", {}).get(name, 0))
+                if attrs.get("fingerprints", {}).get(name) == self.fingerprints[name] and count > 0:
+                    self.values[name][:count] = group[f"reward_{name}"][:count]
+                    self.committed[name] = count
+        except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+            return  # absent, or torn by a crash: score everything again
+
+    def missing(self) -> int:
+        return sum(self.n_rows - count for count in self.committed.values())
+
+    def commit(self, name: str, start: int, values: np.ndarray) -> None:
+        """Store rows [start, start + len) of one reward, then advance its committed count."""
+        if start != self.committed[name]:
+            raise ValueError(f"{name}: scores start at row {start} but {self.committed[name]} are committed")
+        stop = start + len(values)
+        self.values[name][start:stop] = values
+        if self._group is not None:
+            self._group[f"reward_{name}"][start:stop] = values
+        self.committed[name] = stop
+        self._save_attrs()
+
+    def truncate(self, rows: int) -> None:
+        """Forget every score from row `rows` on (back to the start of that row's batch): those rows are new."""
+        changed = False
+        for name, count in self.committed.items():
+            if rows < count:
+                self.committed[name] = (rows // self.batch_sizes[name]) * self.batch_sizes[name]
+                changed = True
+        if changed:
+            self._save_attrs()
+
+    def check_image_shape(self, shape: Sequence[int]) -> None:
+        """Scores of images of another shape (a pool created again for other shapes) are forgotten."""
+        shape = [int(s) for s in shape]
+        if self.image_shape is not None and self.image_shape != shape:
+            self.truncate(0)
+        if self.image_shape != shape:
+            self.image_shape = shape
+            self._save_attrs()
+
+    def _save_attrs(self) -> None:
+        if self._group is not None:
+            self._group.attrs.update({"n_rows": self.n_rows, "committed": dict(self.committed),
+                                      "fingerprints": dict(self.fingerprints), "image_shape": self.image_shape})
+
+
+class RowScorer:
+    """Scores the rows of a pool that `store` is missing, reward by reward, each in its own aligned batches."""
+
+    def __init__(self, store: ScoreStore, rewards: Mapping[str, Reward], prompts: Sequence[str], seeds: np.ndarray,
+                 what: str, images: Callable[[int, int], np.ndarray], bar=None):
+        self.store, self.rewards, self.prompts, self.seeds = store, rewards, list(prompts), np.asarray(seeds)
+        self.what, self.images, self.bar = what, images, bar
+
+    def run(self, available: int) -> None:
+        """Score every batch that lies within the first `available` rows (all rows once `available` is n_rows)."""
+        n = self.store.n_rows
+        for name, reward in self.rewards.items():
+            start = self.store.committed[name]
+            while start < available:
+                stop = min(start + reward.batch_size, n)
+                if stop > available:
+                    break
+                values = reward.scores(self.images(start, stop), self.prompts[start:stop], progress=False)
+                self._check_finite(name, values, start)
+                self.store.commit(name, start, values)
+                if self.bar is not None:
+                    self.bar.update(stop - start)
+                start = stop
+
+    def _check_finite(self, name: str, values: np.ndarray, start: int) -> None:
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            row = start + int(bad[0])
+            kind = "NaN" if np.isnan(values[bad[0]]) else "infinite"
+            more = f" (and {len(bad) - 1} more rows of its batch)" if len(bad) > 1 else ""
+            raise SolrlError(
+                f"reward {name} is {kind} for row {row} of {self.what} (prompt {self.prompts[row]!r}, seed "
+                f"{int(self.seeds[row])}){more}; the run stopped here and nothing was trained on it"
+            )
+
+
+class InlineScorer:
+    """Scores a pool's batches on one background thread as the sampler commits them (the rewards, on their own
+    device, run while the next batch samples; torch releases the GIL inside its kernels).
+
+    Committed images are handed over in memory; rows committed before a resume are read back from the pool. At most
+    MAX_QUEUED batches wait for the scorer: beyond that the sampler waits, so memory stays bounded. A scoring error
+    (a NaN reward, say) is raised in the sampling thread at its next commit, or at `finish`.
+    """
+
+    def __init__(self, pool_path: Path, rewards: Mapping[str, Reward], prompts: Sequence[str], seeds: np.ndarray,
+                 what: str, progress: bool, desc: str):
+        n = len(seeds)
+        self.pool_path = pool_path
+        self.store = ScoreStore(n, rewards, pool_path.parent / SCORES)
+        self.store.truncate(_pool_committed(pool_path))
+        self.bar = tqdm(total=n * len(rewards), initial=n * len(rewards) - self.store.missing(), desc=desc,
+                        unit="score", disable=not progress, leave=False)
+        self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images, self.bar)
+        self._buffer = np.zeros((0,), np.uint8)
+        self._buffer_start = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-score")
+        self._futures: deque[Future] = deque()
+
+    def on_commit(self, start: int, columns: dict) -> None:
+        """The sampler's hook: rows [start, start + len) are committed to the pool."""
+        self._wait(keep=MAX_QUEUED - 1)
+        images = np.array(columns["image"], copy=True)
+        self._futures.append(self._executor.submit(self._advance, start, images))
+
+    def finish(self) -> None:
+        """Score what is left (the last short batches, rows of an earlier attempt) and wait for every score."""
+        self._futures.append(self._executor.submit(self.scorer.run, self.store.n_rows))
+        self._wait(keep=0)
+
+    def close(self) -> None:
+        for future in self._futures:
+            future.cancel()
+        self._executor.shutdown(wait=True)
+        self.bar.close()
+
+    def _wait(self, keep: int) -> None:
+        while self._futures and (len(self._futures) > keep or self._futures[0].done()):
+            self._futures.popleft().result()  # re-raises the scorer's error in the sampling thread
+
+    # ---- background thread -------------------------------------------------------------------------------------
+    def _advance(self, start: int, images: np.ndarray) -> None:
+        self.store.check_image_shape(images.shape[1:])
+        self.store.truncate(start)
+        if len(self._buffer) and start == self._buffer_start + len(self._buffer):
+            self._buffer = np.concatenate([self._buffer, images])
+        else:
+            self._buffer, self._buffer_start = images, start
+        self.scorer.run(start + len(images))
+        done = min(self.store.committed.values()) - self._buffer_start  # rows every reward has scored
+        if done > 0:
+            self._buffer, self._buffer_start = self._buffer[done:], self._buffer_start + done
+
+    def _images(self, start: int, stop: int) -> np.ndarray:
+        if len(self._buffer) and self._buffer_start <= start and stop <= self._buffer_start + len(self._buffer):
+            return self._buffer[start - self._buffer_start : stop - self._buffer_start]
+        return np.asarray(zarr.open_group(self.pool_path, mode="r")["image"][start:stop])  # committed rows
+
+
+def _pool_committed(pool_path: Path) -> int:
+    try:
+        return int(zarr.open_group(pool_path, mode="r").attrs.get("committed", 0))
+    except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+        return 0
+
+
+@contextlib.contextmanager
+def scoring_while_sampling(
+    ctx: StageContext, pool_path: Path, prompts: Sequence[str], seeds: np.ndarray, what: str
+) -> Iterator[Callable[[int, dict], None] | None]:
+    """The `on_commit` hook that scores the pool at `pool_path` while it samples (None when `score.overlap` is off).
+
+    prompts/seeds: per row. Leaving the block normally waits for the last scores; leaving it by an exception stops
+    the scorer after its current batch (what it committed is kept for the resume).
+    """
+    if not ctx.cfg.score.overlap:
+        shutil.rmtree(pool_path.parent / SCORES, ignore_errors=True)  # left by an overlapped attempt: not kept up
+        yield None
+        return
+    rewards = load_rewards(ctx.cfg.rewards, ctx.cfg.reward_models)  # missing files fail before any sampling
+    scorer = InlineScorer(pool_path, rewards, prompts, seeds, what, ctx.progress,
+                          f"score {pool_path.parent.name.split('.')[0]} it{ctx.iteration}")
+    try:
+        yield scorer.on_commit
+        scorer.finish()
+    finally:
+        scorer.close()
+
+
+def score_pool(ctx: StageContext, pool_path: Path, desc: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Weighted reward (float32) and each reward's column (float32) for every row of the pool at `pool_path`,
+    taking the rows already scored while it was sampled from `scores.zarr` beside it."""
+    group = zarr.open_group(pool_path, mode="r")
+    prompts = list(group.attrs["prompts"])
+    row_prompts = [prompts[i] for i in np.asarray(group["prompt_index"][...])]
+    seeds = np.asarray(group["seed"][...])
+    rewards = load_rewards(ctx.cfg.rewards, ctx.cfg.reward_models)
+    store = ScoreStore(len(seeds), rewards)
+    if (pool_path.parent / SCORES).exists():
+        store.adopt(pool_path.parent / SCORES)
+    what = f"{pool_path.parent.name}/{pool_path.name} of iteration {ctx.iteration}"
+    images = group["image"]
+    with tqdm(total=store.missing(), desc=desc, unit="score", disable=not ctx.progress, leave=False) as bar:
+        RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]), bar).run(len(seeds))
+    total = weighted_sum(store.values, ctx.cfg.rewards)
+    return total.astype(np.float32), {name: values.astype(np.float32) for name, values in store.values.items()}

@@ -1,0 +1,111 @@
+"""Helpers for tests that run stages on Prefect work pools: process workers as subprocesses, and API reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterName,
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+    WorkerFilter,
+    WorkerFilterStatus,
+)
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from conftest import ROOT
+
+# Workers poll every second (default 10 s) so that stage runs start at once.
+WORKER_ENV = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
+              "PREFECT_LOGGING_LEVEL": "INFO"}
+
+
+@contextmanager
+def api(env: dict[str, str]):
+    """A sync Prefect client on the session's server."""
+    with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+        with get_client(sync_client=True) as client:
+            yield client
+
+
+def online_workers(env: dict[str, str], pool: str) -> int:
+    with api(env) as client:
+        try:
+            return len(client.read_workers_for_work_pool(
+                pool, worker_filter=WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"])), offset=0, limit=50))
+        except Exception:  # noqa: BLE001 - the pool is created by the worker when it starts
+            return 0
+
+
+@contextmanager
+def process_workers(env: dict[str, str], pools: list[str], log_dir: Path, timeout: float = 180):
+    """One `prefect worker start --pool P --type process` per pool, online when this yields; stopped after."""
+    procs = []
+    try:
+        for pool in pools:
+            log = open(log_dir / f"worker-{pool}.log", "w")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
+                env={**env, **WORKER_ENV}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+        deadline = time.time() + timeout
+        while not all(online_workers(env, pool) for pool in pools):
+            assert time.time() < deadline, f"workers did not come online; see {log_dir}"
+            assert all(p.poll() is None for p in procs), f"a worker exited; see {log_dir}"
+            time.sleep(1)
+        yield procs
+    finally:
+        for proc in procs:  # each worker leads its own process group: it and the flow runs it started
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        deadline = time.time() + 5  # a worker takes its time to shut down cleanly; nothing of it is needed
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def deployment_runs(env: dict[str, str], deployment: str, run_dir: Path | None = None) -> list:
+    """Flow runs of `flow/deployment` (those of `run_dir` only, when given), oldest first."""
+    with api(env) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.split("/", 1)[1]])),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)
+    runs = [r for r in runs if run_dir is None or r.parameters.get("run_dir") == str(run_dir)]
+    return sorted(runs, key=lambda r: r.created)
+
+
+def child_runs(env: dict[str, str], flow_run_id) -> list:
+    """Flow runs whose parent is `flow_run_id` (subflows and linked deployment runs), at any depth."""
+    out, frontier = [], [flow_run_id]
+    with api(env) as client:
+        while frontier:
+            children = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)),
+                sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)
+            out += children
+            frontier = [c.id for c in children]
+    return out
+
+
+def committed(pool_zarr: Path) -> int:
+    """Rows committed in a candidate pool being written (0 while it does not exist yet)."""
+    import zarr
+
+    try:
+        return int(zarr.open_group(pool_zarr, mode="r").attrs["committed"])
+    except Exception:  # noqa: BLE001 - not created yet, or being created
+        return 0

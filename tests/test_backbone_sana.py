@@ -1,0 +1,220 @@
+"""SANA adapter on the tiny random-weight SANA directory, checked against SanaPipeline's own calls; and the
+quantization coverage of the full-size SANA 1600M config (meta device)."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from backbone_checks import (
+    PROMPTS,
+    assert_complete_and_small,
+    assert_decode,
+    assert_encoding_deterministic_and_batch_first,
+    assert_linear_widths_multiple_of_16,
+    assert_lora_targets_and_skip_names,
+    assert_noise_is_per_seed,
+    assert_same_directory,
+    assert_velocity_batch_consistent,
+)
+from torch import nn
+
+from solrl_core.backbones import registry
+from solrl_core.backbones.sana import DEFAULTS, SanaBackbone
+from solrl_core.backbones.tiny import make_tiny_model
+from solrl_core.config import ModelConfig
+from solrl_core.errors import SolrlError
+from solrl_core.quant import eligible_linears, quantize_linears
+from solrl_core.quant.coverage import SANA_SKIP, build_meta_model
+from solrl_core.quant.linear import skip_match
+from solrl_core.stages.context import fresh_transformer
+
+RES = 64
+SANA_CONFIG = Path(__file__).resolve().parents[2] / "shared" / "model-configs" / "sana-1600m-1024px.transformer.json"
+# the Linear layers of a block that the skip names leave (the feed-forward is convolutional): the self-attention
+# output and the cross-attention projections
+PER_BLOCK_QUANTIZABLE = ("attn1.to_out.0", "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, one_torch_thread) -> Path:
+    return make_tiny_model("sana", tmp_path_factory.mktemp("sana") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def backbone(tiny_dir) -> SanaBackbone:
+    return registry.load_backbone(ModelConfig(kind="sana", path=str(tiny_dir), resolution=RES))
+
+
+def _pipeline_run(backbone, latents, prompts, steps, output_type):
+    """SanaPipeline with the directory's own scheduler and prompt handling, no CFG, no resolution binning. Returns
+    its output and every transformer call: (hidden_states, timestep, encoder_hidden_states, mask, output)."""
+    calls = []
+
+    def record(module, args, kwargs, out):
+        calls.append((args[0].clone(), kwargs["timestep"].clone(), kwargs["encoder_hidden_states"].clone(),
+                      kwargs["encoder_attention_mask"].clone(), out[0].clone()))
+
+    handle = backbone.transformer.register_forward_hook(record, with_kwargs=True)
+    try:
+        images = backbone.pipe(
+            prompt=prompts, latents=latents.clone(), num_inference_steps=steps, guidance_scale=1.0, height=RES,
+            width=RES, use_resolution_binning=False, output_type=output_type,
+        ).images
+    finally:
+        handle.remove()
+    return images, calls
+
+
+def test_tiny_directory_is_complete_small_and_seeded(tiny_dir, tmp_path, backbone):
+    assert_complete_and_small(tiny_dir, {
+        "transformer": "SanaTransformer2DModel", "vae": "AutoencoderDC", "text_encoder": "Gemma2Model",
+        "tokenizer": "GemmaTokenizer", "scheduler": "DPMSolverMultistepScheduler",
+    })
+    config = backbone.transformer.config
+    assert config.caption_channels == backbone.pipe.text_encoder.config.hidden_size
+    assert config.in_channels == backbone.vae.config.latent_channels == 32
+    assert backbone.pipe.vae_scale_factor == 32  # the real DC-AE spatial compression
+    scheduler = backbone.pipe.scheduler.config  # SANA 1600M's: DPM-Solver++ on flow sigmas, shift 3
+    assert (scheduler.use_flow_sigmas, scheduler.prediction_type) == (True, "flow_prediction")
+    assert scheduler.flow_shift == 3.0
+    tokenizer = backbone.pipe.tokenizer
+    ids = tokenizer("a red circle, ünïcode").input_ids
+    assert ids[0] == tokenizer.bos_token_id and tokenizer.unk_token_id not in ids  # <bos> first, bytes for the rest
+    assert_linear_widths_multiple_of_16(backbone.transformer)
+    assert_same_directory(tiny_dir, make_tiny_model("sana", tmp_path / "again"))
+
+
+def test_latents_noise_and_defaults(backbone):
+    assert backbone.latent_shape == (32, RES // 32, RES // 32)
+    assert backbone.image_seq_len == (RES // 32) ** 2
+    assert_noise_is_per_seed(backbone)
+    d = backbone.defaults
+    assert (d.sampler, d.resolution, d.distilled_guidance, d.quant_min_width) == ("euler", 1024, False, 2240)
+    assert backbone.max_sequence_length == 300
+
+
+def test_encode_prompts(backbone):
+    assert_encoding_deterministic_and_batch_first(
+        backbone, {"encoder_hidden_states": (2, 300, 32), "encoder_attention_mask": (2, 300)}
+    )
+    # the empty prompt is the pipeline's negative prompt: encoded without the instruction
+    cond = backbone.encode_prompts(PROMPTS[:1])
+    _, _, negative, negative_mask = backbone.pipe.encode_prompt(
+        PROMPTS[:1], do_classifier_free_guidance=True, negative_prompt="", device=backbone.device
+    )
+    mixed = backbone.encode_prompts(["", PROMPTS[0]])
+    torch.testing.assert_close(mixed["encoder_hidden_states"][0], negative[0])
+    assert torch.equal(mixed["encoder_attention_mask"][0], negative_mask[0])
+    torch.testing.assert_close(mixed["encoder_hidden_states"][1], cond["encoder_hidden_states"][0])
+    blank = backbone.encode_prompts([" "])  # not empty: encoded with the instruction
+    assert not torch.allclose(mixed["encoder_hidden_states"][0], blank["encoder_hidden_states"][0])
+
+
+def test_velocity_matches_the_pipelines_transformer_calls(backbone):
+    """Every transformer call of a 2-step SanaPipeline run (its own DPM-Solver scheduler, its own prompt encoding)
+    equals the adapter's velocity at sigma = timestep / 1000 with the adapter's conditioning."""
+    x = backbone.initial_noise([0, 1])
+    _, calls = _pipeline_run(backbone, x, PROMPTS, steps=2, output_type="latent")
+    assert len(calls) == 2 and torch.equal(calls[0][0], x)
+    cond = backbone.encode_prompts(PROMPTS)
+    for hidden, timestep, embeds, mask, out in calls:
+        assert torch.equal(cond["encoder_hidden_states"], embeds) and torch.equal(cond["encoder_attention_mask"], mask)
+        sigma = timestep / backbone.pipe.scheduler.config.num_train_timesteps
+        assert 0 < float(sigma[0]) <= 1
+        v = backbone.velocity(backbone.transformer, hidden, sigma, cond)
+        assert v.shape == hidden.shape and torch.isfinite(v).all()
+        torch.testing.assert_close(v, out, rtol=1e-5, atol=1e-6)
+    assert calls[1][1][0] < calls[0][1][0]  # the second call is at a lower noise level
+    assert_velocity_batch_consistent(backbone)
+
+
+def test_decode_matches_the_pipeline(backbone):
+    x = backbone.initial_noise([5, 6, 7])
+    prompts = [*PROMPTS, "a cat"]
+    latents, _ = _pipeline_run(backbone, x, prompts, steps=1, output_type="latent")
+    reference, _ = _pipeline_run(backbone, x, prompts, steps=1, output_type="np")
+    assert_decode(backbone, latents, reference)
+    assert np.array_equal(backbone.decode(latents), (reference * 255).round().astype(np.uint8))
+
+
+def test_sigmas_are_uniform_without_the_schedulers_shift(backbone):
+    assert backbone.pipe.scheduler.config.flow_shift == 3.0
+    assert backbone.sigmas(4) == [1.0, 0.75, 0.5, 0.25]
+    assert np.allclose(backbone.sigmas(10), np.linspace(1, 0, 11)[:-1])
+    with pytest.raises(ValueError):
+        backbone.sigmas(0)
+
+
+def test_lora_targets_and_quant_skip_names(backbone):
+    assert_lora_targets_and_skip_names(backbone)
+    assert set(DEFAULTS.quant_skip_names) <= set(SANA_SKIP)  # the coverage report's native-name mapping
+
+
+def test_explore_copy_below_the_official_width(backbone):
+    """The official width keeps every Linear of the model in full precision; below it the self-attention output
+    and the cross-attention projections of every block run in NVFP4 (emulated) and still give a finite,
+    close velocity."""
+    official = fresh_transformer(backbone)
+    assert quantize_linears(official, DEFAULTS.quant_skip_names, DEFAULTS.quant_min_width).n_replaced == 0
+    explore = fresh_transformer(backbone)
+    report = quantize_linears(explore, DEFAULTS.quant_skip_names, 0)
+    assert {row.name.split(".", 2)[2] for row in report.layers if row.replaced} == set(PER_BLOCK_QUANTIZABLE)
+    assert report.n_replaced == len(PER_BLOCK_QUANTIZABLE) * backbone.transformer.config.num_layers
+    cond = backbone.encode_prompts(PROMPTS)
+    x, sigma = backbone.initial_noise([0, 1]), torch.tensor([0.8, 0.4])
+    with torch.no_grad():
+        v = backbone.velocity(explore, x, sigma, cond)
+        reference = backbone.velocity(backbone.transformer, x, sigma, cond)
+    assert torch.isfinite(v).all() and not torch.equal(v, reference)
+    assert (v - reference).norm() < 0.5 * reference.norm()
+
+
+def test_full_size_sana_official_rule_quantizes_nothing():
+    model = build_meta_model(SANA_CONFIG)
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    unskipped = [m for n, m in linears.items() if not skip_match(n, DEFAULTS.quant_skip_names)]
+    assert unskipped and max(max(m.in_features, m.out_features) for m in unskipped) <= 2240
+    ffn = [m for n, m in model.named_modules() if ".ff." in f".{n}"]
+    assert ffn and not any(isinstance(m, nn.Linear) for m in ffn) and any(isinstance(m, nn.Conv2d) for m in ffn)
+    assert eligible_linears(model, DEFAULTS.quant_skip_names, DEFAULTS.quant_min_width) == []
+    # any min width below 2240: the self-attention output and all cross-attention projections of every block
+    expected = {f"transformer_blocks.{i}.{p}" for i in range(model.config.num_layers) for p in PER_BLOCK_QUANTIZABLE}
+    for min_width in (2239, 1000, 0):
+        assert set(eligible_linears(model, DEFAULTS.quant_skip_names, min_width)) == expected
+        assert set(eligible_linears(model, list(SANA_SKIP), min_width)) == expected
+
+
+def test_release_text_encoders(tiny_dir):
+    backbone = registry.load_backbone(ModelConfig(kind="sana", path=str(tiny_dir), resolution=RES))
+    cond = backbone.encode_prompts(PROMPTS)
+    backbone.release_text_encoders()
+    assert backbone.pipe.text_encoder is None
+    with pytest.raises(SolrlError, match="released"):
+        backbone.encode_prompts(PROMPTS)
+    v = backbone.velocity(backbone.transformer, backbone.initial_noise([0, 1]), torch.tensor([0.5, 0.5]), cond)
+    assert torch.isfinite(v).all()  # cached conditioning still works
+
+
+def test_load_errors(tiny_dir, tmp_path):
+    def load(path, **kw):
+        return registry.load_backbone(ModelConfig(kind="sana", path=path, **kw))
+
+    with pytest.raises(SolrlError, match="model.path is required"):
+        load(None)
+    with pytest.raises(SolrlError, match="does not exist"):
+        load(str(tmp_path / "nowhere" / "sana"))
+    with pytest.raises(SolrlError, match="allow_downloads"):
+        load("solrl-tests/no-such-model")
+    with pytest.raises(SolrlError, match="multiple of 32"):
+        load(str(tiny_dir), resolution=48)
+    broken = shutil.copytree(tiny_dir, tmp_path / "broken")
+    shutil.rmtree(broken / "vae")
+    with pytest.raises(SolrlError, match=r"lacks the subfolder\(s\) vae") as err:
+        load(str(broken))
+    assert "\n" not in str(err.value)
+    (broken / "vae").mkdir()  # the folder is back, its weights are not
+    with pytest.raises(SolrlError, match="cannot load SanaPipeline") as err:
+        load(str(broken))
+    assert "\n" not in str(err.value)

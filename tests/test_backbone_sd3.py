@@ -1,0 +1,155 @@
+"""SD3.5 adapter (Large and Medium) on the tiny random-weight directories, checked against StableDiffusion3Pipeline's
+own calls."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from backbone_checks import (
+    PROMPTS,
+    assert_complete_and_small,
+    assert_decode,
+    assert_encoding_deterministic_and_batch_first,
+    assert_linear_widths_multiple_of_16,
+    assert_lora_targets_and_skip_names,
+    assert_noise_is_per_seed,
+    assert_same_directory,
+    assert_velocity_batch_consistent,
+)
+
+from solrl_core.backbones import registry
+from solrl_core.backbones.sd3 import SD3Backbone
+from solrl_core.backbones.tiny import make_tiny_model
+from solrl_core.config import ModelConfig
+from solrl_core.errors import SolrlError
+
+RES = 64
+REAL_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "model-configs"
+
+
+@pytest.fixture(scope="module", params=["sd35l", "sd35m"])
+def tiny(request, tmp_path_factory, one_torch_thread) -> tuple[str, Path]:
+    return request.param, make_tiny_model(request.param, tmp_path_factory.mktemp(request.param) / "tiny")
+
+
+@pytest.fixture(scope="module")
+def backbone(tiny) -> SD3Backbone:
+    return registry.load_backbone(ModelConfig(kind="sd35", path=str(tiny[1]), resolution=RES))
+
+
+def _one_pipeline_step(backbone, x, sigma, output_type):
+    """StableDiffusion3Pipeline without CFG, one Euler step from sigma (shifted by its scheduler) to 0."""
+    out = backbone.pipe(
+        prompt=PROMPTS, height=RES, width=RES, num_inference_steps=1, sigmas=[sigma], guidance_scale=1.0,
+        latents=x.clone(), output_type=output_type, max_sequence_length=256,
+    ).images
+    return out, float(backbone.pipe.scheduler.sigmas[0])
+
+
+def test_tiny_directory_is_complete_small_and_seeded(tiny, tmp_path, backbone):
+    name, path = tiny
+    assert_complete_and_small(path, {
+        "transformer": "SD3Transformer2DModel", "vae": "AutoencoderKL", "text_encoder": "CLIPTextModelWithProjection",
+        "tokenizer": "CLIPTokenizer", "text_encoder_2": "CLIPTextModelWithProjection", "tokenizer_2": "CLIPTokenizer",
+        "text_encoder_3": "T5EncoderModel", "scheduler": "FlowMatchEulerDiscreteScheduler",
+    })
+    pipe, config = backbone.pipe, backbone.transformer.config
+    real = json.loads((REAL_CONFIGS / f"sd35-{'large' if name == 'sd35l' else 'medium'}.transformer.json").read_text())
+    for key in ("patch_size", "in_channels", "out_channels", "qk_norm"):
+        assert config[key] == real[key], key
+    # MMDiT-X (SD3.5-M): dual attention in the first half of the layers, as in the real config
+    assert bool(config.dual_attention_layers) == bool(real["dual_attention_layers"])
+    dual = [i for i, block in enumerate(backbone.transformer.transformer_blocks) if block.attn2 is not None]
+    assert dual == list(config.dual_attention_layers) == ([0] if name == "sd35m" else [])
+    clip_widths = pipe.text_encoder.config.hidden_size + pipe.text_encoder_2.config.hidden_size
+    assert config.joint_attention_dim == pipe.text_encoder_3.config.d_model > clip_widths  # CLIP states get padded
+    pooled = pipe.text_encoder.config.projection_dim + pipe.text_encoder_2.config.projection_dim
+    assert config.pooled_projection_dim == pooled
+    assert pipe.tokenizer_2.pad_token == "!"  # as SD3's CLIP-G tokenizer
+    assert dict(pipe.scheduler.config)["shift"] == 3.0 and not pipe.scheduler.config.use_dynamic_shifting
+    assert (backbone.vae.config.scaling_factor, backbone.vae.config.shift_factor) == (1.5305, 0.0609)
+    assert_linear_widths_multiple_of_16(backbone.transformer)
+    assert_same_directory(path, make_tiny_model(name, tmp_path / "again"))
+
+
+def test_latents_noise_and_defaults(backbone):
+    assert backbone.pipe.vae_scale_factor == 2 ** (len(backbone.vae.config.block_out_channels) - 1) == 8
+    assert backbone.latent_shape == (16, RES // 8, RES // 8)
+    assert_noise_is_per_seed(backbone)
+    d = backbone.defaults
+    assert (d.sampler, d.resolution, d.distilled_guidance, d.quant_min_width) == ("dpmpp_2m", 1024, False, 2432)
+    assert backbone.max_sequence_length == 256
+
+
+def test_encode_prompts(backbone):
+    # 77 CLIP tokens + 256 T5 tokens, T5 width; pooled CLIP-L + CLIP-G
+    assert_encoding_deterministic_and_batch_first(
+        backbone, {"encoder_hidden_states": (2, 77 + 256, 96), "pooled_projections": (2, 80)}
+    )
+
+
+def test_velocity_matches_the_pipeline_step(backbone):
+    x = backbone.initial_noise([5, 6])
+    packed, sigma = _one_pipeline_step(backbone, x, 0.6, "latent")
+    assert sigma == pytest.approx(3 * 0.6 / (1 + 2 * 0.6))  # shift 3
+    cond = backbone.encode_prompts(PROMPTS)
+    v = backbone.velocity(backbone.transformer, x, torch.full((2,), sigma), cond)
+    torch.testing.assert_close(x - sigma * v, packed, atol=1e-5, rtol=1e-5)  # x + (0 - sigma) * v
+    assert_velocity_batch_consistent(backbone)
+
+
+def test_decode_matches_the_pipeline(backbone):
+    x = backbone.initial_noise([7, 8])
+    reference, sigma = _one_pipeline_step(backbone, x, 0.6, "np")
+    cond = backbone.encode_prompts(PROMPTS)
+    x0 = x - sigma * backbone.velocity(backbone.transformer, x, torch.full((2,), sigma), cond)
+    assert_decode(backbone, x0, reference)
+
+
+def test_sigmas_are_the_shifted_uniform_schedule(backbone):
+    for steps in (1, 4, 10):
+        uniform = np.linspace(1.0, 1.0 / steps, steps)
+        backbone.pipe(prompt=PROMPTS[:1], height=RES, width=RES, num_inference_steps=steps, sigmas=uniform,
+                      guidance_scale=1.0, output_type="latent", max_sequence_length=16)
+        assert backbone.sigmas(steps) == pytest.approx(backbone.pipe.scheduler.sigmas[:-1].tolist(), abs=1e-6)
+        assert backbone.sigmas(steps) == pytest.approx(3 * uniform / (1 + 2 * uniform), abs=1e-6)
+
+
+def test_lora_targets_and_quant_skip_names(backbone):
+    assert_lora_targets_and_skip_names(backbone)
+
+
+def test_release_text_encoders(tiny):
+    backbone = registry.load_backbone(ModelConfig(kind="sd35", path=str(tiny[1]), resolution=RES))
+    cond = backbone.encode_prompts(PROMPTS)
+    backbone.release_text_encoders()
+    assert all(getattr(backbone.pipe, n) is None for n in ("text_encoder", "text_encoder_2", "text_encoder_3"))
+    with pytest.raises(SolrlError, match="released"):
+        backbone.encode_prompts(PROMPTS)
+    v = backbone.velocity(backbone.transformer, backbone.initial_noise([0, 1]), torch.tensor([0.5, 0.5]), cond)
+    assert torch.isfinite(v).all()
+
+
+def test_load_errors(tiny, tmp_path):
+    path = tiny[1]
+
+    def load(p, **kw):
+        return registry.load_backbone(ModelConfig(kind="sd35", path=p, **kw))
+
+    with pytest.raises(SolrlError, match="model.path is required"):
+        load(None)
+    with pytest.raises(SolrlError, match="does not exist"):
+        load(str(tmp_path / "nowhere" / "sd35"))
+    broken = shutil.copytree(path, tmp_path / "broken")
+    shutil.rmtree(broken / "text_encoder_3")
+    with pytest.raises(SolrlError, match=r"lacks the subfolder\(s\) text_encoder_3"):
+        load(str(broken))
+    with pytest.raises(SolrlError, match="holds a StableDiffusion3Pipeline, but model.kind 'flux1'"):
+        registry.load_backbone(ModelConfig(kind="flux1", path=str(path)))
+    with pytest.raises(SolrlError, match="multiple of 16"):
+        load(str(path), resolution=1000)
+    with pytest.raises(SolrlError, match="too large"):
+        load(str(path), resolution=2048)  # the tiny pos_embed_max_size 64 covers up to 1024 px

@@ -1,0 +1,96 @@
+"""`solrl deploy`: work pools, the training deployment with its schedule, one deployment per stage, errors."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from conftest import ROOT, TINY
+from flows.cli import main
+from prefect_workers import api
+from solrl_core.rundir import STAGES
+
+POOLS = {"explore": "dp-explore", "update": "dp-train"}
+MAPPING = "{explore: dp-explore, update: dp-train}"
+FLOW_POOL = "dp-flow"
+NAME = "deploy-test"
+
+
+def _sets(run_dir) -> list[str]:
+    return ["--run-dir", str(run_dir), "--name", NAME, "--set", f"orchestration.work_pools={MAPPING}",
+            "--set", f"orchestration.flow_pool={FLOW_POOL}"]
+
+
+def _scheduled_runs(client, deployment_name: str) -> list:
+    runs = client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment_name])),
+        sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=50)
+    return [r for r in runs if r.state_name == "Scheduled"]
+
+
+def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, session_env, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    out = run_cli("deploy", str(TINY), "--interval", "3600", *_sets(run_dir)).stdout
+    assert f"solrl-train-config/{NAME}" in out and "prefect worker start --pool dp-explore" in out
+
+    with api(session_env) as client:
+        for pool in (FLOW_POOL, *POOLS.values()):
+            assert client.read_work_pool(pool).type == "process"
+        train = client.read_deployment_by_name(f"solrl-train-config/{NAME}")
+        assert train.work_pool_name == FLOW_POOL and train.entrypoint == "flows/training.py:train_config_flow"
+        assert train.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
+        assert train.parameters["config"] == str(TINY) and train.parameters["run_dir"] == str(run_dir)
+        assert train.parameters["overrides"] == [f"orchestration.work_pools={MAPPING}",
+                                                 f"orchestration.flow_pool={FLOW_POOL}"]
+        assert train.global_concurrency_limit.limit == 1
+        (schedule,) = train.schedules
+        assert schedule.active and schedule.schedule.interval == timedelta(seconds=3600)
+        for stage in STAGES:
+            pool = POOLS.get(stage, FLOW_POOL)
+            dep = client.read_deployment_by_name(f"solrl-stage/{stage}@{pool}")
+            assert dep.work_pool_name == pool and dep.entrypoint == "flows/stage.py:stage_flow"
+            assert dep.parameters == {"stage": stage, "hold": True, "progress": False}
+            assert set(dep.parameter_openapi_schema["required"]) == {"run_dir", "stage", "iteration"}
+
+        # the server's scheduler creates the upcoming runs, one interval apart
+        deadline = time.time() + 60
+        while len(runs := _scheduled_runs(client, NAME)) < 2 and time.time() < deadline:
+            time.sleep(1)
+        assert len(runs) >= 2, "the server's scheduler made no runs (Prefect 3.8.8's needs SQLAlchemy < 2.1)"
+        gaps = {b.expected_start_time - a.expected_start_time for a, b in zip(runs, runs[1:])}
+        assert gaps == {timedelta(seconds=3600)}
+        assert all(r.parameters["run_dir"] == str(run_dir) for r in runs)
+
+    # deploying again replaces the schedule: a cron expression, then none
+    with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"]}):
+        assert main(["deploy", str(TINY), "--cron", "0 3 * * *", *_sets(run_dir)]) == 0
+        with api(session_env) as client:
+            (schedule,) = client.read_deployment_by_name(f"solrl-train-config/{NAME}").schedules
+            assert schedule.schedule.cron == "0 3 * * *"
+        assert main(["deploy", str(TINY), *_sets(run_dir)]) == 0
+        with api(session_env) as client:
+            assert client.read_deployment_by_name(f"solrl-train-config/{NAME}").schedules == []
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cron", "every night"], "--cron 'every night' is not a valid cron expression"),
+    (["--interval", "0"], "--interval must be a positive number of seconds"),
+    (["--set", "orchestration.work_pools={explor: p}"], "orchestration.work_pools: unknown stage 'explor'"),
+])
+def test_deploy_rejects_bad_input_in_one_line(session_env, args, message, capsys):
+    with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"]}):
+        assert main(["deploy", str(TINY), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_deploy_needs_a_prefect_server(capsys):
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert main(["deploy", str(TINY), "--interval", "60"]) == 2
+    assert "no Prefect server configured" in capsys.readouterr().err

@@ -1,0 +1,139 @@
+"""The update stage on 2 gloo processes (torchrun) against the same update in one process, on the same data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from conftest import TINY
+from solrl_core.config import load_config
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.rl.distributed import GradientSync
+from solrl_core.rundir import RunDir
+from solrl_core.runs import prepare_run
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.registry import run_stage
+from solrl_core.stages.update_worker import launch_update
+
+BEFORE_UPDATE = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final")
+
+
+@pytest.fixture(scope="module")
+def ready_for_update(tmp_path_factory, one_torch_thread):
+    """A tiny run whose iteration 0 is complete up to score_final (8 samples x 3 times = 24 pairs), 2 steps."""
+    cfg = load_config(TINY, ["train.optimizer_steps=2"])
+    run = RunDir(tmp_path_factory.mktemp("dist") / "base")
+    prepare_run(run, cfg)
+    for stage in BEFORE_UPDATE:
+        run_stage(run, cfg, 0, stage, progress=False)
+    return run, cfg
+
+
+def _update(base: RunDir, cfg, tmp_path, processes: int, micro_batch: int | None = None) -> tuple[RunDir, dict]:
+    run = RunDir(tmp_path / f"p{processes}-mb{micro_batch}")
+    shutil.copytree(base.root, run.root)
+    cfg = cfg.model_copy(deep=True)
+    cfg.train.processes = processes
+    cfg.train.micro_batch = micro_batch or cfg.train.micro_batch
+    return run, run_stage(run, cfg, 0, "update", progress=False)["summary"]
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30))
+
+
+def _checkpoint(run: RunDir) -> dict[str, dict[str, np.ndarray]]:
+    ckpt = run.checkpoint_dir(0)
+    return {name: load_file(str(ckpt / name)) for name in ("adapters.safetensors", "ema.safetensors",
+                                                            "optimizer.safetensors")}
+
+
+def _history(run: RunDir) -> list[dict]:
+    return json.loads((run.stage_dir(0, "update") / "metrics.json").read_text())["steps"]
+
+
+def test_two_gloo_processes_give_the_one_process_update(ready_for_update, tmp_path, monkeypatch):
+    """24 pairs, micro_batch 16: one process runs micro-batches of 16 + 8, each of the 2 ranks one of 12."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the ranks compute with one thread, as this process
+    base, cfg = ready_for_update
+    two, s2 = _update(base, cfg, tmp_path, 2)
+    assert not any(p.name.endswith(".partial") for p in two.iteration_dir(0).iterdir())
+    assert sorted(p.name for p in two.checkpoint_dir(0).iterdir()) == [
+        "adapters.safetensors", "ema.safetensors", "optimizer.safetensors", "state.json"]
+
+    # Same micro-batches (12 + 12 in one process): the sum of the two shards' gradients is the one-process
+    # accumulation, so every number and every tensor is the same bit for bit.
+    same_mb, s12 = _update(base, cfg, tmp_path, 1, micro_batch=12)
+    assert s2 == {**s12, "seconds": s2["seconds"]}
+    assert _history(two) == _history(same_mb)
+    for name, tensors in _checkpoint(same_mb).items():
+        for key, value in tensors.items():
+            np.testing.assert_array_equal(_checkpoint(two)[name][key], value, err_msg=f"{name} {key}")
+
+    # The configured micro-batch (16 + 8 in one process): batched matmuls round differently, nothing else.
+    one, s1 = _update(base, cfg, tmp_path, 1)
+    for key in ("loss", "policy_loss", "kl", "grad_norm"):
+        assert s2[key] == pytest.approx(s1[key], rel=1e-5), key
+    assert s2["step"] == s1["step"] == 2 and s2["old_eta"] == s1["old_eta"]
+    h1, h2 = _history(one), _history(two)
+    assert [h["pairs"] for h in h2] == [h["pairs"] for h in h1] == [24, 24]
+    for a, b in zip(h1, h2):
+        for key in ("loss", "policy_loss", "kl", "x0_pos_err", "x0_neg_err", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-12), key
+    c1, c2 = _checkpoint(one), _checkpoint(two)
+    for name in c1:
+        assert c1[name].keys() == c2[name].keys()
+        for key in c1[name]:
+            # atol 1e-6 = 0.1% of one Adam step at lr 1e-3; Adam divides each gradient element by its own running
+            # scale, so rounding differences of near-zero elements show in the weights at ~1e-5 of their norm
+            np.testing.assert_allclose(c2[name][key], c1[name][key], rtol=1e-5, atol=1e-6, err_msg=f"{name} {key}")
+            assert _relative(c1[name][key], c2[name][key]) < 1e-4, (name, key)
+    init = load_file(str(base.checkpoint_dir(-1) / "adapters.safetensors"))
+    assert any(not np.array_equal(init[k], c1["adapters.safetensors"][k]) for k in init if k.startswith("default."))
+    state1, state2 = (json.loads((r.checkpoint_dir(0) / "state.json").read_text()) for r in (one, two))
+    assert state1 == state2
+
+
+def test_shards_partition_the_pairs():
+    rows = torch.arange(11)
+
+    class Rank(GradientSync):
+        def __init__(self, rank, world_size):
+            self.rank, self.world_size = rank, world_size
+
+    shards = [Rank(r, 3).shard(rows) for r in range(3)]
+    assert torch.equal(torch.cat(shards), rows)
+    assert sorted(len(s) for s in shards) == [3, 4, 4]
+    assert Rank(1, 3).is_writer is False and Rank(0, 3).is_writer is True
+    with pytest.raises(SolrlError, match="train.processes"):
+        Rank(0, 4).shard(torch.arange(3))
+
+
+def test_nccl_on_a_cpu_is_refused_before_launching(ready_for_update):
+    run, cfg = ready_for_update
+    cfg = cfg.model_copy(deep=True)
+    cfg.train.processes, cfg.train.dist_backend = 2, "nccl"
+    with pytest.raises(SolrlError, match="train.dist_backend: nccl needs CUDA"):
+        launch_update(StageContext(run, cfg, 0, progress=False))
+
+
+def test_a_pinned_gpu_is_refused_with_several_processes(ready_for_update):
+    run, cfg = ready_for_update
+    cfg = cfg.model_copy(deep=True)
+    cfg.train.processes = 2
+    cfg.model.device = "cuda:1"
+    with pytest.raises(SolrlError, match="model.device: with train.processes > 1 use 'cuda'"):
+        launch_update(StageContext(run, cfg, 0, progress=False))
+
+
+def test_bad_process_settings_name_the_key():
+    with pytest.raises(ConfigError, match="train.processes"):
+        load_config(TINY, ["train.processes=0"])
+    with pytest.raises(ConfigError, match="train.dist_backend"):
+        load_config(TINY, ["train.dist_backend=mpi"])

@@ -1,0 +1,88 @@
+"""The update's memory and guidance options: model.gradient_checkpointing and guidance.train."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from solrl_core.config import load_config
+from solrl_core.errors import SolrlError
+from solrl_core.rundir import RunDir
+from solrl_core.stages.context import load_backbone
+from solrl_core.stages.registry import run_stage
+from solrl_core.stages.update import enable_gradient_checkpointing
+
+TINY = Path(__file__).resolve().parent / "configs" / "tiny.yaml"
+FAST = ["explore.precision=fp32", "explore.seeds_per_prompt=4", "select.k=2", "train.micro_batch=4"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A run with every stage of iteration 0 but the update."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    run = RunDir(tmp_path_factory.mktemp("prepared") / "run")
+    cfg = load_config(TINY, FAST)
+    try:
+        for stage in ("quantize", "explore", "score_explore", "select", "regenerate", "score_final"):
+            run_stage(run, cfg, 0, stage, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return run.root
+
+
+def _update(prepared: Path, tmp_path: Path, name: str, *overrides: str) -> dict[str, torch.Tensor]:
+    root = tmp_path / name
+    shutil.copytree(prepared, root)
+    run_stage(RunDir(root), load_config(TINY, [*FAST, *overrides]), 0, "update", progress=False)
+    return load_file(str(root / "iter_0000" / "update" / "checkpoint" / "adapters.safetensors"))
+
+
+def test_gradient_checkpointing_recomputes_and_trains_the_same(prepared, tmp_path, monkeypatch, one_torch_thread):
+    calls = []
+    original = torch.utils.checkpoint.checkpoint
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", counting)
+    plain = _update(prepared, tmp_path, "plain")
+    assert calls == []
+    checkpointed = _update(prepared, tmp_path, "checkpointed", "model.gradient_checkpointing=true")
+    assert len(calls) > 0  # the transformer blocks ran under torch.utils.checkpoint
+    assert plain.keys() == checkpointed.keys()
+    for key in plain:
+        torch.testing.assert_close(checkpointed[key], plain[key], rtol=1e-5, atol=1e-7)
+    assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in plain.items() if "lora_B" in k)
+
+
+def test_gradient_checkpointing_needs_a_model_that_supports_it():
+    with pytest.raises(SolrlError, match="does not support gradient checkpointing"):
+        enable_gradient_checkpointing(torch.nn.Linear(2, 2))
+
+
+def test_train_guidance_needs_distilled_guidance(prepared, tmp_path):
+    with pytest.raises(SolrlError, match="guidance.train = 2.0 needs a backbone with distilled guidance"):
+        _update(prepared, tmp_path, "cfg", "guidance.train=2.0")
+
+
+def test_train_guidance_reaches_every_velocity_of_a_distilled_backbone(prepared, tmp_path, monkeypatch,
+                                                                       one_torch_thread):
+    backbone = load_backbone(load_config(TINY, FAST))
+    seen = []
+    velocity = backbone.velocity
+
+    def recording(transformer, x_t, sigma, cond, guidance=1.0):
+        seen.append(guidance)
+        return velocity(transformer, x_t, sigma, cond, guidance)
+
+    monkeypatch.setattr(backbone, "defaults", dataclasses.replace(backbone.defaults, distilled_guidance=True))
+    monkeypatch.setattr(backbone, "velocity", recording)
+    _update(prepared, tmp_path, "distilled", "guidance.train=3.5")
+    assert len(seen) >= 3 and set(seen) == {3.5}
