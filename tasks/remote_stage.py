@@ -63,9 +63,16 @@ def _cancel(flow_run_id, why: str) -> None:
         get_run_logger().warning("could not cancel stage run %s: %s", flow_run_id, exc)
 
 
+def _task_run_name() -> str:
+    from prefect.runtime import task_run
+
+    p = task_run.parameters
+    return f"{p['stage']}-it{p['iteration']}@{p['deployment'].rsplit('@', 1)[-1]}"  # e.g. explore-it0@explore-pool
+
+
 @task(
     name="remote-stage",
-    task_run_name="{stage}-it{iteration}",
+    task_run_name=_task_run_name,
     retries=CRASH_RETRIES,
     retry_delay_seconds=1,
     retry_condition_fn=_retry_if_crashed,

@@ -35,6 +35,7 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
 
     cfg = load_config(run_dir / "config.yaml")  # the frozen config: the preset with the tiny overrides
     assert (cfg.model.path, cfg.family, cfg.rewards) == (str(tiny), "sol_rl", {reward: 1.0})
+    assert cfg.model.gradient_checkpointing  # the official value, kept by the tiny overrides
     status = json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)
     assert [it["stages"] for it in status["iterations"]] == [{s: "complete" for s in STAGES}]
 

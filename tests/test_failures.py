@@ -3,7 +3,6 @@ pool's committed rows; a training flow cancelled through the API leaves a run di
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -50,8 +49,8 @@ def _row_mtimes(pool_zarr: Path) -> np.ndarray:
     return np.array(out)
 
 
-def _status(run_cli, run_dir: Path) -> dict:
-    return json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)["iterations"][0]["stages"]
+def _status(run_dir: Path) -> dict:
+    return {stage: RunDir(run_dir).stage_status(0, stage) for stage in STAGES}
 
 
 def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli, session_env, worker, tmp_path):
@@ -82,7 +81,7 @@ def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli
     runs = deployment_runs(session_env, f"solrl-stage/explore@{POOL}", run_dir)
     assert [r.state_name for r in runs] == ["Crashed", "Completed"] and runs[0].id == first.id
     assert all(r.work_pool_name == POOL for r in runs)
-    assert _status(run_cli, run_dir) == {s: "complete" for s in STAGES}
+    assert _status(run_dir) == {s: "complete" for s in STAGES}
 
     # the retry resumed: rows committed before the kill were kept, the others written after it
     pool = run_dir / "iter_0000" / "explore" / "pool.zarr"
@@ -124,13 +123,13 @@ def test_cancelled_training_flow_leaves_a_run_that_train_resumes(run_cli, sessio
     assert committed(partial) == rows
     with RunDir(run_dir).hold():
         pass
-    status = _status(run_cli, run_dir)
+    status = _status(run_dir)
     assert status["quantize"] == "complete" and status["explore"] == "partial"
     assert all(status[s] == "pending" for s in STAGES[2:])
     cancelled_at = time.time()
 
     # `solrl train` (here with every stage in process: where stages run may change on resume) completes the run
     run_cli("train", str(TINY), "--run-dir", str(run_dir), "--no-progress", *overrides)
-    assert _status(run_cli, run_dir) == {s: "complete" for s in STAGES}
+    assert _status(run_dir) == {s: "complete" for s in STAGES}
     mtimes = _row_mtimes(run_dir / "iter_0000" / "explore" / "pool.zarr")
     assert (mtimes[:rows] < cancelled_at).all() and (mtimes[rows:] > cancelled_at).all()

@@ -24,7 +24,7 @@ def tiny_dir(tmp_path_factory, one_torch_thread):
     return out
 
 
-def test_make_tiny_writes_the_model_rewards_prompts_and_overrides(tiny_dir, capsys):
+def test_make_tiny_writes_the_model_rewards_prompts_and_overrides(tiny_dir):
     assert json.loads((tiny_dir / "model_index.json").read_text())["_class_name"] == "StableDiffusion3Pipeline"
     assert (tiny_dir / "transformer" / "config.json").is_file()
     assert (tiny_dir / "prompts.txt").read_text().splitlines() == list(TINY_PROMPTS)

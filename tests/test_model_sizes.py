@@ -27,7 +27,7 @@ def test_positional_table_buffers_and_tied_weights_count_once():
     sd35m = memory.meta_transformer("sd35m")
     params = sum(p.numel() for p in sd35m.parameters())
     assert memory.count_params(sd35m) - params == 384 * 384 * 1536  # pos_embed_max_size² × width, a buffer
-    t5 = memory._transformers_meta(memory.T5_XXL)
+    t5 = memory._transformers_meta(memory.HF_MODELS["T5_XXL"])
     assert memory.count_params(t5) == sum(p.numel() for p in t5.parameters())  # shared == embed_tokens, once
 
 
@@ -61,8 +61,9 @@ def test_memory_estimate_adds_up():
     assert est.gib["activations"] == pytest.approx(16 * est.activation_per_pair / gib)
     assert est.total_gib == pytest.approx(sum(est.gib.values()))
     released = memory.memory_estimate("sana", micro_batch=4, text_encoders_resident=False)
-    assert released.gib["text_encoders"] == 0 and released.gib["activations"] == pytest.approx(est.gib["activations"] / 4)
-    assert "| SANA 1600M | 1.60 B |" in memory.format_markdown([est])
+    assert released.gib["text_encoders"] == 0
+    assert released.gib["activations"] == pytest.approx(est.gib["activations"] / 4)
+    assert "| SANA 1600M | 1.60 B | 22.9 M | Gemma-2-2B 2.61 B |" in memory.format_markdown([est])
 
 
 def test_memory_estimate_uses_the_presets_micro_batches():

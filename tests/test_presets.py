@@ -161,3 +161,25 @@ def test_missing_official_prompt_set_says_where_to_get_it(tmp_path, monkeypatch)
     other = load_config(PRESETS / "sana_sol_rl_pickscore.yaml", ["prompts.train=mine.txt"])
     with pytest.raises(SolrlError, match=r"^prompts.train: file not found: mine.txt$"):
         train_prompt_set(other)
+
+
+# method.md's LoRA targets; SANA's native attn.qkv / attn.proj / cross_attn.q_linear / kv_linear / proj in diffusers'
+# module names (attn1 = self-attention, attn2 = cross-attention).
+OFFICIAL_LORA = {
+    "flux1": ["to_q", "to_k", "to_v", "to_out.0"],
+    "sd35l": ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
+    "sana": ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+             "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"],
+}
+OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
+
+
+@pytest.mark.parametrize("model", presets.MODELS)
+def test_null_lora_targets_mean_the_official_ones(model):
+    from solrl_core.backbones.registry import adapter_class
+    from solrl_core.planner.memory import LORA_TARGETS
+
+    cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")
+    assert cfg.train.lora_targets is None
+    assert adapter_class(cfg.model.kind).defaults.lora_targets == OFFICIAL_LORA[model]
+    assert list(LORA_TARGETS[model]) == OFFICIAL_LORA[model]  # what the memory estimate counts

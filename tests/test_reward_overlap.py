@@ -220,6 +220,5 @@ def test_a_nan_reward_stops_the_run_naming_the_reward_row_prompt_and_seed(quanti
     assert not run.is_complete(0, failed) and not run.is_complete(0, "select")
     pool = run.partial_dir(0, "explore") if overlap else run.stage_dir(0, "explore")
     seed = int(read_table(pool / "pool.zarr", ["seed"])[0]["seed"][8])
-    where = "the explore pool of iteration 0" if overlap else "explore/pool.zarr of iteration 0"
-    assert message == (f"reward {name} is NaN for row 8 of {where} (prompt {prompts[1]!r}, seed {seed}) "
-                       "(and 7 more rows of its batch); the run stopped here and nothing was trained on it")
+    assert message == (f"reward {name} is NaN for row 8 of explore/pool.zarr of iteration 0 (prompt {prompts[1]!r}, "
+                       f"seed {seed}) (and 7 more rows of its batch); the run stopped here and nothing was trained on it")

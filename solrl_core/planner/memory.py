@@ -64,30 +64,34 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
 # no official value (configs/parts/models/sd35m.yaml).
 MICRO_BATCH = {"flux1": 12, "sd35l": 4, "sd35m": 8, "sana": 16}
 
-# Published config values (hub config.json of the released checkpoints), only what differs from the class defaults.
-T5_XXL = ("T5EncoderModel", "T5Config", dict(
-    vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64, feed_forward_proj="gated-gelu"))
-CLIP_L_TEXT = ("CLIPTextModelWithProjection", "CLIPTextConfig", dict(
-    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, projection_dim=768))
-CLIP_G_TEXT = ("CLIPTextModelWithProjection", "CLIPTextConfig", dict(
-    hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=20, projection_dim=1280,
-    hidden_act="gelu"))
-GEMMA2_2B = ("Gemma2Model", "Gemma2Config", dict(
-    vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
-    num_key_value_heads=4, head_dim=256))
-CLIP_H14 = ("CLIPModel", "CLIPConfig", dict(
-    text_config=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16),
-    vision_config=dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
-                       patch_size=14, image_size=224),
-    projection_dim=1024))
-
-TEXT_ENCODERS: dict[str, dict[str, tuple]] = {
-    "flux1": {"CLIP ViT-L/14 text": CLIP_L_TEXT, "T5-XXL encoder": T5_XXL},
-    "sd35l": {"CLIP ViT-L/14 text": CLIP_L_TEXT, "OpenCLIP bigG/14 text": CLIP_G_TEXT, "T5-XXL encoder": T5_XXL},
-    "sd35m": {"CLIP ViT-L/14 text": CLIP_L_TEXT, "OpenCLIP bigG/14 text": CLIP_G_TEXT, "T5-XXL encoder": T5_XXL},
-    "sana": {"Gemma-2-2B": GEMMA2_2B},
+# Published config values (hub config.json of the released checkpoints), only what differs from the class defaults:
+# name -> (transformers model class, config class, values).
+HF_MODELS: dict[str, tuple[str, str, dict]] = {
+    "T5_XXL": ("T5EncoderModel", "T5Config", dict(
+        vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+        feed_forward_proj="gated-gelu")),
+    "CLIP_L_TEXT": ("CLIPTextModelWithProjection", "CLIPTextConfig", dict(
+        hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, projection_dim=768)),
+    "CLIP_G_TEXT": ("CLIPTextModelWithProjection", "CLIPTextConfig", dict(
+        hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=20, projection_dim=1280,
+        hidden_act="gelu")),
+    "GEMMA2_2B": ("Gemma2Model", "Gemma2Config", dict(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256)),
+    "CLIP_H14": ("CLIPModel", "CLIPConfig", dict(
+        text_config=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16),
+        vision_config=dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                           patch_size=14, image_size=224),
+        projection_dim=1024)),
 }
-REWARD_MODEL = ("CLIP ViT-H/14 (PickScore, HPSv2.1)", CLIP_H14)
+SD3_ENCODERS = {"CLIP ViT-L/14 text": "CLIP_L_TEXT", "OpenCLIP bigG/14 text": "CLIP_G_TEXT", "T5-XXL encoder": "T5_XXL"}
+TEXT_ENCODERS: dict[str, dict[str, str]] = {  # model -> {title: HF_MODELS name}
+    "flux1": {"CLIP ViT-L/14 text": "CLIP_L_TEXT", "T5-XXL encoder": "T5_XXL"},
+    "sd35l": SD3_ENCODERS,
+    "sd35m": SD3_ENCODERS,
+    "sana": {"Gemma-2-2B": "GEMMA2_2B"},
+}
+REWARD_MODEL = "CLIP_H14"  # the largest training reward backbone: CLIP ViT-H/14 (PickScore, HPSv2.1)
 
 
 # ---------------------------------------------------------------------------------------------- parameters
@@ -110,13 +114,9 @@ def count_params(module: nn.Module) -> int:
 
 
 @lru_cache(maxsize=None)
-def hf_params(entry_key: str) -> int:
-    """Parameters of a text encoder or reward model of this module (by its constant's name, e.g. "T5_XXL")."""
-    return count_params(_transformers_meta(globals()[entry_key]))
-
-
-def _entry_key(entry: tuple) -> str:
-    return next(name for name, value in globals().items() if value is entry)
+def hf_params(name: str) -> int:
+    """Parameters of a text encoder or the reward model (a HF_MODELS name, e.g. "T5_XXL"), on the meta device."""
+    return count_params(_transformers_meta(HF_MODELS[name]))
 
 
 @lru_cache(maxsize=None)
@@ -303,9 +303,9 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     micro_batch = MICRO_BATCH[key] if micro_batch is None else micro_batch
     params = transformer_params(key)
     lora = lora_params(meta_transformer(key), LORA_TARGETS[key])
-    text = {name: hf_params(_entry_key(entry)) for name, entry in TEXT_ENCODERS[key].items()}
+    text = {title: hf_params(name) for title, name in TEXT_ENCODERS[key].items()}
     vae = vae_params(m.vae)
-    reward = hf_params(_entry_key(REWARD_MODEL[1]))
+    reward = hf_params(REWARD_MODEL)
     act = activation_bytes(key)
     gib = {
         "weights": 2 * params * BF16 / GIB,
@@ -323,18 +323,21 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
 
 
 def format_markdown(rows: list[MemoryEstimate]) -> str:
-    head = ("| model | transformer params | LoRA params (r 32) | text encoders | W0 + working copy, bf16 | LoRA state | "
-            "text encoders, bf16 | VAE + reward | activations (micro-batch × per pair) | total |")
-    lines = [head, "|" + "---|" * 10]
+    """The estimate as a markdown table (GiB per GPU; parameters in billions / millions)."""
+    lines = [
+        "| model | transformer | LoRA r 32 | text encoders | GiB: W0 + working copy | LoRA state | text encoders "
+        "(resident) | VAE + reward | activations (micro-batch × per pair) | **total** | one pair without "
+        "checkpointing |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for r in rows:
         g = r.gib
+        encoders = " + ".join(f"{n} {p / 1e9:.2f} B" for n, p in r.text_encoder_params.items())
         lines.append(
-            f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M | "
-            f"{' + '.join(f'{n} {p / 1e9:.2f} B' for n, p in r.text_encoder_params.items())} | "
-            f"{g['weights']:.1f} GiB | {g['lora']:.1f} GiB | {g['text_encoders']:.1f} GiB | "
-            f"{g['vae'] + g['reward']:.1f} GiB | {g['activations']:.1f} GiB "
-            f"({r.micro_batch} × {r.activation_per_pair / GIB:.2f}; no ckpt {r.activation_per_pair_no_checkpointing / GIB:.1f}) | "
-            f"**{r.total_gib:.0f} GiB** |"
+            f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M | {encoders} | "
+            f"{g['weights']:.1f} | {g['lora']:.1f} | {g['text_encoders']:.1f} | {g['vae'] + g['reward']:.1f} | "
+            f"{g['activations']:.1f} ({r.micro_batch} × {r.activation_per_pair / GIB:.2f}) | **{r.total_gib:.0f}** | "
+            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} |"
         )
     return "\n".join(lines)
 

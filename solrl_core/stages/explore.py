@@ -22,8 +22,7 @@ def run_explore(ctx: StageContext) -> dict:
     seeds = np.array([candidate_seed(cfg, ctx.iteration, p, c) for p in range(len(prompts)) for c in range(n)])
     with (
         ctx.run.stage_output(ctx.iteration, "explore", resume_partial=True) as out,
-        scoring_while_sampling(ctx, out / "pool.zarr", [prompts[i] for i in prompt_index], seeds,
-                               f"the explore pool of iteration {ctx.iteration}") as on_commit,
+        scoring_while_sampling(ctx, out / "pool.zarr", [prompts[i] for i in prompt_index], seeds) as on_commit,
     ):
         writer = sample_into_pool(
             out / "pool.zarr",

@@ -213,9 +213,15 @@ def _pool_committed(pool_path: Path) -> int:
         return 0
 
 
+def _names(ctx: StageContext, pool_path: Path) -> tuple[str, str]:
+    """(how messages name the pool, e.g. "explore/pool.zarr of iteration 3"; the progress bar's label)."""
+    stage = pool_path.parent.name.removesuffix(".partial")
+    return f"{stage}/{pool_path.name} of iteration {ctx.iteration}", f"score {stage} it{ctx.iteration}"
+
+
 @contextlib.contextmanager
 def scoring_while_sampling(
-    ctx: StageContext, pool_path: Path, prompts: Sequence[str], seeds: np.ndarray, what: str
+    ctx: StageContext, pool_path: Path, prompts: Sequence[str], seeds: np.ndarray
 ) -> Iterator[Callable[[int, dict], None] | None]:
     """The `on_commit` hook that scores the pool at `pool_path` while it samples (None when `score.overlap` is off).
 
@@ -227,8 +233,8 @@ def scoring_while_sampling(
         yield None
         return
     rewards = load_rewards(ctx.cfg.rewards, ctx.cfg.reward_models)  # missing files fail before any sampling
-    scorer = InlineScorer(pool_path, rewards, prompts, seeds, what, ctx.progress,
-                          f"score {pool_path.parent.name.split('.')[0]} it{ctx.iteration}")
+    what, desc = _names(ctx, pool_path)
+    scorer = InlineScorer(pool_path, rewards, prompts, seeds, what, ctx.progress, desc)
     try:
         yield scorer.on_commit
         scorer.finish()
@@ -247,7 +253,7 @@ def score_pool(ctx: StageContext, pool_path: Path, desc: str) -> tuple[np.ndarra
     store = ScoreStore(len(seeds), rewards)
     if (pool_path.parent / SCORES).exists():
         store.adopt(pool_path.parent / SCORES)
-    what = f"{pool_path.parent.name}/{pool_path.name} of iteration {ctx.iteration}"
+    what, _ = _names(ctx, pool_path)
     images = group["image"]
     with tqdm(total=store.missing(), desc=desc, unit="score", disable=not ctx.progress, leave=False) as bar:
         RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]), bar).run(len(seeds))

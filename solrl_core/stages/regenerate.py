@@ -25,8 +25,8 @@ def run_regenerate(ctx: StageContext) -> dict:
         if cfg.regenerate.enabled:
             backbone = load_backbone(cfg)
             prompts = list(pool_attrs["prompts"])
-            with scoring_while_sampling(ctx, out / "samples.zarr", [prompts[i] for i in prompt_index], seeds,
-                                        f"the regenerated samples of iteration {ctx.iteration}") as on_commit:
+            row_prompts = [prompts[i] for i in prompt_index]
+            with scoring_while_sampling(ctx, out / "samples.zarr", row_prompts, seeds) as on_commit:
                 sample_into_pool(
                     out / "samples.zarr",
                     backbone,
