@@ -12,7 +12,7 @@ help:
 	@echo "make test   - set up, then run the test suite"
 	@echo "make bench  - set up, then run the four families side by side (~45 min on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
-	@echo "make server - a Prefect server (port PREFECT_PORT=$(PREFECT_PORT)) and an MLflow server (MLFLOW_PORT=$(MLFLOW_PORT)) on 127.0.0.1"
+	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on 127.0.0.1"
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,22 +42,22 @@ MLFLOW_ARTIFACTS ?= $(CURDIR)/mlartifacts
 server: setup
 	@PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT) & \
 	prefect_pid=$$!; \
-	$(BIN)/mlflow server --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1 --backend-store-uri $(MLFLOW_STORE) \
-		--artifacts-destination $(MLFLOW_ARTIFACTS) & \
+	$(BIN)/mlflow server --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1 \
+		--backend-store-uri $(MLFLOW_STORE) --artifacts-destination $(MLFLOW_ARTIFACTS) & \
 	mlflow_pid=$$!; \
 	trap 'kill $$prefect_pid $$mlflow_pid 2>/dev/null; wait' INT TERM EXIT; \
-	$(BIN)/python -c "import sys, time, urllib.request as u; \
-	urls = ['http://127.0.0.1:$(PREFECT_PORT)/api/health', 'http://127.0.0.1:$(MLFLOW_PORT)/health']; \
-	end = time.time() + 180; \
-	ok = lambda url: u.urlopen(url, timeout=2).status == 200; \
-	exec('while time.time() < end:\n try:\n  all(ok(x) for x in urls) and sys.exit(0)\n except OSError: pass\n time.sleep(1)'); \
-	sys.exit('make server: the servers did not answer within 180 s')" || exit 1; \
+	for url in http://127.0.0.1:$(PREFECT_PORT)/api/health http://127.0.0.1:$(MLFLOW_PORT)/health; do \
+		until $(BIN)/python -c "import urllib.request as u; u.urlopen('$$url', timeout=2)" 2>/dev/null; do \
+			kill -0 $$prefect_pid $$mlflow_pid 2>/dev/null || { echo "make server: a server exited"; exit 1; }; \
+			sleep 1; \
+		done; \
+	done; \
 	echo ""; \
-	echo "Prefect UI : http://127.0.0.1:$(PREFECT_PORT)    MLflow UI : http://127.0.0.1:$(MLFLOW_PORT)"; \
-	echo "Point solrl at them (in each terminal that runs solrl or a worker):"; \
+	echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)   MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)"; \
+	echo "Point solrl at them (in each terminal that runs solrl or a Prefect worker):"; \
 	echo "  export PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api"; \
-	echo "  solrl train CONFIG --set tracking.uri=http://127.0.0.1:$(MLFLOW_PORT)   (or tracking: {uri: ...} in the config)"; \
-	echo "Existing servers instead: export PREFECT_API_URL=<their API URL> and set tracking.uri=<their MLflow URI>."; \
+	echo "  solrl train CONFIG --set tracking.uri=http://127.0.0.1:$(MLFLOW_PORT)  (or tracking: {uri: ...})"; \
+	echo "Existing servers instead: export PREFECT_API_URL=<their API URL>; tracking.uri=<their MLflow URI>."; \
 	echo "Ctrl-C stops both servers."; \
 	wait
 

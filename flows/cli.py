@@ -129,9 +129,11 @@ def cmd_deploy(args) -> int:
 
     overrides = list(args.set or [])
     cfg = load_config(args.config, overrides)
-    run_dir = Path(args.run_dir or _default_run_dir(cfg)).resolve()
+    from solrl_core.storage import as_path, location
+
+    run_dir = location(as_path(args.run_dir or _default_run_dir(cfg)))
     _prefect_env()
-    from flows.deploy import check_schedule, deploy_all, require_api
+    from flows.deploy import check_schedule, deploy_all, require_api, train_command
 
     check_schedule(args.cron, args.interval)
     url = require_api()
@@ -139,8 +141,7 @@ def cmd_deploy(args) -> int:
     schedule = f"cron '{args.cron}'" if args.cron else f"every {args.interval:g} s" if args.interval else "none"
     print(f"deployed to {url}")
     print(f"training : {info['training']}  (work pool '{info['training_pool']}', schedule: {schedule})")
-    print(f"           solrl train {Path(args.config).resolve()} --run-dir {run_dir}"
-          + "".join(f" --set {o}" for o in overrides))
+    print(f"           = {train_command(Path(args.config).resolve(), run_dir, overrides)}")
     for stage, name in info["stages"].items():
         print(f"stage    : {name}")
     for pool in info["pools"]:

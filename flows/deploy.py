@@ -14,6 +14,7 @@ the checkout, so a process worker on this machine needs no image and no git remo
 from __future__ import annotations
 
 import functools
+import shlex
 from pathlib import Path
 
 from prefect import Flow
@@ -138,6 +139,12 @@ def ensure_stage_deployment(stage: str, pool: str) -> str:
     return deploy_stage(stage, pool)
 
 
+def train_command(config: Path, run_dir: Path, overrides: list[str]) -> str:
+    """The `solrl train` command line a run of the training deployment is equivalent to."""
+    return shlex.join(["solrl", "train", str(config), "--run-dir", str(run_dir),
+                       *[arg for o in overrides for arg in ("--set", o)]])
+
+
 def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str, pool: str,
                     cron: str | None = None, interval: float | None = None) -> str:
     """Create or update the training deployment; its schedule becomes exactly `cron` / `interval` (or none)."""
@@ -148,7 +155,7 @@ def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str
         interval=interval,
         concurrency_limit=1,  # a firing while the previous run still trains waits for it
         job_variables={"env": FLOW_RUN_ENV},
-        description=f"solrl train {config} --run-dir {run_dir}" + "".join(f" --set {o}" for o in overrides),
+        description=train_command(config, run_dir, overrides),
         tags=["solrl", "train"],
     )
     deployment_id = deployment.apply(work_pool_name=pool)

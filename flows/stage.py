@@ -15,8 +15,14 @@ def stage_flow(run_dir: str, stage: str, iteration: int, force: bool = False, pr
                hold: bool = False) -> dict:
     """Run `stage` of `iteration` (skipped when complete unless `force`; refused when its inputs are missing).
 
-    `hold`: take the run directory's lock for the stage, as `solrl stage` does (stage deployments run alone default
-    to true); false when the caller already holds it (`solrl stage`, or the iteration flow that dispatched it).
+    Args:
+        run_dir: the run directory (made by `solrl train`)
+        stage: quantize, explore, score_explore, select, regenerate, score_final or update
+        iteration: iteration number, from 0
+        force: discard the stage's artifact and compute it again
+        progress: progress bars
+        hold: take the run directory's lock for the stage, as `solrl stage` does (stage deployments default to
+            true); false when the caller already holds it (`solrl stage`, the iteration flow that started it)
     """
     if stage not in STAGE_TASKS:
         raise SolrlError(f"unknown stage '{stage}' (stages: {', '.join(STAGE_TASKS)})")

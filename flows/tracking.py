@@ -14,6 +14,7 @@ from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table
 from solrl_core.pool import read_table
 from solrl_core.report import best_worst_grid, proxy_final_scatter, top_bottom_grids
 from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
+from solrl_core.storage import local_file, location, save_image
 
 POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
 
@@ -47,7 +48,7 @@ def ensure_mlflow_run(run: RunDir, cfg: RunConfig) -> dict:
     else:
         experiment_id = experiment.experiment_id
     with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
-        mlflow.set_tags({"family": cfg.family, "run_dir": str(run.root.resolve())})
+        mlflow.set_tags({"family": cfg.family, "run_dir": location(run.root)})
         mlflow.log_params(_flatten(cfg.model_dump(mode="json")))
         info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
     write_json_atomic(run.run_json, info)
@@ -99,7 +100,7 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
     pool = run.stage_dir(iteration, "explore") / "pool.zarr"
     reward = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr", ["reward"])[0]["reward"]
     grid = best_worst_grid(pool, reward, cfg.tracking.grid_prompts)
-    Image.fromarray(grid).save(run.iteration_dir(iteration) / "best_worst.png")
+    save_image(Image.fromarray(grid), run.iteration_dir(iteration) / "best_worst.png")
     mlflow.set_tracking_uri(info["tracking_uri"])
     report = json.loads((run.stage_dir(iteration, "quantize") / "report.json").read_text())
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
@@ -180,7 +181,8 @@ def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
     mlflow.set_tracking_uri(info["tracking_uri"])
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         mlflow.log_metrics({f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step=step)
-        mlflow.log_artifact(str(eval_dir(run, step) / "samples.png"), artifact_path=f"eval/step_{step:04d}")
+        with local_file(eval_dir(run, step) / "samples.png") as samples:
+            mlflow.log_artifact(str(samples), artifact_path=f"eval/step_{step:04d}")
     write_json_atomic(marker, {"step": step})
 
 

@@ -48,7 +48,14 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
 def train_config_flow(config: str, run_dir: str, overrides: list[str] | None = None,
                       progress: bool = False) -> list[dict[str, float]]:
     """`solrl train CONFIG --run-dir RUN_DIR --set OVERRIDE ...`: start the run, or resume it to the configured
-    iteration count (a no-op when complete; pass e.g. `iterations=12` in `overrides` to extend it)."""
+    iteration count (nothing new when complete).
+
+    Args:
+        config: YAML config file
+        run_dir: the run directory
+        overrides: config overrides KEY=VALUE, as `--set` takes them (e.g. iterations=12 extends the run)
+        progress: progress bars
+    """
     cfg = load_config(config, list(overrides or []))
     run = RunDir(run_dir)
     with run.hold():

@@ -187,6 +187,10 @@ class OrchestrationConfig(_Strict):
     default_pool: str | None = Field(None, description="pool of the stages not in work_pools; null = in process")
     flow_pool: str = Field("solrl", description="pool of the deployments `solrl deploy` makes for the training flow "
                            "and for stages that have no pool")
+    workers: dict[str, int] = Field(
+        default_factory=dict, description="stage -> processes that sample its pool at once (explore, regenerate; "
+        "e.g. {explore: 4}): shards of whole batches on a local Dask cluster, the same pool as one process"
+    )
 
     @model_validator(mode="after")
     def _known_stages(self) -> OrchestrationConfig:
@@ -195,6 +199,12 @@ class OrchestrationConfig(_Strict):
         unknown = sorted(set(self.work_pools) - set(STAGES))
         if unknown:
             raise ValueError(f"orchestration.work_pools: unknown stage '{unknown[0]}' (stages: {', '.join(STAGES)})")
+        sharded = ("explore", "regenerate")
+        for stage, count in self.workers.items():
+            if stage not in sharded:
+                raise ValueError(f"orchestration.workers: stage '{stage}' cannot be split (only {', '.join(sharded)})")
+            if count < 1:
+                raise ValueError(f"orchestration.workers.{stage} must be >= 1 (got {count})")
         return self
 
     def pool_for(self, stage: str) -> str | None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from solrl_core.config import RunConfig
@@ -19,6 +18,7 @@ from solrl_core.prompts import eval_prompt_set
 from solrl_core.rewards.registry import score_images
 from solrl_core.rl.policy import EmaWeights
 from solrl_core.sampler import resolve_sampler, sample
+from solrl_core.storage import load_tensors, remove_tree, replace_dir, save_image
 from solrl_core.stages.context import (
     EMA_FILE,
     attach_policy,
@@ -47,7 +47,7 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
     ema_used = use_ema and (checkpoint / EMA_FILE).is_file()
     if ema_used:
         ema = EmaWeights(policy, max_decay=cfg.train.ema_max_decay)
-        ema.load_state_dict(load_file(str(checkpoint / EMA_FILE)))
+        ema.load_state_dict(load_tensors(checkpoint / EMA_FILE))
         with ema.swapped_in(policy):
             merged = policy.merged_state_dict("default")
     else:
@@ -109,7 +109,6 @@ def eval_dir(run, step: int) -> Path:
 def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     """Evaluate the policy after `step` iterations once; later calls return the stored metrics."""
     import json
-    import shutil
 
     from PIL import Image
 
@@ -123,14 +122,11 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     context = StageContext(run, cfg, step, progress)
     result = evaluate_checkpoint(cfg, checkpoint, progress=progress, encode=context.encode)
     partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
+    remove_tree(partial)
     partial.mkdir(parents=True)
-    Image.fromarray(sample_grid(result["images"], cfg.eval.seeds_per_prompt)).save(partial / "samples.png")
+    save_image(Image.fromarray(sample_grid(result["images"], cfg.eval.seeds_per_prompt)), partial / "samples.png")
     summary = {"step": step, "metrics": result["metrics"], "ema": result["ema"], "samples": result["samples"],
                "prompts": result["prompts"], "sampler": result["sampler"], "guidance": cfg.guidance.eval}
     write_json_atomic(partial / "metrics.json", summary)
-    if out.exists():
-        shutil.rmtree(out)
-    partial.rename(out)
+    replace_dir(partial, out)
     return summary

@@ -3,46 +3,34 @@
 Layout:
     <run>/config.yaml                 resolved config, frozen at the first run
     <run>/run.json                    tracking URI and MLflow run id
-    <run>/.lock                       flock held by the process that runs
+    <run>/.lock                       flock held by the process that runs (a lease object on object stores)
     <run>/init/                       initial adapters (iteration 0's "previous checkpoint")
-    <run>/iter_0003/<stage>/          a stage's artifact directory (written as <stage>.partial, then renamed)
+    <run>/iter_0003/<stage>/          a stage's artifact directory (written as <stage>.partial, then moved)
     <run>/iter_0003/manifests/<stage>.json   completion manifest, written last (atomically)
 
-A stage is complete exactly when its manifest exists.
+A stage is complete exactly when its manifest exists. The run directory is a local path or any fsspec URL
+(s3://bucket/run, ...): see solrl_core/storage.py for what changes on object stores.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from solrl_core.errors import RunDirLockedError
+from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, replace_dir, write_json_atomic
+
+__all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
 
 STAGES = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
-
-
 class RunDir:
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
+    def __init__(self, root):
+        self.root = as_path(root)  # a Path, or a UPath for a URL
 
     # ---- layout -----------------------------------------------------------------------------------------------
     @property
@@ -96,25 +84,23 @@ class RunDir:
         """Forget a stage's result: manifest first (so a crash never leaves a manifest without its artifact)."""
         self.manifest_path(iteration, stage).unlink(missing_ok=True)
         for path in (self.stage_dir(iteration, stage), self.partial_dir(iteration, stage)):
-            if path.exists():
-                shutil.rmtree(path)
+            remove_tree(path)
 
     @contextmanager
     def stage_output(self, iteration: int, stage: str, resume_partial: bool = False):
-        """Yield the `.partial` directory to write into; on success rename it into place.
+        """Yield the `.partial` directory to write into; on success move it into place (a rename locally, a copy of
+        its objects on object stores).
 
         The caller writes the manifest after this block (see `complete`). With `resume_partial` an existing partial
         directory is kept (the stage resumes inside it); otherwise it is cleared first.
         """
         partial = self.partial_dir(iteration, stage)
         final = self.stage_dir(iteration, stage)
-        if partial.exists() and not resume_partial:
-            shutil.rmtree(partial)
+        if not resume_partial:
+            remove_tree(partial)
         partial.mkdir(parents=True, exist_ok=True)
         yield partial
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(partial, final)
+        replace_dir(partial, final)
 
     def complete(self, iteration: int, stage: str, summary: dict | None = None) -> dict:
         manifest = {"stage": stage, "iteration": iteration, "completed_at": time.time(), "summary": summary or {}}
@@ -124,7 +110,16 @@ class RunDir:
     # ---- ownership ----------------------------------------------------------------------------------------------
     @contextmanager
     def hold(self):
-        """Hold the run directory exclusively (an OS file lock: released even when the process is killed)."""
+        """Hold the run directory exclusively (an OS file lock: released even when the process is killed; on object
+        stores a lease object, see storage.Lease)."""
+        if is_remote(self.root):  # no mkdir first: s3fs would create a missing bucket
+            lease = Lease(self.root / ".lock")
+            lease.acquire(str(self.root))
+            try:
+                yield self
+            finally:
+                lease.release()
+            return
         self.root.mkdir(parents=True, exist_ok=True)
         lock_path = self.root / ".lock"
         fh = open(lock_path, "a+")

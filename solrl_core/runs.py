@@ -7,6 +7,7 @@ import yaml
 from solrl_core.config import RunConfig, dump_config, validate_config
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
+from solrl_core.storage import write_text_atomic
 
 # Keys that may differ when a run is continued (extending a run is the point of passing them again; where stages
 # run, and whether scoring overlaps sampling, do not change what they compute).
@@ -31,9 +32,7 @@ def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
                 "use the same config to resume, or another --run-dir"
             )
     run.root.mkdir(parents=True, exist_ok=True)
-    tmp = run.config_path.with_suffix(".yaml.tmp")
-    tmp.write_text(dump_config(cfg))
-    tmp.replace(run.config_path)
+    write_text_atomic(run.config_path, dump_config(cfg))
     return cfg
 
 

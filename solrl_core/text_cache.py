@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from solrl_core.backbones.base import Backbone, Conditioning
 from solrl_core.errors import SolrlError
+from solrl_core.storage import as_path, is_remote, load_tensors_with_metadata, location, save_tensors
 
 CACHE_DIR = "text_cache"
 # model: settings that do not change what the text encoders output
@@ -53,7 +53,7 @@ class TextCache:
     def __init__(self, root: Path, backbone: Backbone, model_cfg, batch_size: int = 16, memory_items: int = 128):
         self.backbone = backbone
         self.model_json = model_cfg.model_dump_json()
-        self.directory = Path(root) / model_key(model_cfg)
+        self.directory = as_path(root) / model_key(model_cfg)
         self.device = torch.device(model_cfg.device)
         self.batch_size = batch_size
         self.memory_items = memory_items
@@ -112,8 +112,12 @@ class TextCache:
     def _store(self, prompt: str, tensors: dict[str, torch.Tensor]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(prompt)
+        metadata = {"prompt": prompt, "model": self.model_json}
+        if is_remote(path):  # one PUT: atomic per object
+            save_tensors(tensors, path, metadata=metadata)
+            return
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-        save_file(tensors, str(tmp), metadata={"prompt": prompt, "model": self.model_json})
+        save_file(tensors, str(tmp), metadata=metadata)
         os.replace(tmp, path)
 
     def _remember(self, prompt: str, tensors: dict[str, torch.Tensor]) -> None:
@@ -127,11 +131,9 @@ class TextCache:
             self._memory.move_to_end(prompt)
             return self._memory[prompt]
         path = self.path(prompt)
-        with safe_open(str(path), framework="pt") as f:
-            stored = f.metadata().get("prompt")
-            if stored != prompt:  # a hash collision or a foreign file: never hand out another prompt's embedding
-                raise SolrlError(f"text cache file {path} holds another prompt; delete {path.parent} and re-run")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        tensors, metadata = load_tensors_with_metadata(path)
+        if metadata.get("prompt") != prompt:  # a hash collision or a foreign file: never hand out another's embedding
+            raise SolrlError(f"text cache file {path} holds another prompt; delete {path.parent} and re-run")
         self._remember(prompt, tensors)
         return tensors
 
@@ -145,10 +147,10 @@ def run_text_cache(run, cfg, progress: bool = False) -> TextCache:
     text encoders are released."""
     from solrl_core.stages.context import load_backbone
 
-    key = (str(Path(run.root).resolve()), cfg.model.model_dump_json())
+    key = (location(run.root), cfg.model.model_dump_json())
     cache = _RUN_CACHES.get(key)
     if cache is None:
-        cache = TextCache(Path(run.root) / CACHE_DIR, load_backbone(cfg), cfg.model)
+        cache = TextCache(run.root / CACHE_DIR, load_backbone(cfg), cfg.model)
         while len(_RUN_CACHES) >= 2:  # like the backbone cache: the runs of this process, most recent two
             _RUN_CACHES.pop(next(iter(_RUN_CACHES)))
         _RUN_CACHES[key] = cache

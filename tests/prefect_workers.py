@@ -66,7 +66,7 @@ def process_workers(env: dict[str, str], pools: list[str], log_dir: Path, timeou
     finally:
         for proc in procs:  # each worker leads its own process group: it and the flow runs it started
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C; a worker lingers on SIGTERM
             except ProcessLookupError:
                 continue
         deadline = time.time() + 5  # a worker takes its time to shut down cleanly; nothing of it is needed

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from solrl_core.backbones.base import Backbone
 from solrl_core.config import RunConfig
@@ -16,6 +15,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.prompts import prompt_set, train_prompt_set  # noqa: F401  (re-exported)
 from solrl_core.rundir import RunDir
 from solrl_core.seeds import derived_generator
+from solrl_core.storage import load_tensors, remove_tree, replace_dir, save_tensors
 
 # Purposes for derived random generators: each random choice has its own stream.
 PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_LORA_INIT = range(5)
@@ -102,14 +102,14 @@ def attach_policy(cfg: RunConfig, backbone: Backbone, transformer: torch.nn.Modu
 def save_adapters(policy, directory: Path) -> None:
     tensors = {f"default.{k}": v for k, v in policy.adapter_state_dict("default").items()}
     tensors.update({f"old.{k}": v for k, v in policy.adapter_state_dict("old").items()})
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / ADAPTERS_FILE))
+    save_tensors(tensors, directory / ADAPTERS_FILE)
 
 
 def load_adapters(policy, directory: Path) -> None:
     path = directory / ADAPTERS_FILE
     if not path.is_file():
         raise SolrlError(f"adapter checkpoint missing: {path}")
-    tensors = load_file(str(path))
+    tensors = load_tensors(path)
     for name in ("default", "old"):
         prefix = f"{name}."
         policy.load_adapter_state_dict(name, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
@@ -128,11 +128,8 @@ def ensure_initial_checkpoint(ctx: StageContext) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     save_adapters(policy, tmp)
     write_json_atomic(tmp / STATE_FILE, {"step": 0, "iteration": -1})
-    if init.exists():
-        import shutil
-
-        shutil.rmtree(init)
-    tmp.rename(init)
+    remove_tree(init)
+    replace_dir(tmp, init)  # on object stores too, state.json (what marks it complete) lands last
     return init
 
 
@@ -178,5 +175,5 @@ def explore_setting(ctx: StageContext) -> ExploreSetting:
 def load_merged_transformer(ctx: StageContext, backbone: Backbone) -> torch.nn.Module:
     """A full-precision copy of W0 + θ_old, from the quantize stage's artifact."""
     transformer = fresh_transformer(backbone)
-    transformer.load_state_dict(load_file(str(ctx.artifact("quantize", "merged_old.safetensors"))))
+    transformer.load_state_dict(load_tensors(ctx.artifact("quantize", "merged_old.safetensors")))
     return transformer

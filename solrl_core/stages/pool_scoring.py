@@ -15,7 +15,6 @@ The score stages read the stored columns, score only the rows still missing, and
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +28,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward
 from solrl_core.rewards.registry import load_rewards, weighted_sum
 from solrl_core.stages.context import StageContext
+from solrl_core.storage import remove_tree, zarr_store
 
 SCORES = "scores.zarr"  # next to the pool it scores
 MAX_QUEUED = 2  # committed batches waiting for the scorer before sampling waits for it
@@ -47,7 +47,7 @@ class ScoreStore:
         self._group = None
         if path is not None:
             self.adopt(path)
-            self._group = zarr.open_group(path, mode="w")
+            self._group = zarr.open_group(zarr_store(path), mode="w")
             for name, values in self.values.items():
                 self._group.create_array(f"reward_{name}", data=values, chunks=(max(n_rows, 1),))
             self._save_attrs()
@@ -55,7 +55,7 @@ class ScoreStore:
     def adopt(self, path: Path) -> None:
         """Take over the committed scores stored at `path` that were computed under the same fingerprints."""
         try:
-            group = zarr.open_group(path, mode="r")
+            group = zarr.open_group(zarr_store(path), mode="r")
             attrs = dict(group.attrs)
             if attrs.get("n_rows") != self.n_rows:
                 return
@@ -203,12 +203,12 @@ class InlineScorer:
     def _images(self, start: int, stop: int) -> np.ndarray:
         if len(self._buffer) and self._buffer_start <= start and stop <= self._buffer_start + len(self._buffer):
             return self._buffer[start - self._buffer_start : stop - self._buffer_start]
-        return np.asarray(zarr.open_group(self.pool_path, mode="r")["image"][start:stop])  # committed rows
+        return np.asarray(zarr.open_group(zarr_store(self.pool_path), mode="r")["image"][start:stop])  # committed rows
 
 
 def _pool_committed(pool_path: Path) -> int:
     try:
-        return int(zarr.open_group(pool_path, mode="r").attrs.get("committed", 0))
+        return int(zarr.open_group(zarr_store(pool_path), mode="r").attrs.get("committed", 0))
     except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
         return 0
 
@@ -221,15 +221,16 @@ def _names(ctx: StageContext, pool_path: Path) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def scoring_while_sampling(
-    ctx: StageContext, pool_path: Path, prompts: Sequence[str], seeds: np.ndarray
+    ctx: StageContext, pool_path: Path, prompts: Sequence[str], seeds: np.ndarray, overlap: bool | None = None
 ) -> Iterator[Callable[[int, dict], None] | None]:
     """The `on_commit` hook that scores the pool at `pool_path` while it samples (None when `score.overlap` is off).
 
     prompts/seeds: per row. Leaving the block normally waits for the last scores; leaving it by an exception stops
-    the scorer after its current batch (what it committed is kept for the resume).
+    the scorer after its current batch (what it committed is kept for the resume). `overlap` overrides
+    `score.overlap` (a pool sampled in shards by several processes is scored afterwards: solrl_core/stages/shards.py).
     """
-    if not ctx.cfg.score.overlap:
-        shutil.rmtree(pool_path.parent / SCORES, ignore_errors=True)  # left by an overlapped attempt: not kept up
+    if not (ctx.cfg.score.overlap if overlap is None else overlap):
+        remove_tree(pool_path.parent / SCORES)  # left by an overlapped attempt: not kept up
         yield None
         return
     rewards = load_rewards(ctx.cfg.rewards, ctx.cfg.reward_models)  # missing files fail before any sampling
@@ -245,7 +246,7 @@ def scoring_while_sampling(
 def score_pool(ctx: StageContext, pool_path: Path, desc: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Weighted reward (float32) and each reward's column (float32) for every row of the pool at `pool_path`,
     taking the rows already scored while it was sampled from `scores.zarr` beside it."""
-    group = zarr.open_group(pool_path, mode="r")
+    group = zarr.open_group(zarr_store(pool_path), mode="r")
     prompts = list(group.attrs["prompts"])
     row_prompts = [prompts[i] for i in np.asarray(group["prompt_index"][...])]
     seeds = np.asarray(group["seed"][...])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import torch
-from safetensors.torch import save_file
 
 from solrl_core.prompts import CALIBRATION_PROMPT
 from solrl_core.stages.context import (
@@ -17,6 +16,7 @@ from solrl_core.stages.context import (
     load_backbone,
     previous_checkpoint,
 )
+from solrl_core.storage import save_tensors
 
 
 def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tensor]):
@@ -66,7 +66,7 @@ def run_quantize(ctx: StageContext) -> dict:
     merged = {k: v.contiguous() for k, v in policy.merged_state_dict("old").items()}
     _, report, _ = build_explore_copy(ctx, backbone, merged)
     with ctx.run.stage_output(ctx.iteration, "quantize") as out:
-        save_file(merged, str(out / "merged_old.safetensors"))
+        save_tensors(merged, out / "merged_old.safetensors")
         (out / "report.json").write_text(json.dumps(report, indent=2))
     totals = report.get("totals", {})
     numbers = {k: v for k, v in totals.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

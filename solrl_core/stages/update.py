@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
@@ -23,6 +22,7 @@ from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tenso
 from solrl_core.rl.policy import EmaWeights, old_policy_eta
 from solrl_core.rundir import write_json_atomic
 from solrl_core.seeds import derived_generator
+from solrl_core.storage import load_tensors, save_tensors
 from solrl_core.stages.context import (
     EMA_FILE,
     OPTIMIZER_FILE,
@@ -52,9 +52,9 @@ def training_pairs(n_samples: int, n_times: int, fraction: float, generator: tor
 def _load_optimizer_state(optimizer, ema: EmaWeights, ckpt) -> int:
     state = json.loads((ckpt / STATE_FILE).read_text())
     if (ckpt / OPTIMIZER_FILE).is_file():
-        optimizer_from_tensors(optimizer, load_file(str(ckpt / OPTIMIZER_FILE)), state["optimizer"])
+        optimizer_from_tensors(optimizer, load_tensors(ckpt / OPTIMIZER_FILE), state["optimizer"])
     if (ckpt / EMA_FILE).is_file():
-        ema.load_state_dict(load_file(str(ckpt / EMA_FILE)))
+        ema.load_state_dict(load_tensors(ckpt / EMA_FILE))
     return int(state["step"])
 
 
@@ -172,8 +172,8 @@ def _save_checkpoint(ctx: StageContext, policy, ema: EmaWeights, optimizer, step
         ckpt_out = out / "checkpoint"
         ckpt_out.mkdir()
         save_adapters(policy, ckpt_out)
-        save_file({k: v.contiguous() for k, v in ema.state_dict().items()}, str(ckpt_out / EMA_FILE))
-        save_file({k: v.contiguous() for k, v in opt_tensors.items()}, str(ckpt_out / OPTIMIZER_FILE))
+        save_tensors(ema.state_dict(), ckpt_out / EMA_FILE)
+        save_tensors(opt_tensors, ckpt_out / OPTIMIZER_FILE)
         write_json_atomic(
             ckpt_out / STATE_FILE,
             {"step": step, "iteration": ctx.iteration, "optimizer": opt_meta, "rng": "derived from (seed, iteration)"},

@@ -1,0 +1,304 @@
+"""Where a run's artifacts are stored: a local directory, or any fsspec URL (s3://, gs://, memory://, ...).
+
+A local run directory is a `pathlib.Path` and every helper here does exactly what the code did before (temporary
+file + `os.replace`, `shutil.rmtree`, directory rename, an fcntl lock). A URL becomes a `upath.UPath` (the pathlib
+API over fsspec), and the helpers follow the rules of object stores instead:
+
+- one object is written by one request (a PUT), so a JSON file or a safetensors file is either absent or whole;
+  nothing is written to a temporary name first;
+- a "directory" is a key prefix; it is moved by copying its objects and deleting the originals (not atomic), which
+  is why a stage's completion is decided by its manifest alone, written after its artifact is in place;
+- zarr pools use zarr's own fsspec store;
+- the run's lock is an advisory lease object (see `Lease`).
+
+Credentials and endpoints come from fsspec's usual configuration, e.g. for s3:// the AWS variables that botocore
+reads (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3 for
+an S3-compatible server) or fsspec's config (FSSPEC_S3_ENDPOINT_URL=..., FSSPEC_S3='{"key": ...}', or a JSON file
+in ~/.config/fsspec/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from solrl_core.errors import RunDirLockedError, SolrlError
+
+LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+def as_path(location):
+    """A local `Path` for a local path (or file:// URL), a `UPath` for any other fsspec URL."""
+    if isinstance(location, Path):
+        return location
+    if not isinstance(location, str) and hasattr(location, "protocol"):  # already a UPath
+        return Path(location.path) if location.protocol in LOCAL_PROTOCOLS else location
+    text = str(location)
+    if "://" not in text:
+        return Path(text)
+    if text.startswith(("file://", "local://")):
+        return Path(text.split("://", 1)[1])
+    from upath import UPath
+
+    try:
+        # no listings cache: other processes (stage workers, torchrun ranks) and zarr's own store write here too
+        return UPath(text, use_listings_cache=False)
+    except (ImportError, ValueError) as exc:  # an unknown protocol, or its fsspec package is not installed
+        raise SolrlError(f"cannot open run directory {text}: {exc} (install the fsspec package for this URL, e.g. "
+                         "pip install 'solrl[s3]' for s3://)") from None
+
+
+def is_remote(path) -> bool:
+    return not isinstance(path, Path)
+
+
+def location(path) -> str:
+    """How a path is named to the user and to other processes (a URL for remote paths); resolved when local."""
+    return str(path.resolve()) if isinstance(path, Path) else str(path)
+
+
+# ---- whole files ------------------------------------------------------------------------------------------------
+def write_json_atomic(path, data: Any) -> None:
+    """Write JSON so that readers see the old file or the new one, never a torn one."""
+    path = as_path(path)
+    text = json.dumps(data, indent=2, sort_keys=True)
+    if is_remote(path):
+        path.write_text(text)  # one PUT: atomic per object
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path) -> Any:
+    return json.loads(as_path(path).read_text())
+
+
+def write_text_atomic(path, text: str) -> None:
+    path = as_path(path)
+    if is_remote(path):
+        path.write_text(text)
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def save_tensors(tensors: dict, path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors file at `path` (whole-object write on object stores; locally written in place as before)."""
+    from safetensors.torch import save, save_file
+
+    path = as_path(path)
+    tensors = {k: v.contiguous() for k, v in tensors.items()}
+    if is_remote(path):
+        path.write_bytes(save(tensors, metadata=metadata))
+    else:
+        save_file(tensors, str(path), metadata=metadata)
+
+
+def load_tensors(path) -> dict:
+    from safetensors.torch import load, load_file
+
+    path = as_path(path)
+    if is_remote(path):
+        return load(path.read_bytes())
+    return load_file(str(path))
+
+
+def load_tensors_with_metadata(path) -> tuple[dict, dict[str, str]]:
+    """Tensors and the file's string metadata (safetensors format: 8-byte little-endian header size, JSON header)."""
+    from safetensors.torch import load
+
+    path = as_path(path)
+    if not is_remote(path):
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
+    data = path.read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + size])
+    return load(data), dict(header.get("__metadata__") or {})
+
+
+@contextmanager
+def local_file(path):
+    """A local file with the content of `path` (the path itself when local; a temporary copy of the same name for a
+    URL), for libraries that only read local files (e.g. mlflow.log_artifact)."""
+    path = as_path(path)
+    if not is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="solrl-") as tmp:
+        copy = Path(tmp) / path.name
+        copy.write_bytes(path.read_bytes())
+        yield copy
+
+
+def save_image(image, path) -> None:
+    """A PNG (PIL image) at `path`."""
+    path = as_path(path)
+    if is_remote(path):
+        with path.open("wb") as fh:
+            image.save(fh, format="PNG")
+    else:
+        image.save(path)
+
+
+# ---- directories --------------------------------------------------------------------------------------------------
+def remove_tree(path) -> None:
+    """Delete a directory and everything under it (nothing when absent)."""
+    path = as_path(path)
+    if not path.exists():
+        return
+    if not is_remote(path):
+        shutil.rmtree(path)
+    else:
+        path.fs.rm(path.path, recursive=True)
+        path.fs.invalidate_cache(path.path)
+
+
+def replace_dir(src, dst) -> None:
+    """Put directory `src` at `dst` (replacing it): a rename locally. On object stores: a copy of every object under
+    `src` to `dst`, JSON objects last (zarr metadata, state.json, metrics.json: whoever reads one of them finds the
+    data it describes already there), then the deletion of `src`. Not atomic: the run decides a stage's completion
+    by its manifest, written after this."""
+    src, dst = as_path(src), as_path(dst)
+    if not is_remote(src):
+        if dst.exists():
+            shutil.rmtree(dst)
+        os.replace(src, dst)
+        return
+    remove_tree(dst)
+    fs = src.fs
+    source, target = src.path.rstrip("/"), dst.path.rstrip("/")
+    keys = fs.find(source)
+    for batch in ([k for k in keys if not k.endswith(".json")], [k for k in keys if k.endswith(".json")]):
+        if batch:  # server-side copies, issued concurrently by async filesystems (s3fs, gcsfs)
+            fs.copy(batch, [target + k[len(source) :] for k in batch])
+    if keys:
+        fs.rm(source, recursive=True)
+    fs.invalidate_cache(source)
+    fs.invalidate_cache(target)
+
+
+def zarr_store(path, read_only: bool = False):
+    """What `zarr.open_group` takes for `path`: the path itself locally, zarr's fsspec store for a URL."""
+    path = as_path(path)
+    if not is_remote(path):
+        return path
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+    from zarr.storage import FsspecStore
+
+    # the path's own filesystem instance, wrapped for zarr's async API: one connection pool per process, closed at
+    # exit (an async s3fs instance of zarr's making would leave its HTTP session open)
+    fs = AsyncFileSystemWrapper(path.fs, asynchronous=True)
+    return FsspecStore(fs=fs, path=path.path.rstrip("/"), read_only=read_only)
+
+
+# ---- the run lock on object stores --------------------------------------------------------------------------------
+LEASE_SECONDS = 60.0  # a lease whose heartbeat is older than this is abandoned (its holder died)
+
+
+class Lease:
+    """An advisory lock on a run directory in an object store: the object `path` holds the owner and a heartbeat
+    time that a background thread renews every `seconds / 4`.
+
+    Taking it: create the object with an exclusive create (`x` mode: a conditional PUT, If-None-Match, on S3) so
+    that of two runs starting at once exactly one wins. Filesystems without exclusive create get a check-then-write
+    followed by a read-back of the owner token, which narrows but cannot close the race. A lease whose heartbeat is
+    older than `seconds` belongs to a dead process and is taken over. Released by deleting the object.
+    """
+
+    def __init__(self, path, seconds: float = LEASE_SECONDS):
+        self.path = path
+        try:
+            self.seconds = float(os.environ.get("SOLRL_LEASE_SECONDS", seconds))
+        except ValueError:
+            raise SolrlError("SOLRL_LEASE_SECONDS must be a number of seconds") from None
+        self.token = uuid.uuid4().hex
+        self.owner = f"{socket.gethostname()} pid {os.getpid()}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _record(self) -> bytes:
+        return json.dumps({"owner": self.owner, "token": self.token, "heartbeat": time.time(),
+                           "seconds": self.seconds}).encode()
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _create(self) -> bool:
+        """Create the lease object if absent; True when this call created it."""
+        fs, key = self.path.fs, self.path.path
+        try:
+            with fs.open(key, "xb") as fh:
+                fh.write(self._record())
+        except FileExistsError:
+            return False
+        except (ValueError, NotImplementedError):  # no exclusive create: check, write, read back
+            if fs.exists(key):
+                return False
+            with fs.open(key, "wb") as fh:
+                fh.write(self._record())
+        fs.invalidate_cache(key)
+        current = self._read()
+        return current is not None and current.get("token") == self.token
+
+    def acquire(self, name: str) -> None:
+        for _ in range(2):
+            try:
+                created = self._create()
+            except (FileNotFoundError, PermissionError) as exc:  # no such bucket, or no right to write there
+                raise SolrlError(f"cannot write to run directory {name}: {exc}") from None
+            if created:
+                self._thread = threading.Thread(target=self._heartbeat, name="solrl-lease", daemon=True)
+                self._thread.start()
+                return
+            current = self._read()
+            if current is None:
+                continue  # released meanwhile: try again
+            age = time.time() - float(current.get("heartbeat", 0))
+            if age < float(current.get("seconds", self.seconds)):
+                raise RunDirLockedError(
+                    f"run directory {name} is held by {current.get('owner', 'another process')} (lease renewed "
+                    f"{age:.0f} s ago); wait for it to finish or use another --run-dir"
+                )
+            self.path.fs.rm(self.path.path)  # abandoned: its holder stopped renewing it
+            self.path.fs.invalidate_cache(self.path.path)
+        raise RunDirLockedError(f"run directory {name} is being taken by another process; try again")
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.seconds / 4):
+            try:
+                current = self._read()
+                if current is None or current.get("token") != self.token:
+                    return  # taken over (we were presumed dead): stop renewing someone else's lease
+                self.path.write_bytes(self._record())
+            except OSError:  # the store is unreachable for a moment: the next beat tries again
+                continue
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        current = self._read()
+        if current is not None and current.get("token") == self.token:
+            self.path.fs.rm(self.path.path)
+            self.path.fs.invalidate_cache(self.path.path)

@@ -1,0 +1,32 @@
+"""The fidelity sweep compares settings on the same prompts and seeds (solrl_core/bench/fidelity_sweep.py)."""
+
+from pathlib import Path
+
+import numpy as np
+
+from solrl_core.bench.fidelity_sweep import Setting, format_sweep, run_sweep, sample_rewards
+from solrl_core.config import load_config
+
+TINY = Path(__file__).parent / "configs" / "tiny.yaml"
+
+
+def test_identical_setting_ranks_perfectly_and_quantization_does_not(one_torch_thread):
+    cfg = load_config(TINY)
+    reference = Setting("fp32", 4)
+    result = run_sweep(cfg, num_prompts=2, seeds_per_prompt=8,
+                       settings=(reference, [Setting("fp32", 4, label="same"), Setting("nvfp4_emulated", 3)]))
+    same, quant = result["rows"]
+    assert same["spearman"] == 1.0 and same["kendall"] == 1.0
+    assert same["mean_reward"] == result["reference"]["mean_reward"]
+    assert quant["spearman"] < 1.0
+    table = format_sweep(result)
+    assert "| same | 1.000 | 1.000 | 1.000 | 1.000 |" in table
+
+
+def test_rewards_follow_the_rows_prompt_and_seed(one_torch_thread):
+    cfg = load_config(TINY)
+    prompts = ["a red circle", "two blue squares"]
+    idx, seeds = np.array([0, 1, 0]), np.array([5, 6, 7])
+    full = sample_rewards(cfg, Setting("fp32", 3), prompts, idx, seeds, batch_size=3)
+    split = sample_rewards(cfg, Setting("fp32", 3), prompts, idx[1:], seeds[1:], batch_size=1)
+    np.testing.assert_allclose(full[1:], split, atol=1e-5)
