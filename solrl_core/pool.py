@@ -67,10 +67,10 @@ class CandidateWriter:
                     and ("latent" in group) == (latent_shape is not None)
                     and all(name in group for name in (extra_dtypes or {}))
                 )
+                if same:
+                    return cls(group)
             except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
-                same = False  # killed while the pool was being created: start it again
-            if same:
-                return cls(group)
+                pass  # killed while the pool was being created: start it again
         if not create:
             raise SolrlError(f"the pool {path} is missing or was made for other shapes or batch size; "
                              "run the stage again to create it")

@@ -3,7 +3,6 @@ cluster of 2 processes that gives the same pool and rewards as one process, bit 
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -103,42 +102,41 @@ COMPARED = {
 }
 
 
-def test_two_worker_dask_run_equals_one_worker_run(session_env, tmp_path, one_torch_thread):
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from flows.stage import stage_flow
+def _config(workers):
     from solrl_core.config import load_config
+
+    return load_config(TINY, [f"orchestration.workers.{stage}={workers}" for stage in ("explore", "regenerate")])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, one_torch_thread):
+    """A tiny run whose iteration 0 ran quantize..score_final in one process (workers 1); and the seconds it took."""
     from solrl_core.rundir import RunDir
     from solrl_core.runs import prepare_run
     from solrl_core.stages.registry import run_stage
 
-    def config(workers):
-        return load_config(TINY, [f"orchestration.workers.explore={workers}",
-                                  f"orchestration.workers.regenerate={workers}"])
-
-    one, two = RunDir(tmp_path / "one"), RunDir(tmp_path / "two")
-    cfg1 = prepare_run(one, config(1))
-    run_stage(one, cfg1, 0, "quantize", progress=False)
-    shutil.copytree(one.root, two.root)  # the same quantized copy; only orchestration.workers differs
-    prepare_run(two, config(2))
-    seconds = {}
+    one = RunDir(tmp_path_factory.mktemp("shards") / "one")
+    cfg = prepare_run(one, _config(1))
+    run_stage(one, cfg, 0, "quantize", progress=False)
     start = time.perf_counter()
     for stage in STAGES:
-        run_stage(one, cfg1, 0, stage, progress=False)
-    seconds[1] = time.perf_counter() - start
+        run_stage(one, cfg, 0, stage, progress=False)
+    return one, time.perf_counter() - start
 
-    start = time.perf_counter()
-    with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"]}):
-        manifests = {stage: stage_flow(str(two.root), stage, 0, progress=False) for stage in STAGES}
-    seconds[2] = time.perf_counter() - start
-    print(f"explore..score_final: 1 worker {seconds[1]:.1f} s, 2 Dask workers {seconds[2]:.1f} s")
 
-    for stage in ("explore", "regenerate"):
-        summary = manifests[stage]["summary"]
-        assert summary["workers"] == 2
-        assert summary["shard_processes"] == 2  # both shards ran, each in its own worker process
-        assert one.manifest(0, stage)["summary"]["shard_processes"] == 1
-    assert manifests["explore"]["summary"]["candidates"] == 16
+def _copy_quantized(reference, path, workers):
+    """A copy of the reference run with only its quantize stage done, run with `workers` (resumable setting)."""
+    from solrl_core.rundir import RunDir
+    from solrl_core.runs import prepare_run
+
+    shutil.copytree(reference.root, path)
+    run = RunDir(path)
+    for stage in STAGES:
+        run.invalidate(0, stage)
+    return run, prepare_run(run, _config(workers))
+
+
+def _assert_same_results(one, two):
     for (stage, name), columns in COMPARED.items():
         a, attrs_a = read_table(one.stage_dir(0, stage) / name, columns)
         b, attrs_b = read_table(two.stage_dir(0, stage) / name, columns)
@@ -146,5 +144,64 @@ def test_two_worker_dask_run_equals_one_worker_run(session_env, tmp_path, one_to
         for key in a:
             assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), f"{stage}/{name}: {key}"
         assert attrs_a == attrs_b, f"{stage}/{name} attributes"
+
+
+def test_two_worker_dask_run_equals_one_worker_run(session_env, tmp_path, reference):
+    from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+
+    from flows.stage import stage_flow
+
+    one, one_seconds = reference
+    two, _ = _copy_quantized(one, tmp_path / "two", workers=2)
+    start = time.perf_counter()
+    # logs stay local: the server stops with the session, before this process would flush them
+    with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"],
+                                     PREFECT_LOGGING_TO_API_ENABLED: False}):
+        manifests = {stage: stage_flow(str(two.root), stage, 0, progress=False) for stage in STAGES}
+    print(f"explore..score_final: 1 worker {one_seconds:.1f} s, 2 Dask workers {time.perf_counter() - start:.1f} s")
+
+    for stage in ("explore", "regenerate"):
+        summary = manifests[stage]["summary"]
+        assert summary["workers"] == 2
+        assert summary["shard_processes"] == 2  # both shards ran, each in its own worker process
+        assert one.manifest(0, stage)["summary"]["shard_processes"] == 1
+    assert manifests["explore"]["summary"]["candidates"] == 16
+    _assert_same_results(one, two)
     assert not (two.stage_dir(0, "explore") / "scores.zarr").exists()  # sharded: scored by the score stage
     assert (one.stage_dir(0, "explore") / "scores.zarr").exists()  # one worker: scored while sampling
+
+
+def test_sharded_stage_left_unfinished_resumes_to_the_same_pool(tmp_path, reference):
+    """A runner whose second shard stopped after one batch: the stage refuses to complete; run again, the missing
+    batches (only those) are sampled and the results equal the one-worker run."""
+    from solrl_core.stages.registry import run_stage
+    from solrl_core.stages.shards import Shard, prepare_shards, run_in_process, run_shard, use_shard_runner
+
+    one, _ = reference
+    two, cfg = _copy_quantized(one, tmp_path / "two", workers=2)
+    ran = []
+
+    def interrupted(ctx, stage, shards):
+        prepare_shards(ctx, stage)
+        first, second = shards
+        ran.append(run_shard(ctx, stage, first))
+        ran.append(run_shard(ctx, stage, Shard(second.index, second.first_batch, second.first_batch + 1)))
+        return ran
+
+    with use_shard_runner(interrupted), pytest.raises(SolrlError, match="3 of 8 batches are not done"):
+        run_stage(two, cfg, 0, "explore", progress=False)
+    assert not two.is_complete(0, "explore")
+    pool = two.partial_dir(0, "explore") / "pool.zarr"
+    assert read_table(pool, ["batch_done"])[0]["batch_done"].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
+
+    def resumed(ctx, stage, shards):
+        reports = run_in_process(ctx, stage, shards)  # prepare (keeps the explore pool), then every shard
+        ran.extend(reports)
+        return reports
+
+    with use_shard_runner(resumed):
+        for stage in STAGES:
+            run_stage(two, cfg, 0, stage, progress=False)
+    # explore: shard 0 sampled its 4 batches, shard 1 one; on resume only shard 1's 3 missing ones; regenerate 1 + 1
+    assert [r["sampled"] for r in ran] == [4, 1, 0, 3, 1, 1] and not any(r["left"] for r in ran)
+    _assert_same_results(one, two)

@@ -94,10 +94,15 @@ def run_shard(ctx: StageContext, stage: str, shard: Shard) -> dict:
     args = spec.pool(ctx)
     backbone = load_backbone(ctx.cfg)
     args["desc"] = f"{args['desc']} shard {shard.index}"
+    try:
+        todo = CandidateWriter(zarr.open_group(zarr_store(args["path"]), mode="r")).pending(shard.batches)
+    except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+        raise SolrlError(f"the pool {args['path']} does not exist yet: prepare_shards runs before the shards") from None
     writer = sample_into_pool(backbone=backbone, transformer=spec.model(ctx, backbone), progress=ctx.progress,
                               ctx=ctx, batches=shard.batches, **args)
+    left = writer.pending(shard.batches)
     return {"shard": shard.index, "batches": [shard.first_batch, shard.stop_batch], "pid": os.getpid(),
-            "left": len(writer.pending(shard.batches))}
+            "sampled": len(todo) - len(left), "left": len(left)}
 
 
 ShardRunner = Callable[[StageContext, str, list[Shard]], list[dict]]  # -> each shard's `run_shard` report
