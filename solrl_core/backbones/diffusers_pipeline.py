@@ -1,8 +1,9 @@
 """What the adapters of diffusers text-to-image pipelines share: loading the pipeline from `model.path`, the VAE
 decode, the shifted flow-matching schedule and releasing the text encoders.
 
-A subclass names its pipeline class and text encoders and implements `latent_shape`, `image_seq_len`,
-`encode_prompts` (through the pipeline's own `encode_prompt`) and `velocity` (calling the transformer the way the
+The latent layout is shared: (channels, H / vae factor, W / vae factor), cut into `patch` x `patch` tokens. A
+subclass names its pipeline class and text encoders (and `latent_channels` / `patch` where the transformer's config
+does not say them directly) and implements `encode_prompts` (through the pipeline's own `encode_prompt`) and `velocity` (calling the transformer the way the
 pipeline's denoising loop does). The pipeline object is kept as `self.pipe`: its components are the loaded models,
 and its helper methods are used as they are rather than re-written.
 """
@@ -13,7 +14,6 @@ import contextlib
 import gc
 import json
 import re
-from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -115,6 +115,7 @@ class DiffusersPipelineBackbone(Backbone):
     """Base adapter around a loaded diffusers pipeline (`self.pipe`)."""
 
     pipeline_class: str  # e.g. "FluxPipeline"
+    title: str  # the model family in messages, e.g. "FLUX.1"
     text_encoder_names: tuple[str, ...]  # the pipeline's text encoder attributes, freed by release_text_encoders
     default_max_sequence_length: int  # T5 tokens when model.max_sequence_length is null
 
@@ -133,13 +134,34 @@ class DiffusersPipelineBackbone(Backbone):
     def load(cls, model: "ModelConfig") -> "DiffusersPipelineBackbone":
         return cls(load_pipeline(cls.pipeline_class, model), model)
 
-    def check_resolution(self) -> None:
-        """Raise a SolrlError when model.resolution does not fit the model (override per architecture)."""
+    @property
+    def latent_channels(self) -> int:
+        return self.transformer.config.in_channels
 
     @property
-    @abstractmethod
+    def patch(self) -> int:
+        """Latent pixels per token side."""
+        return self.transformer.config.patch_size
+
+    def check_resolution(self) -> None:
+        """Raise a SolrlError when model.resolution does not fit the model (extended per architecture)."""
+        multiple = self.pipe.vae_scale_factor * self.patch
+        if self.resolution % multiple:
+            raise SolrlError(
+                f"model.resolution {self.resolution} must be a multiple of {multiple} for {self.title} "
+                f"(VAE factor {self.pipe.vae_scale_factor}, {self.patch}x{self.patch} latent patches)"
+            )
+
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        side = self.resolution // self.pipe.vae_scale_factor
+        return (self.latent_channels, side, side)
+
+    @property
     def image_seq_len(self) -> int:
         """Image tokens the transformer sees at this resolution (what a dynamic shift depends on)."""
+        _, h, w = self.latent_shape
+        return (h // self.patch) * (w // self.patch)
 
     def sigmas(self, steps: int) -> list[float]:
         """The uniform schedule 1, 1 - 1/steps, ..., 1/steps shifted as the model's scheduler config says (static

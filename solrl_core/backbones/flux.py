@@ -14,7 +14,6 @@ import torch
 
 from solrl_core.backbones.base import BackboneDefaults, Conditioning
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
-from solrl_core.errors import SolrlError
 
 DEFAULTS = BackboneDefaults(  # official Sol-RL settings for FLUX.1-dev (shared/method.md)
     lora_targets=["to_q", "to_k", "to_v", "to_out.0"],
@@ -30,29 +29,17 @@ class FluxBackbone(DiffusersPipelineBackbone):
     name = "flux1"
     defaults = DEFAULTS
     pipeline_class = "FluxPipeline"
+    title = "FLUX.1"
     text_encoder_names = ("text_encoder", "text_encoder_2")
     default_max_sequence_length = 512
 
     @property
-    def _multiple(self) -> int:
-        return self.pipe.vae_scale_factor * 2  # VAE downsampling, then 2x2 packing
-
-    def check_resolution(self) -> None:
-        if self.resolution % self._multiple:
-            raise SolrlError(
-                f"model.resolution {self.resolution} must be a multiple of {self._multiple} for FLUX.1 "
-                f"(VAE factor {self.pipe.vae_scale_factor}, 2x2 latent packing)"
-            )
+    def latent_channels(self) -> int:
+        return self.transformer.config.in_channels // 4  # the transformer sees 2x2-packed latents
 
     @property
-    def latent_shape(self) -> tuple[int, ...]:
-        side = self.resolution // self.pipe.vae_scale_factor
-        return (self.transformer.config.in_channels // 4, side, side)
-
-    @property
-    def image_seq_len(self) -> int:
-        _, h, w = self.latent_shape
-        return (h // 2) * (w // 2)
+    def patch(self) -> int:
+        return 2  # 2x2 latent packing
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:

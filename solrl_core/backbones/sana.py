@@ -83,6 +83,7 @@ class SanaBackbone(DiffusersPipelineBackbone):
     name = "sana"
     defaults = DEFAULTS
     pipeline_class = "SanaPipeline"
+    title = "SANA"
     text_encoder_names = ("text_encoder",)
     default_max_sequence_length = 300  # SanaPipeline's default
 
@@ -92,27 +93,6 @@ class SanaBackbone(DiffusersPipelineBackbone):
         self.timestep_per_sigma = float(pipe.scheduler.config.num_train_timesteps) * float(
             self.transformer.config.timestep_scale
         )
-
-    @property
-    def _multiple(self) -> int:
-        return self.pipe.vae_scale_factor * self.transformer.config.patch_size
-
-    def check_resolution(self) -> None:
-        if self.resolution % self._multiple:
-            raise SolrlError(
-                f"model.resolution {self.resolution} must be a multiple of {self._multiple} for SANA "
-                f"(DC-AE factor {self.pipe.vae_scale_factor}, patch size {self.transformer.config.patch_size})"
-            )
-
-    @property
-    def latent_shape(self) -> tuple[int, ...]:
-        side = self.resolution // self.pipe.vae_scale_factor
-        return (self.transformer.config.in_channels, side, side)
-
-    @property
-    def image_seq_len(self) -> int:
-        _, h, w = self.latent_shape
-        return (h // self.transformer.config.patch_size) * (w // self.transformer.config.patch_size)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:

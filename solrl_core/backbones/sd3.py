@@ -29,33 +29,19 @@ class SD3Backbone(DiffusersPipelineBackbone):
     name = "sd35"
     defaults = DEFAULTS
     pipeline_class = "StableDiffusion3Pipeline"
+    title = "SD3.5"
     text_encoder_names = ("text_encoder", "text_encoder_2", "text_encoder_3")
     default_max_sequence_length = 256
 
     def check_resolution(self) -> None:
-        patch, scale = self.transformer.config.patch_size, self.pipe.vae_scale_factor
-        if self.resolution % (scale * patch):
-            raise SolrlError(
-                f"model.resolution {self.resolution} must be a multiple of {scale * patch} for SD3.5 "
-                f"(VAE factor {scale}, patch {patch})"
-            )
+        super().check_resolution()
         max_tokens = self.transformer.config.pos_embed_max_size
-        if max_tokens and self.resolution // (scale * patch) > max_tokens:
+        scale = self.pipe.vae_scale_factor * self.patch
+        if max_tokens and self.resolution // scale > max_tokens:
             raise SolrlError(
                 f"model.resolution {self.resolution} is too large for this SD3 transformer "
-                f"(at most {max_tokens * scale * patch} px: pos_embed_max_size {max_tokens})"
+                f"(at most {max_tokens * scale} px: pos_embed_max_size {max_tokens})"
             )
-
-    @property
-    def latent_shape(self) -> tuple[int, ...]:
-        side = self.resolution // self.pipe.vae_scale_factor
-        return (self.transformer.config.in_channels, side, side)
-
-    @property
-    def image_seq_len(self) -> int:
-        _, h, w = self.latent_shape
-        patch = self.transformer.config.patch_size
-        return (h // patch) * (w // patch)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
