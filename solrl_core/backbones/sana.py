@@ -51,7 +51,6 @@ import torch
 
 from solrl_core.backbones.base import BackboneDefaults, Conditioning
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
-from solrl_core.errors import SolrlError
 
 DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SANA 1600M (shared/method.md), in diffusers' names
     lora_targets=[
