@@ -148,6 +148,9 @@ def cmd_deploy(args) -> int:
         made = " (created)" if pool in info["created_pools"] else ""
         print(f"pool     : {pool}{made}, {info['workers'][pool]} worker(s) online; "
               f"start one with: prefect worker start --pool {pool}")
+    auto = info["heartbeat_automation"]
+    print(f"automation: '{auto['name']}' ({auto['status']}): runs without heartbeat for {auto['timeout']:g} s "
+          "are marked Crashed")
     print(f"run now  : prefect deployment run '{info['training']}'")
     return 0
 

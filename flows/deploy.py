@@ -9,18 +9,27 @@ Deployments (`flow name/deployment name`):
 
 Workers load the flows from this checkout: entrypoints are file paths inside it and each run's working directory is
 the checkout, so a process worker on this machine needs no image and no git remote.
+
+Lost workers: the flow-run processes of these deployments send a Prefect heartbeat event every HEARTBEAT_SECONDS, and
+the automation HEARTBEAT_AUTOMATION (made by `solrl deploy` and by the iteration flow before it starts a stage run)
+marks a run of a solrl deployment Crashed when no heartbeat (nor end state) came for `orchestration.heartbeat_timeout`
+seconds: its worker, or the worker's machine, died with it. The iteration flow re-runs a crashed stage.
 """
 
 from __future__ import annotations
 
 import functools
 import shlex
+from datetime import timedelta
 from pathlib import Path
 
 from prefect import Flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import WorkerFilter, WorkerFilterStatus
+from prefect.client.schemas.objects import StateType
+from prefect.events.actions import ChangeFlowRunState
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 
 from solrl_core.config import RunConfig
@@ -33,13 +42,17 @@ STAGE_FLOW = "solrl-stage"
 TRAIN_ENTRYPOINT = "flows/training.py:train_config_flow"
 STAGE_ENTRYPOINT = "flows/stage.py:stage_flow"
 WORK_POOL_TYPE = "process"
+TAG = "solrl"  # every solrl deployment, so every run of one, carries it
+HEARTBEAT_SECONDS = 30  # Prefect's shortest flow-run heartbeat interval (its default is 180)
+HEARTBEAT_AUTOMATION = "solrl: crash flow runs without heartbeat"
 # The flow-run processes a worker starts: what the CLI sets for itself before torch loads (idle OpenMP threads that
-# spin stall badly on shared cores) and quiet library logs.
+# spin stall badly on shared cores), quiet library logs, and heartbeats often enough for HEARTBEAT_AUTOMATION.
 FLOW_RUN_ENV = {
     "OMP_WAIT_POLICY": "PASSIVE",
     "DIFFUSERS_VERBOSITY": "error",
     "TRANSFORMERS_VERBOSITY": "error",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS),
 }
 
 
@@ -113,6 +126,55 @@ def online_workers(pool: str) -> int:
         ))
 
 
+def heartbeat_automation(timeout: float) -> AutomationCore:
+    """The automation that marks a run of a solrl deployment Crashed after `timeout` seconds without a heartbeat.
+
+    A proactive trigger per flow run: after its Pending or Running state or a heartbeat, it expects another heartbeat
+    (or Running, or an end state) within `timeout` seconds; when none comes, the run's process is gone.
+    """
+    run_event = "prefect.flow-run."
+    return AutomationCore(
+        name=HEARTBEAT_AUTOMATION,
+        description=f"A run of a '{TAG}'-tagged deployment whose process sent no heartbeat for {timeout:g} s (its "
+                    "worker or machine died) is marked Crashed, so that the iteration flow waiting for it re-runs it.",
+        trigger=EventTrigger(
+            posture=Posture.Proactive,
+            match={"prefect.resource.id": f"{run_event}*"},
+            match_related={"prefect.resource.role": "tag", "prefect.resource.id": f"prefect.tag.{TAG}"},
+            for_each={"prefect.resource.id"},
+            after={run_event + e for e in ("Pending", "Running", "heartbeat")},
+            expect={run_event + e for e in ("Running", "heartbeat", "Completed", "Failed", "Cancelled", "Crashed")},
+            threshold=1,
+            within=timedelta(seconds=timeout),
+        ),
+        actions=[ChangeFlowRunState(
+            state=StateType.CRASHED,
+            message=f"no heartbeat for {timeout:g} s: the worker running it, or its machine, was lost",
+        )],
+    )
+
+
+@functools.cache
+def ensure_heartbeat_automation(timeout: float) -> str:
+    """Create HEARTBEAT_AUTOMATION, or update it when it differs; 'created', 'updated' or 'unchanged'.
+
+    One per Prefect server: the last config deployed or run sets its timeout. Left alone when it is as wanted, since
+    an update restarts the server's tracking of the runs it watches."""
+    wanted = heartbeat_automation(timeout)
+    fields = {"description", "enabled", "trigger", "actions"}
+    with get_client(sync_client=True) as client:
+        found = client.read_automations_by_name(HEARTBEAT_AUTOMATION)
+        if not found:
+            client.create_automation(wanted)
+            return "created"
+        current = found[0]
+        if current.model_dump(include=fields, exclude={"trigger": {"id"}}) == \
+                wanted.model_dump(include=fields, exclude={"trigger": {"id"}}):  # python mode: sets stay sets
+            return "unchanged"
+        client.update_automation(current.id, wanted)
+        return "updated"
+
+
 def _load(entrypoint: str) -> Flow:
     return Flow.from_source(source=str(REPO_DIR), entrypoint=entrypoint)
 
@@ -127,7 +189,7 @@ def deploy_stage(stage: str, pool: str) -> str:
         job_variables={"env": FLOW_RUN_ENV},
         description=f"The '{stage}' stage of one iteration on work pool '{pool}', as `solrl stage {stage}` runs it: "
                     "skipped when complete (force=true to redo), refused when its inputs are missing.",
-        tags=["solrl", f"stage:{stage}"],
+        tags=[TAG, f"stage:{stage}"],
     )
     deployment.apply(work_pool_name=pool)
     return stage_deployment(stage, pool)
@@ -156,7 +218,7 @@ def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str
         concurrency_limit=1,  # a firing while the previous run still trains waits for it
         job_variables={"env": FLOW_RUN_ENV},
         description=train_command(config, run_dir, overrides),
-        tags=["solrl", "train"],
+        tags=[TAG, "train"],
     )
     deployment_id = deployment.apply(work_pool_name=pool)
     if cron is None and interval is None:
@@ -175,6 +237,9 @@ def deploy_all(cfg: RunConfig, config: Path, run_dir: Path, overrides: list[str]
     created = [pool for pool in pools if ensure_work_pool(pool)]
     train = deploy_training(config, run_dir, overrides, name or cfg.name, orch.flow_pool, cron, interval)
     stages = {stage: deploy_stage(stage, pool) for stage, pool in stage_pools.items()}
+    automation = ensure_heartbeat_automation(orch.heartbeat_timeout)
     return {"training": train, "training_pool": orch.flow_pool, "stages": stages, "stage_pools": stage_pools,
             "pools": pools, "created_pools": created,
+            "heartbeat_automation": {"name": HEARTBEAT_AUTOMATION, "timeout": orch.heartbeat_timeout,
+                                     "status": automation},
             "workers": {pool: online_workers(pool) for pool in pools}}

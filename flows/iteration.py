@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.deploy import ensure_stage_deployment, online_workers
+from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, online_workers
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.audit import AUDIT, audit_due
@@ -19,7 +19,8 @@ from tasks.registry import STAGE_TASKS
 from tasks.remote_stage import remote_stage_task
 
 
-def _deployment(stage: str, pool: str) -> str:
+def _deployment(stage: str, pool: str, heartbeat_timeout: int) -> str:
+    ensure_heartbeat_automation(heartbeat_timeout)  # a stage run whose worker dies is marked Crashed, then re-run
     if not online_workers(pool):
         get_run_logger().warning("no worker polls work pool '%s': stage '%s' waits until one starts "
                                  "(prefect worker start --pool %s)", pool, stage, pool)
@@ -36,7 +37,8 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
     for stage, stage_task in STAGE_TASKS.items():
         pool = cfg.orchestration.pool_for(stage)
         if pool and not run.is_complete(iteration, stage):
-            manifests[stage] = remote_stage_task(run_dir, stage, iteration, _deployment(stage, pool))
+            manifests[stage] = remote_stage_task(run_dir, stage, iteration,
+                                                 _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
         else:
             manifests[stage] = stage_task(run_dir, iteration, progress=progress)
         if stage == "score_final" and audit:

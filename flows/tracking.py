@@ -87,6 +87,20 @@ def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
+def log_metrics_once(run_id: str, metrics: dict[str, float], step: int) -> dict[str, float]:
+    """Log `metrics` at `step` into MLflow run `run_id`, except those its history already has at that step; return
+    what was logged. The marker files say what was logged too, but one is written only after all of an iteration's
+    logging, so a training stopped in between (or fired again by its schedule) would otherwise log metrics twice."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    new = {key: value for key, value in metrics.items()
+           if all(m.step != step for m in client.get_metric_history(run_id, key))}
+    if new:
+        mlflow.log_metrics(new, step=step, run_id=run_id)
+    return new
+
+
 def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     """Log one finished iteration (once: a marker file records it) and save its best/worst grid PNG."""
     marker = logged_marker(run, iteration)
@@ -104,13 +118,13 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
     mlflow.set_tracking_uri(info["tracking_uri"])
     report = json.loads((run.stage_dir(iteration, "quantize") / "report.json").read_text())
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
-        mlflow.log_metrics(metrics, step=iteration)
+        log_metrics_once(info["mlflow_run_id"], metrics, iteration)
         mlflow.set_tags({"explore_backend": report["precision"], "explore_backend_reason": report["reason"][:5000]})
         log_pool(run, cfg, iteration, info["mlflow_run_id"], report)
         for event in report.get("escalations", []):
             if event["iteration"] == iteration - 1:  # decided after the previous iteration, applied from this one
                 mlflow.log_dict(event, f"guardrail/escalation_after_iter{event['iteration']:04d}.json")
-                mlflow.log_metric("guardrail/level", event["to_level"], step=iteration)
+                log_metrics_once(info["mlflow_run_id"], {"guardrail/level": event["to_level"]}, iteration)
         if cfg.tracking.grid_prompts:
             mlflow.log_image(grid, key="pool/best_worst", step=iteration)
     write_json_atomic(marker, {"iteration": iteration})
@@ -180,7 +194,7 @@ def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
     info = ensure_mlflow_run(run, cfg)
     mlflow.set_tracking_uri(info["tracking_uri"])
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
-        mlflow.log_metrics({f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step=step)
+        log_metrics_once(info["mlflow_run_id"], {f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step)
         with local_file(eval_dir(run, step) / "samples.png") as samples:
             mlflow.log_artifact(str(samples), artifact_path=f"eval/step_{step:04d}")
     write_json_atomic(marker, {"step": step})
@@ -211,7 +225,7 @@ def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     info = ensure_mlflow_run(run, cfg)
     mlflow.set_tracking_uri(info["tracking_uri"])
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
-        mlflow.log_metrics(metrics, step=iteration)
+        log_metrics_once(info["mlflow_run_id"], metrics, iteration)
         mlflow.log_dict(summary, f"audit/summary_iter{iteration:04d}.json")
     write_json_atomic(marker, {"iteration": iteration})
     return metrics

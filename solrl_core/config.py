@@ -191,6 +191,10 @@ class OrchestrationConfig(_Strict):
         default_factory=dict, description="stage -> processes that sample its pool at once (explore, regenerate; "
         "e.g. {explore: 4}): shards of whole batches on a local Dask cluster, the same pool as one process"
     )
+    heartbeat_timeout: int = Field(
+        120, ge=45, description="seconds without a heartbeat (sent every 30 s) after which a run on a work pool is "
+        "marked Crashed (its worker or machine was lost) and its stage re-run"
+    )
 
     @model_validator(mode="after")
     def _known_stages(self) -> OrchestrationConfig:

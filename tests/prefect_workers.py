@@ -64,7 +64,7 @@ def process_workers(env: dict[str, str], pools: list[str], log_dir: Path, timeou
             time.sleep(1)
         yield procs
     finally:
-        for proc in procs:  # each worker leads its own process group: it and the flow runs it started
+        for proc in procs:  # each worker leads its own process group (a flow run it started leads another)
             try:
                 os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C; a worker lingers on SIGTERM
             except ProcessLookupError:
@@ -109,3 +109,14 @@ def committed(pool_zarr: Path) -> int:
         return int(zarr.open_group(pool_zarr, mode="r").attrs["committed"])
     except Exception:  # noqa: BLE001 - not created yet, or being created
         return 0
+
+
+def row_mtimes(pool_zarr: Path, rows: int):
+    """When each of the first `rows` candidates' image was last written (one zarr chunk file per row)."""
+    import numpy as np
+
+    out = []
+    for row in range(rows):
+        files = [p for p in (pool_zarr / "image" / "c" / str(row)).rglob("*") if p.is_file()]
+        out.append(max(p.stat().st_mtime for p in files))
+    return np.array(out)

@@ -16,7 +16,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
 from conftest import ROOT, TINY, tracking_set
-from prefect_workers import api, child_runs, committed, deployment_runs, process_workers
+from prefect_workers import api, child_runs, committed, deployment_runs, process_workers, row_mtimes
 from solrl_core.pool import read_table
 from solrl_core.rundir import STAGES, RunDir
 
@@ -41,12 +41,7 @@ def _wait_for(predicate, timeout: float, what: str, poll: float = 0.05, alive=No
 
 
 def _row_mtimes(pool_zarr: Path) -> np.ndarray:
-    """When each candidate's image was last written (one zarr chunk file per row)."""
-    out = []
-    for row in range(ROWS):
-        files = [p for p in (pool_zarr / "image" / "c" / str(row)).rglob("*") if p.is_file()]
-        out.append(max(p.stat().st_mtime for p in files))
-    return np.array(out)
+    return row_mtimes(pool_zarr, ROWS)
 
 
 def _status(run_dir: Path) -> dict:
