@@ -3,11 +3,11 @@
 The task starts the stage's deployment run (linked to the iteration as a subflow), waits for it and returns the
 stage's manifest from the run directory. A run that crashed (its process was killed, its machine lost) is retried:
 Prefect runs the task again, which starts a new run of the stage, and the stage resumes from what it committed. When
-the worker died with the process, nothing reports the crash: the server's heartbeat automation (flows/deploy.py) marks
-the run Crashed once its heartbeats stopped for `orchestration.heartbeat_timeout` seconds, and it is retried alike. A run
-that failed (the stage's own retries are spent, or a user error) or was cancelled is not retried. When the task is
-stopped itself (its iteration flow cancelled or terminated), it cancels the stage run it waits for, so that nothing
-goes on writing into the run directory.
+the worker died with the process, nothing reports the crash: the server's heartbeat automation (flows/deploy.py)
+marks the run Crashed once its heartbeats stopped for `orchestration.heartbeat_timeout` seconds, and it is retried
+alike. A run that failed (the stage's own retries are spent, or a user error) or was cancelled is not retried. When
+the task is stopped itself (its iteration flow cancelled or terminated), it cancels the stage run it waits for, so
+that nothing goes on writing into the run directory.
 """
 
 from __future__ import annotations
