@@ -42,13 +42,19 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.fixture
-def no_automation(session_env):
-    """The heartbeat automation is removed after the test (later tests make their own, with their timeout)."""
-    yield
+def _delete_automation(session_env) -> None:
     with api(session_env) as client:
         for automation in client.read_automations_by_name(HEARTBEAT_AUTOMATION):
             client.delete_automation(automation.id)
+
+
+@pytest.fixture
+def no_automation(session_env):
+    """No heartbeat automation before the test (earlier tests on the session's server — deploy, work pools — create
+    it with the default timeout) nor after it (later tests make their own, with their timeout)."""
+    _delete_automation(session_env)
+    yield
+    _delete_automation(session_env)
 
 
 def test_automation_is_created_updated_only_when_it_differs(session_env, no_automation):
