@@ -120,3 +120,12 @@ def row_mtimes(pool_zarr: Path, rows: int):
         files = [p for p in (pool_zarr / "image" / "c" / str(row)).rglob("*") if p.is_file()]
         out.append(max(p.stat().st_mtime for p in files))
     return np.array(out)
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.1, alive=None) -> None:
+    """Poll `predicate` until true; fail the test after `timeout` s, or as soon as `alive()` says the process ended."""
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        assert alive is None or alive(), f"gave up waiting for {what}: the process ended"
+        time.sleep(poll)

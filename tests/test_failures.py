@@ -16,7 +16,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
 from conftest import ROOT, TINY, tracking_set
-from prefect_workers import api, child_runs, committed, deployment_runs, process_workers, row_mtimes
+from prefect_workers import wait_for, api, child_runs, committed, deployment_runs, process_workers, row_mtimes
 from solrl_core.pool import read_table
 from solrl_core.rundir import STAGES, RunDir
 
@@ -33,11 +33,7 @@ def worker(session_env, tmp_path_factory):
 
 
 def _wait_for(predicate, timeout: float, what: str, poll: float = 0.05, alive=None):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        assert alive is None or alive(), f"gave up waiting for {what}: the process ended"
-        time.sleep(poll)
+    wait_for(predicate, timeout, what, poll, alive)
 
 
 def _row_mtimes(pool_zarr: Path) -> np.ndarray:

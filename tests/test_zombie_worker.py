@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, TINY, tracking_set
 from flows.deploy import HEARTBEAT_AUTOMATION, HEARTBEAT_SECONDS, ensure_heartbeat_automation
-from prefect_workers import api, committed, deployment_runs, process_workers, row_mtimes
+from prefect_workers import wait_for, api, committed, deployment_runs, process_workers, row_mtimes
 from solrl_core.pool import read_table
 from solrl_core.rundir import STAGES, RunDir
 
@@ -28,11 +28,7 @@ ROWS = 2 * 16
 
 
 def _wait_for(predicate, timeout: float, what: str, poll: float = 0.1, alive=None):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        assert alive is None or alive(), f"gave up waiting for {what}: the process ended"
-        time.sleep(poll)
+    wait_for(predicate, timeout, what, poll, alive)
 
 
 def _running(pid: int) -> bool:
