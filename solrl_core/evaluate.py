@@ -42,7 +42,7 @@ def eval_inputs(cfg: RunConfig) -> tuple[list[str], np.ndarray, np.ndarray]:
 def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -> tuple[torch.nn.Module, bool]:
     """W0 + θ (or its EMA when the checkpoint has one) merged into a plain full-precision transformer."""
     backbone = load_backbone(cfg)
-    policy = attach_policy(cfg, backbone, fresh_transformer(backbone))
+    policy = attach_policy(cfg, backbone)
     load_adapters(policy, checkpoint)
     ema_used = use_ema and (checkpoint / EMA_FILE).is_file()
     if ema_used:
@@ -52,6 +52,7 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
             merged = policy.merged_state_dict("default")
     else:
         merged = policy.merged_state_dict("default")
+    del policy  # its module tree (W0 itself is shared with the cached backbone)
     transformer = fresh_transformer(backbone)
     transformer.load_state_dict(merged)
     return transformer, ema_used

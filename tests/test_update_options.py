@@ -1,4 +1,4 @@
-"""The update's memory and guidance options: model.gradient_checkpointing and guidance.train."""
+"""The update's memory and guidance options: W0 shared with the policy, model.gradient_checkpointing, guidance.train."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from solrl_core.config import load_config
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
-from solrl_core.stages.context import load_backbone
+from solrl_core.stages.context import attach_policy, load_backbone
 from solrl_core.stages.registry import run_stage
 from solrl_core.stages.update import enable_gradient_checkpointing
 
@@ -41,6 +41,24 @@ def _update(prepared: Path, tmp_path: Path, name: str, *overrides: str) -> dict[
     shutil.copytree(prepared, root)
     run_stage(RunDir(root), load_config(TINY, [*FAST, *overrides]), 0, "update", progress=False)
     return load_file(str(root / "iter_0000" / "update" / "checkpoint" / "adapters.safetensors"))
+
+
+def test_policy_trains_on_the_cached_w0_without_copying_or_changing_it(prepared, tmp_path, one_torch_thread):
+    cfg = load_config(TINY, FAST)
+    backbone = load_backbone(cfg)  # the process-wide cached backbone the update stage uses too
+    w0 = {k: v.clone() for k, v in backbone.transformer.state_dict().items()}
+    policy = attach_policy(cfg, backbone)
+    cached = {p.data_ptr() for p in backbone.transformer.parameters()}
+    base = [p for name, p in policy.transformer.named_parameters() if "lora_" not in name]
+    assert len(base) == len(cached) and {p.data_ptr() for p in base} == cached  # the same storage, not a copy
+    assert policy.trainable_parameters() and all(p.data_ptr() not in cached for p in policy.trainable_parameters())
+    # peft wrapped the policy's module tree, not the cached one
+    assert not hasattr(backbone.transformer, "peft_config")
+    assert not any("lora" in name for name, _ in backbone.transformer.named_modules())
+    adapters = _update(prepared, tmp_path, "shared")  # the real update stage, in this process
+    assert any(v.abs().sum() > 0 for k, v in adapters.items() if k.startswith("default.") and "lora_B" in k)
+    after = backbone.transformer.state_dict()
+    assert after.keys() == w0.keys() and all(torch.equal(after[k], w0[k]) for k in w0)
 
 
 def test_gradient_checkpointing_recomputes_and_trains_the_same(prepared, tmp_path, monkeypatch, one_torch_thread):

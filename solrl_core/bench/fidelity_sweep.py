@@ -39,6 +39,7 @@ class Setting:
     steps: int
     sampler: str | None = None  # None: the backbone's default solver
     weight_format: str = "nvfp4_2d"
+    min_width: int | None = None  # None: the run config's quant.min_width (or the backbone's default)
     label: str = ""
 
     def name(self) -> str:
@@ -55,6 +56,7 @@ def default_settings(cfg: RunConfig) -> tuple[Setting, list[Setting]]:
         Setting("nvfp4_emulated", hi, label=f"NVFP4 alone: nvfp4 @ {hi}"),
         Setting("nvfp4_emulated", lo, label=f"explore as configured: nvfp4 @ {lo}"),
         Setting("nvfp4_emulated", lo, weight_format="nvfp4", label=f"nvfp4, 1x16 weight blocks @ {lo}"),
+        Setting("nvfp4_emulated", lo, min_width=32, label=f"nvfp4 @ {lo}, min width 32"),
         Setting("fp8_emulated", lo, label=f"fp8 @ {lo}"),
         Setting("fp8_emulated", hi, label=f"fp8 @ {hi}"),
     ]
@@ -69,6 +71,7 @@ def sample_rewards(cfg: RunConfig, setting: Setting, prompts: list[str], prompt_
         quant = cfg.quant
         skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
         width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+        width = setting.min_width if setting.min_width is not None else width
         apply_backend(transformer, setting.precision, skip, width, weight_fmt=setting.weight_format,
                       act_fmt=quant.act_format)
     solver = setting.sampler or resolve_sampler(cfg.model.sampler, backbone)

@@ -5,11 +5,10 @@ Everything is built on the meta device (no weights, no memory): the diffusers tr
 configs (``solrl_core.planner.flops.VAE_DECODERS``), and the text encoders and the reward model from the published
 config values below (their parameter counts match the released checkpoints).
 
-The memory estimate is rough. Per GPU, during the update (the peak of an iteration), in GiB:
+The memory estimate is rough. Per GPU, during the update, in GiB:
 
-* ``weights``       — the transformer in bf16, twice: the pipeline keeps the pristine base W0 cached and works on
-                      a copy (``stages.context.fresh_transformer``; the policy with its adapters, or the merged or
-                      quantized inference copy);
+* ``weights``       — the transformer in bf16, once: the policy's LoRA layers wrap a copy of the module tree whose
+                      weights are the cached base W0 (``stages.context.weight_sharing_transformer``);
 * ``lora``          — the official LoRA targets at rank 32 in fp32: θ with its gradient and AdamW's two moments,
                       θ_old and the EMA of θ (6 × 4 bytes per LoRA parameter);
 * ``text_encoders`` — bf16, resident (``model.release_text_encoders`` frees them once every prompt is cached);
@@ -21,8 +20,10 @@ The memory estimate is rough. Per GPU, during the update (the peak of an iterati
                       ``torch.autograd.graph.saved_tensors_hooks`` on one pair at the official resolution (bf16, base
                       frozen, LoRA on the official targets); attention counts as FlashAttention does (query, key,
                       value, output and the per-row log-sum-exp, no score matrix).
-Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the inference copies' sampling batches (smaller
-than the update's), text embeddings of the iteration's samples, and the no-grad forwards of v_old and v_ref (their
+The explore and regenerate stages hold W0 plus the merged (or quantized) inference copy and no training state
+(``MemoryEstimate.inference_gib``, the table's last column); for FLUX and SD3.5-L that is the larger of the two.
+Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the inference copies' sampling batches, text
+embeddings of the iteration's samples, and the no-grad forwards of v_old and v_ref (their
 activations are freed as they go).
 
     python -m solrl_core.planner.memory        # the table, as in the README
@@ -284,11 +285,21 @@ class MemoryEstimate:
 
     @property
     def total_gib(self) -> float:
+        """The update stage: everything in ``gib``."""
         return sum(self.gib.values())
+
+    @property
+    def inference_gib(self) -> float:
+        """The explore / regenerate stages: W0 (cached) + the merged inference copy, text encoders, VAE and reward;
+        no LoRA optimizer state, and sampling batches without grad (not counted). The copy is counted at full size
+        (bf16): so it is when emulated or on the FP8/BF16 fallbacks; Transformer Engine's NVFP4 layers hold less."""
+        g = self.gib
+        return 2 * g["weights"] + g["text_encoders"] + g["vae"] + g["reward"]
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["total_gib"] = self.total_gib
+        d["inference_gib"] = self.inference_gib
         return d
 
 
@@ -308,7 +319,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     reward = hf_params(REWARD_MODEL)
     act = activation_bytes(key)
     gib = {
-        "weights": 2 * params * BF16 / GIB,
+        "weights": params * BF16 / GIB,
         "lora": lora * LORA_BYTES_PER_PARAM / GIB,
         "text_encoders": (sum(text.values()) * BF16 / GIB) if text_encoders_resident else 0.0,
         "vae": vae * BF16 / GIB,
@@ -325,10 +336,10 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
 def format_markdown(rows: list[MemoryEstimate]) -> str:
     """The estimate as a markdown table (GiB per GPU; parameters in billions / millions)."""
     lines = [
-        "| model | transformer | LoRA r 32 | text encoders | GiB: W0 + working copy | LoRA state | text encoders "
+        "| model | transformer | LoRA r 32 | text encoders | GiB: W0 | LoRA state | text encoders "
         "(resident) | VAE + reward | activations (micro-batch × per pair) | **total** | one pair without "
-        "checkpointing |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|",
+        "checkpointing | explore / regenerate stage |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         g = r.gib
@@ -337,7 +348,7 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
             f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M | {encoders} | "
             f"{g['weights']:.1f} | {g['lora']:.1f} | {g['text_encoders']:.1f} | {g['vae'] + g['reward']:.1f} | "
             f"{g['activations']:.1f} ({r.micro_batch} × {r.activation_per_pair / GIB:.2f}) | **{r.total_gib:.0f}** | "
-            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} |"
+            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} |"
         )
     return "\n".join(lines)
 

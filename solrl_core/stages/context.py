@@ -56,8 +56,19 @@ def load_backbone(cfg: RunConfig) -> Backbone:
 
 
 def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
-    """A private copy of the base transformer, safe to adapt, merge into or quantize."""
+    """A private copy of the base transformer, safe to load other weights into, merge into or quantize."""
     return copy.deepcopy(backbone.transformer).eval()
+
+
+def weight_sharing_transformer(backbone: Backbone) -> torch.nn.Module:
+    """A copy of the base transformer's modules whose parameters and buffers ARE W0's (no weight memory).
+
+    For the LoRA policy: peft wraps the copy's layers (the cached module tree is untouched) and never writes to base
+    weights; merged weights are computed out of place (`LoraPolicy.merged_state_dict`). Anything that writes weights
+    in place (load_state_dict, quantization, `.to(dtype)`) must use `fresh_transformer` instead."""
+    base = backbone.transformer
+    shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
+    return copy.deepcopy(base, memo=shared).eval()
 
 
 def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
@@ -85,12 +96,14 @@ ADAPTERS_FILE, EMA_FILE, OPTIMIZER_FILE, STATE_FILE = (
 )
 
 
-def attach_policy(cfg: RunConfig, backbone: Backbone, transformer: torch.nn.Module):
+def attach_policy(cfg: RunConfig, backbone: Backbone):
+    """θ and θ_old (LoRA, deterministic init from the run seed) on the base weights W0, shared with the cached
+    backbone rather than copied: a training process holds the transformer's weights once."""
     from solrl_core.rl.policy import LoraPolicy
 
     targets = cfg.train.lora_targets or backbone.defaults.lora_targets
     return LoraPolicy.attach(
-        transformer,
+        weight_sharing_transformer(backbone),
         targets=targets,
         rank=cfg.train.lora_rank,
         alpha=cfg.train.lora_alpha,
@@ -123,7 +136,7 @@ def ensure_initial_checkpoint(ctx: StageContext) -> Path:
     if (init / STATE_FILE).is_file():
         return init
     backbone = load_backbone(ctx.cfg)
-    policy = attach_policy(ctx.cfg, backbone, fresh_transformer(backbone))
+    policy = attach_policy(ctx.cfg, backbone)
     tmp = init.with_name("init.partial")
     tmp.mkdir(parents=True, exist_ok=True)
     save_adapters(policy, tmp)

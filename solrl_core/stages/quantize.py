@@ -61,7 +61,7 @@ def _calibration_forward(backbone, transformer, cond):
 
 def run_quantize(ctx: StageContext) -> dict:
     backbone = load_backbone(ctx.cfg)
-    policy = attach_policy(ctx.cfg, backbone, fresh_transformer(backbone))
+    policy = attach_policy(ctx.cfg, backbone)
     load_adapters(policy, previous_checkpoint(ctx))
     merged = {k: v.contiguous() for k, v in policy.merged_state_dict("old").items()}
     _, report, _ = build_explore_copy(ctx, backbone, merged)

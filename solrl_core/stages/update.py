@@ -31,7 +31,6 @@ from solrl_core.stages.context import (
     STATE_FILE,
     StageContext,
     attach_policy,
-    fresh_transformer,
     load_adapters,
     load_backbone,
     previous_checkpoint,
@@ -89,7 +88,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     identical optimizer steps everywhere; the writer rank saves the checkpoint. One process = one rank of one."""
     cfg, tc = ctx.cfg, ctx.cfg.train
     backbone = load_backbone(cfg)
-    policy = attach_policy(cfg, backbone, fresh_transformer(backbone))
+    policy = attach_policy(cfg, backbone)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(policy.transformer)
     guidance = train_guidance(cfg, backbone)
