@@ -290,11 +290,25 @@ def cmd_plan(args) -> int:
 
         print(format_markdown(compare(args.gpu or "b200", args.gpus, args.utilisation), "solrl plan --paper"))
         return 0
-    if not args.model or not args.gpu:
-        raise SolrlError("solrl plan needs MODEL and --gpu NAME (e.g. solrl plan flux1 --gpu b200), or --paper")
-    from solrl_core.planner.model import format_plan, plan
+    if not args.target or not args.gpu:
+        raise SolrlError("solrl plan needs CONFIG or MODEL and --gpu NAME (e.g. solrl plan configs/demo.yaml --gpu "
+                         "b200, solrl plan flux1 --gpu b200), or --paper")
+    from solrl_core.planner.model import FAMILIES, format_plan, plan
 
-    result = plan(args.model, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation)
+    if args.target.endswith((".yaml", ".yml")):
+        from solrl_core.config import load_config
+        from solrl_core.planner.config_plan import plan_config
+
+        if args.family and args.family not in FAMILIES:
+            raise SolrlError(f"unknown family '{args.family}'; known: {', '.join(FAMILIES)}")
+        result = plan_config(load_config(args.target, args.set or []), args.gpu, gpus=args.gpus,
+                             utilisation=args.utilisation, model=args.model)
+        if args.family:
+            result["families"] = {args.family: result["families"][args.family]}
+    else:
+        if args.model:
+            raise SolrlError("--model prices a CONFIG's shapes on another backbone; with a model name, drop it")
+        result = plan(args.target, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
     return 0
 
@@ -424,8 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="predict seconds per stage and iteration of each family on a GPU",
                        description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "
                        "and predict each family's seconds per stage on a GPU from its published dense throughput "
-                       "at a stated utilisation. --paper compares the predictions with the paper's iteration times.")
-    p.add_argument("model", nargs="?", help="flux1 | sd35l | sd35m | sana")
+                       "at a stated utilisation, at a run config's per-iteration sizes (CONFIG) or the official "
+                       "ones (MODEL). --paper compares the predictions with the paper's iteration times.")
+    p.add_argument("target", nargs="?", metavar="CONFIG|MODEL",
+                   help="a run config (its backbone and per-iteration sizes; the other families at the same sizes) "
+                   "or a model: flux1 | sd35l | sd35m | sana (official sizes)")
+    p.add_argument("--model", help="with CONFIG: price its sizes on this backbone instead (flux1, sd35l, ...)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with CONFIG: override a config key")
     p.add_argument("--gpu", help="b200, gb200, b300, h100, h200, a100, rtx-pro-6000, rtx-5090, l40s, ...")
     p.add_argument("--family", help="one family only (default: all four)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs per iteration (default 8, as the paper)")

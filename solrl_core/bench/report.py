@@ -53,34 +53,6 @@ class Pricer(Protocol):
 # ----------------------------------------------------------------------------------------------- pricing
 
 
-def _embedded_forward(cfg):
-    """FLOPs of one forward of the run's own (embedded) transformer for one sample, counted on the real module,
-    with the Linear layers the explore copy quantizes as the low-precision share."""
-    import torch
-
-    from solrl_core.planner.flops import ForwardFlops, count_flops
-    from solrl_core.quant.linear import eligible_linears
-    from solrl_core.stages.context import load_backbone
-
-    backbone = load_backbone(cfg)
-    transformer = backbone.transformer
-    quant = cfg.quant
-    skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
-    min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
-    low = eligible_linears(transformer, skip, min_width)
-    cond = backbone.encode_prompts(["a red circle"])
-    x = torch.zeros(1, *backbone.latent_shape)
-    sigma = torch.full((1,), 0.5)
-    b = count_flops(transformer, lambda: backbone.velocity(transformer, x, sigma, cond), low)
-    return ForwardFlops(
-        model="embedded", title="embedded default (SD3-architecture, pixel space)",
-        model_class=type(transformer).__name__, params=sum(p.numel() for p in transformer.parameters()),
-        resolution=int(backbone.latent_shape[-1]), image_tokens=0, text_tokens=0, total=b.total, linear=b.linear,
-        conv=b.conv, attention=b.attention, low_precision=b.low_precision, low_precision_layers=len(low),
-        by_op=b.by_op,
-    )
-
-
 class PlannerPricer:
     """Each iteration's shapes priced with the cost planner (`solrl_core.planner.model.iteration_cost`).
 
@@ -103,7 +75,9 @@ class PlannerPricer:
         if self._forward is not None:
             return
         if self.model == "embedded":
-            self._forward = _embedded_forward(cfg)
+            from solrl_core.planner.config_plan import embedded_forward
+
+            self._forward = embedded_forward(cfg)
             self._per_image = 0.0
             what = (f"the embedded model's own forward ({self._forward.total / 1e6:.1f} MFLOP per sample, "
                     f"{100 * self._forward.low_precision_share:.0f}% in 4 bits; decode and reward free)")
@@ -126,11 +100,7 @@ class PlannerPricer:
                          explore_precision=_CONFIG_PRECISION.get(explore_precision, "nvfp4"))
         cost = iteration_cost(self._forward, shapes, Throughput(self.gpu, self.gpus, self.utilisation),
                               self._per_image)
-        s = dict(cost["seconds"])
-        # the planner's Shapes price one optimizer step; the update stage makes `train.optimizer_steps` passes over
-        # the same samples, each with the same forwards and backward
-        s["update"] *= cfg.train.optimizer_steps
-        s["iteration"] = s["rollout"] + s["update"]
+        s = cost["seconds"]
         return {key: float(s[key]) * self.gpus for key in ("explore", "regenerate", "update", "iteration")}
 
 

@@ -143,8 +143,12 @@ def count_flops(module: nn.Module, call: Callable[[], object], low_precision_nam
     missing = [n for n in low_precision_names if n not in names]
     if missing:
         raise ValueError(f"not modules of {type(module).__name__}: {missing[:3]}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
+    # the math attention kernel: FlopCounterMode counts its matmuls on any device (it has no formula for the CPU
+    # flash kernel, so real CPU tensors would count attention as 0); the same FLOPs as the fused kernels
+    with sdpa_kernel(SDPBackend.MATH), counter, torch.no_grad():
         call()
     counts = counter.get_flop_counts()
     total = float(sum(counts["Global"].values()))

@@ -10,8 +10,8 @@ FLOPs of VAE decode + reward scoring (``flops.decode_and_score_flops``), R(p) = 
 * explore    = P·N·S_explore·[F_low/R(p) + (F − F_low)/R(bf16)]  +  P·N·D/R(bf16)
                (p = the explore precision; for a full-precision explore F_low counts at R(bf16));
 * regenerate = P·K·S_regen·F/R(bf16) + P·K·D/R(bf16)              (sol_rl only);
-* update     = P·K·T·(3 + b)·F/R(bf16), T = round(timestep fraction × sampling steps) training timesteps per
-               sample, 3 forwards (v under θ with grad, v_old and v_ref without, as in the DiffusionNFT loss of
+* update     = P·K·T·O·(3 + b)·F/R(bf16), T = round(timestep fraction × sampling steps) training timesteps per
+               sample, O optimizer steps (passes over the samples; official 1), 3 forwards (v under θ with grad, v_old and v_ref without, as in the DiffusionNFT loss of
                method.md) and one backward costing b forwards (default 2: the usual 2× rule; with a frozen base the
                weight-gradient GEMMs are skipped, ~1×, but gradient checkpointing recomputes the forward, +1×).
 * rollout = explore + regenerate; iteration = rollout + update. Quantizing the explore copy (once per
@@ -55,6 +55,7 @@ class Shapes:
     regenerate: bool = False
     regenerate_steps: int = 10
     train_timesteps: int = 6
+    optimizer_steps: int = 1  # passes of the update over the same samples (train.optimizer_steps; official 1)
     forwards_per_train_step: int = FORWARDS_PER_TRAIN_STEP
     backward_factor: float = BACKWARD_FACTOR
 
@@ -113,6 +114,7 @@ def shapes_from_config(cfg) -> Shapes:
         regenerate=regen,
         regenerate_steps=cfg.regenerate.steps,
         train_timesteps=max(1, round(cfg.train.timestep_fraction * sampling_steps)),
+        optimizer_steps=cfg.train.optimizer_steps,
     )
 
 
@@ -161,7 +163,8 @@ def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_
     explore_images = n_explore * per_image_flops / bf16
     regen_denoise = n_kept * shapes.regenerate_steps * fwd.total / bf16 if shapes.regenerate else 0.0
     regen_images = n_kept * per_image_flops / bf16 if shapes.regenerate else 0.0
-    train_forwards = n_kept * shapes.train_timesteps * (shapes.forwards_per_train_step + shapes.backward_factor)
+    train_forwards = (n_kept * shapes.train_timesteps * shapes.optimizer_steps
+                      * (shapes.forwards_per_train_step + shapes.backward_factor))
     update = train_forwards * fwd.total / bf16
     explore = explore_denoise + explore_images
     regenerate = regen_denoise + regen_images
@@ -241,41 +244,59 @@ def plan(model: str, gpu: str, family: str | None = None, gpus: int = 8, utilisa
     u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
     families = FAMILIES if family is None else (family,)
     costs = family_costs(fwd, m.timestep_fraction, g, gpus, u, per_image["total"], families)
+    return plan_result(m.key, m.spec.title, m.note, g, gpus, u, utilisation is not None, m.timestep_fraction, fwd,
+                       per_image, costs)
+
+
+def plan_result(model: str, title: str, note: str | None, g: GPU, gpus: int, u: float, given: bool,
+                timestep_fraction: float, fwd: ForwardFlops, per_image: dict, costs: dict,
+                extra_assumptions: tuple[str, ...] = ()) -> dict:
+    """The plan as a plain dict (what `plan`, `config_plan.plan_config`, `format_plan` and --json share)."""
     return {
-        "model": m.key,
-        "title": m.spec.title,
-        "model_note": m.note,
+        "model": model,
+        "title": title,
+        "model_note": note,
         "gpu": g.key,
         "gpu_title": g.title,
         "gpu_tflops": {"bf16": g.bf16, "fp8": g.fp8, "nvfp4": g.nvfp4},
         "gpu_source": g.source,
         "gpus": gpus,
         "utilisation": u,
-        "utilisation_source": "stated default" if utilisation is None else "given",
-        "timestep_fraction": m.timestep_fraction,
+        "utilisation_source": "given" if given else "stated default",
+        "timestep_fraction": timestep_fraction,
         "forward": fwd.to_dict(),
         "per_image_flops": per_image,
         "families": costs,
-        "assumptions": list(ASSUMPTIONS),
+        "assumptions": [*ASSUMPTIONS, *extra_assumptions],
     }
 
 
 def _s(x: float) -> str:
-    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+    """Seconds with a unit readable at any size (the embedded model's iterations take microseconds on a GPU)."""
+    if x == 0:
+        return "0 s"
+    if x < 0.1:
+        return f"{x * 1e3:.3g} ms" if x >= 1e-4 else f"{x * 1e6:.3g} µs"
+    return f"{x:.1f} s" if x < 100 else f"{x:.0f} s"
+
+
+def _flop(x: float, scale: float | None = None) -> str:
+    """FLOPs in TFLOP, or MFLOP when `scale` (default x) is below 10 GFLOP."""
+    return f"{x / 1e12:.2f} TFLOP" if (x if scale is None else scale) >= 1e10 else f"{x / 1e6:.1f} MFLOP"
 
 
 def format_plan(result: dict) -> str:
     """A plan as readable text: the forward's FLOPs, one row per family (seconds per stage), the assumptions."""
     f = result["forward"]
-    tf = lambda x: f"{x / 1e12:.2f}"  # noqa: E731
+    source = f"config '{result['config']}' ({result['config_family']}), " if result.get("config") else ""
     lines = [
-        f"Cost plan: {result['title']} on {result['gpus']} x {result['gpu_title']}, utilisation "
+        f"Cost plan: {source}{result['title']} on {result['gpus']} x {result['gpu_title']}, utilisation "
         f"{result['utilisation']:.2f} ({result['utilisation_source']})",
         f"  one forward, one sample at {f['resolution']} px ({f['image_tokens']} image + {f['text_tokens']} text "
-        f"tokens): {tf(f['total'])} TFLOP = Linear {tf(f['linear'])} + attention {tf(f['attention'])} + conv "
-        f"{tf(f['conv'])}; in 4 bits during explore: {100 * f['low_precision_share']:.1f}% "
+        f"tokens): {_flop(f['total'])} = Linear {_flop(f['linear'], f['total'])} + attention "
+        f"{_flop(f['attention'], f['total'])} + conv {_flop(f['conv'], f['total'])}; in 4 bits during explore: {100 * f['low_precision_share']:.1f}% "
         f"({f['low_precision_layers']} layers)",
-        f"  decode + reward per image: {tf(result['per_image_flops']['total'])} TFLOP; training timesteps per "
+        f"  decode + reward per image: {_flop(result['per_image_flops']['total'])}; training timesteps per "
         f"sample: {next(iter(result['families'].values()))['shapes']['train_timesteps']} "
         f"(fraction {result['timestep_fraction']} of 10 steps)",
     ]
@@ -289,10 +310,12 @@ def format_plan(result: dict) -> str:
     for fam, c in result["families"].items():
         s, sh = c["seconds"], c["shapes"]
         lines.append(
-            f"| {fam} | {_s(s['explore'])} s ({c['explore_precision']}, {sh['explore_steps']} x {sh['seeds']}) | "
-            f"{_s(s['regenerate'])} s | {_s(s['update'])} s | {_s(s['rollout'])} s | {_s(s['iteration'])} s |"
+            f"| {fam}{' (this config)' if fam == result.get('config_family') else ''} | {_s(s['explore'])} "
+            f"({c['explore_precision']}, {sh['explore_steps']} x {sh['seeds']}) | {_s(s['regenerate'])} | "
+            f"{_s(s['update'])} | {_s(s['rollout'])} | {_s(s['iteration'])} |"
         )
     lines.append("")
-    lines.append("Seconds per RL iteration (48 prompts). Assumptions:")
+    prompts = next(iter(result["families"].values()))["shapes"]["prompts"]
+    lines.append(f"Seconds per RL iteration ({prompts} prompts). Assumptions:")
     lines += [f"  - {a}" for a in result["assumptions"]]
     return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""`solrl plan CONFIG`: the cost plan of a run config — its backbone and its per-iteration sizes — for every family.
+
+The config's own family is priced exactly as configured (``shapes_from_config``: prompts per iteration, N, K, explore
+precision and steps, regenerate steps, training timesteps, optimizer steps). The other three families are priced at
+the same sizes, so the four can be compared: the same prompts, N and K; the config's full step count for full-precision
+sampling and its reduced explore step count for sol_rl (the official 6 when the config has no reduced count); for a
+diffusionnft config, which samples only K seeds, N = 4·K (the official 96 / 24).
+
+The backbone: ``model.kind`` (flux1, sana; sd35 → sd35m when ``model.path`` names a medium checkpoint, else sd35l),
+counted at its official resolution with the config's ``quant.skip_names`` / ``quant.min_width`` when set; or the
+embedded model's own forward (decode and reward free); ``model`` (``--model``) prices the shapes on another backbone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from solrl_core.planner.flops import ForwardFlops
+from solrl_core.planner.model import (
+    FAMILIES,
+    Shapes,
+    Throughput,
+    iteration_cost,
+    official_shapes,
+    plan_result,
+    shapes_from_config,
+)
+
+OFFICIAL_REDUCED_STEPS = 6
+OFFICIAL_SEEDS_PER_KEPT = 4  # N = 96 for K = 24
+
+
+def planner_model(cfg) -> str:
+    """The planner model a run config trains: "embedded", "flux1", "sd35l", "sd35m" or "sana"."""
+    kind = cfg.model.kind
+    if kind == "sd35":
+        return "sd35m" if "medium" in str(cfg.model.path or "").lower() else "sd35l"
+    return kind
+
+
+def family_shapes(cfg) -> dict[str, Shapes]:
+    """Every family's ``Shapes`` at the config's sizes (module docstring); the config's own family as configured."""
+    own = shapes_from_config(cfg)
+    full_steps = own.regenerate_steps if own.regenerate else own.explore_steps
+    reduced_steps = own.explore_steps if own.regenerate else OFFICIAL_REDUCED_STEPS
+    seeds = own.k * OFFICIAL_SEEDS_PER_KEPT if own.family == "diffusionnft" else own.seeds
+    out = {}
+    for family in FAMILIES:
+        if family == own.family:
+            out[family] = own
+            continue
+        shapes = official_shapes(family, cfg.train.timestep_fraction, prompts=own.prompts, seeds=seeds, k=own.k,
+                                 explore_steps_sol=reduced_steps, steps=full_steps)
+        out[family] = replace(shapes, optimizer_steps=own.optimizer_steps)
+    return out
+
+
+def embedded_forward(cfg) -> ForwardFlops:
+    """FLOPs of one forward of the run's own (embedded) transformer for one sample, counted on the real module,
+    with the Linear layers the explore copy quantizes as the low-precision share."""
+    import torch
+
+    from solrl_core.planner.flops import count_flops
+    from solrl_core.quant.linear import eligible_linears
+    from solrl_core.stages.context import load_backbone
+
+    backbone = load_backbone(cfg)
+    transformer = backbone.transformer
+    quant = cfg.quant
+    skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
+    min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+    low = eligible_linears(transformer, skip, min_width)
+    cond = backbone.encode_prompts(["a red circle"])
+    x = torch.zeros(1, *backbone.latent_shape)
+    sigma = torch.full((1,), 0.5)
+    b = count_flops(transformer, lambda: backbone.velocity(transformer, x, sigma, cond), low)
+    return ForwardFlops(
+        model="embedded", title="embedded default (SD3-architecture, pixel space)",
+        model_class=type(transformer).__name__, params=sum(p.numel() for p in transformer.parameters()),
+        resolution=int(backbone.latent_shape[-1]), image_tokens=(backbone.latent_shape[-1] // transformer.config.patch_size) ** 2,
+        text_tokens=int(cond["encoder_hidden_states"].shape[1]), total=b.total, linear=b.linear,
+        conv=b.conv, attention=b.attention, low_precision=b.low_precision, low_precision_layers=len(low),
+        by_op=b.by_op,
+    )
+
+
+def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None) -> dict:
+    """The plan of a validated ``RunConfig`` on ``gpus`` × ``gpu``: the same keys as ``planner.model.plan`` plus
+    ``config`` and ``config_family``. SolrlError (one line) for an unknown GPU or model."""
+    from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
+    from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
+
+    g = get_gpu(gpu)
+    key = model or planner_model(cfg)
+    if key == "embedded":
+        fwd, per_image, title, note = embedded_forward(cfg), {"total": 0.0}, "embedded default", None
+    else:
+        m = get_model(key)
+        rule = {}  # the config's own quantization rule, for its own backbone only
+        if not model and cfg.quant.skip_names is not None:
+            rule["skip_names"] = tuple(cfg.quant.skip_names)
+        if not model and cfg.quant.min_width is not None:
+            rule["min_width"] = cfg.quant.min_width
+        fwd = forward_flops(m.key, **rule)
+        per_image, title, note = decode_and_score_flops(m.key), m.spec.title, m.note
+    u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
+    tp = Throughput(g, gpus, u)
+    costs = {family: iteration_cost(fwd, shapes, tp, per_image["total"])
+             for family, shapes in family_shapes(cfg).items()}
+    result = plan_result(fwd.model, title, note, g, gpus, u, utilisation is not None, cfg.train.timestep_fraction,
+                         fwd, per_image, costs, ("families other than the config's own: the config's prompts, N, K "
+                                                 "and step counts (solrl_core/planner/config_plan.py)",))
+    return {"config": cfg.name, "config_family": cfg.family, **result}

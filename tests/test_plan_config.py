@@ -1,0 +1,89 @@
+"""`solrl plan CONFIG`: a run config's backbone and sizes priced for every family (solrl_core/planner/config_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from solrl_core.config import load_config
+from solrl_core.planner.config_plan import family_shapes, plan_config, planner_model
+from solrl_core.planner.flops import count_flops
+from solrl_core.planner.model import FAMILIES, Shapes, Throughput, iteration_cost, plan, shapes_from_config
+from solrl_core.planner.gpus import get_gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ROOT / "configs" / "presets"
+
+
+@pytest.mark.parametrize("preset, model", [("flux1_sol_rl_pickscore", "flux1"), ("sd35l_sol_rl_hpsv2", "sd35l"),
+                                           ("sd35m_sol_rl_clipscore", "sd35m"), ("sana_sol_rl_imagereward", "sana")])
+def test_an_official_preset_plans_like_its_model_at_official_shapes(preset, model):
+    cfg = load_config(PRESETS / f"{preset}.yaml")
+    assert planner_model(cfg) == model
+    from_config = plan_config(cfg, "b200")
+    official = plan(model, "b200")
+    assert from_config["config_family"] == "sol_rl" and list(from_config["families"]) == list(FAMILIES)
+    for family in FAMILIES:
+        assert from_config["families"][family]["seconds"] == pytest.approx(official["families"][family]["seconds"])
+
+
+def test_the_demo_config_prices_its_own_shapes_and_the_other_families_at_its_sizes():
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    shapes = family_shapes(cfg)
+    own = shapes["sol_rl"]
+    assert own == shapes_from_config(cfg) and own.optimizer_steps == cfg.train.optimizer_steps == 2
+    for family, s in shapes.items():
+        assert (s.prompts, s.k, s.optimizer_steps) == (cfg.prompts.per_iteration, cfg.select.k, 2)
+        assert s.seeds == (cfg.select.k if family == "diffusionnft" else cfg.explore.seeds_per_prompt)
+    assert (shapes["naive_scaling"].explore_steps, shapes["naive_quant"].explore_precision) == (10, "nvfp4")
+    assert shapes["diffusionnft"].seeds == cfg.select.k  # samples K and trains on all of them
+    # a diffusionnft config has no N: the others explore 4 K (the official 96 / 24)
+    nft = family_shapes(load_config(ROOT / "configs" / "families" / "diffusionnft.yaml"))
+    assert nft["sol_rl"].seeds == 4 * nft["diffusionnft"].k and nft["sol_rl"].explore_steps == 6
+
+
+def test_optimizer_steps_multiply_the_update_only():
+    from solrl_core.planner.flops import forward_flops
+
+    fwd = forward_flops("sana")
+    tp = Throughput(get_gpu("h100"), 1, 0.4)
+    one = iteration_cost(fwd, Shapes("sol_rl", explore_precision="nvfp4", explore_steps=6, regenerate=True), tp, 1e12)
+    two = iteration_cost(fwd, replace(Shapes("sol_rl", explore_precision="nvfp4", explore_steps=6, regenerate=True),
+                                      optimizer_steps=2), tp, 1e12)
+    assert two["seconds"]["update"] == pytest.approx(2 * one["seconds"]["update"])
+    assert two["seconds"]["rollout"] == one["seconds"]["rollout"]
+
+
+def test_embedded_forward_counts_attention_on_cpu():
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    result = plan_config(cfg, "b200", gpus=1)
+    f = result["forward"]
+    # 4 joint blocks over 64 image + 8 text tokens at width 128: q k^T and attn v, 2 FLOPs per multiply-add
+    assert f["attention"] == pytest.approx(4 * 4 * (64 + 8) ** 2 * 128)
+    assert f["image_tokens"] == 64 and f["text_tokens"] == 8
+    assert 0.4 < f["low_precision_share"] < 0.7  # the feed-forward in 4 bits, attention kept (min width 128)
+
+
+def test_count_flops_counts_sdpa_of_real_cpu_tensors():
+    class Attend(torch.nn.Module):
+        def forward(self, q):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    q = torch.randn(2, 3, 10, 16)
+    breakdown = count_flops(Attend(), lambda: Attend()(q))
+    assert breakdown.attention == 2 * 3 * 2 * (2 * 10 * 10 * 16)
+
+
+def test_plan_cli_with_a_config(run_cli):
+    out = run_cli("plan", "configs/demo.yaml", "--gpu", "h100", "--gpus", "1", "--model", "sd35l", "--json")
+    result = json.loads(out.stdout)
+    assert result["config"] == "demo" and result["model"] == "sd35l"
+    assert result["families"]["sol_rl"]["explore_precision"] == "fp8"  # H100 has no NVFP4: auto falls back
+    text = run_cli("plan", "configs/demo.yaml", "--gpu", "b200", "--family", "sol_rl").stdout
+    assert "| sol_rl (this config) |" in text and "| naive_scaling |" not in text
+    bad = run_cli("plan", "configs/demo.yaml", "--gpu", "b200", "--family", "sol", check=False)
+    assert bad.returncode != 0 and "unknown family 'sol'" in bad.stderr
