@@ -20,8 +20,8 @@ DEFAULTS = BackboneDefaults(
     quant_skip_names=["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"],
     # SD3.5-L's rule scaled to this model: its official floor (2432) is its hidden width, so the attention projections
     # stay in high precision and the feed-forward goes to 4 bits; here the hidden width is 128 (WIDTH). At 32 (attention
-    # in 4 bits too, 93% of the forward's Linear FLOPs) the explore ranked seeds far worse: within-prompt Spearman
-    # 0.68 vs 0.81 at 128 (docs/bench.md, "Why 128")
+    # in 4 bits too, 93% of the Linear FLOPs) the explore ranked seeds far worse: within-prompt Spearman 0.68 vs 0.79
+    # at 128 (the fidelity sweep in docs/bench.md)
     quant_min_width=WIDTH,
 )
 
