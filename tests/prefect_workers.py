@@ -122,6 +122,26 @@ def row_mtimes(pool_zarr: Path, rows: int):
     return np.array(out)
 
 
+def assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir: Path, rows: int, killed_at: float,
+                                                 min_kept: int) -> None:
+    """The explore pool of iteration 0 after a kill at `killed_at` and a re-run: rows committed before the kill were
+    kept (at least `min_kept`), the others written after it; and the pool equals a forced, uninterrupted explore."""
+    import numpy as np
+
+    from solrl_core.pool import read_table
+
+    pool = run_dir / "iter_0000" / "explore" / "pool.zarr"
+    mtimes = row_mtimes(pool, rows)
+    kept = int((mtimes < killed_at).sum())  # the committed rows, and any batch finished as the process died
+    assert min_kept <= kept < rows and (mtimes[:kept] < killed_at).all() and (mtimes[kept:] > killed_at).all()
+    resumed, attrs = read_table(pool)
+    assert attrs["committed"] == rows
+    run_cli("stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force")
+    fresh, _ = read_table(pool)
+    for key in resumed:
+        np.testing.assert_array_equal(resumed[key], fresh[key], err_msg=key)
+
+
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.1, alive=None) -> None:
     """Poll `predicate` until true; fail the test after `timeout` s, or as soon as `alive()` says the process ended."""
     deadline = time.time() + timeout

@@ -16,8 +16,16 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
 from conftest import ROOT, TINY, tracking_set
-from prefect_workers import wait_for, api, child_runs, committed, deployment_runs, process_workers, row_mtimes
-from solrl_core.pool import read_table
+from prefect_workers import (
+    api,
+    assert_resumed_then_equal_to_a_fresh_explore,
+    child_runs,
+    committed,
+    deployment_runs,
+    process_workers,
+    row_mtimes,
+    wait_for,
+)
 from solrl_core.rundir import STAGES, RunDir
 
 POOL = "fl-pool"
@@ -74,19 +82,8 @@ def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli
     assert all(r.work_pool_name == POOL for r in runs)
     assert _status(run_dir) == {s: "complete" for s in STAGES}
 
-    # the retry resumed: rows committed before the kill were kept, the others written after it
-    pool = run_dir / "iter_0000" / "explore" / "pool.zarr"
-    mtimes = _row_mtimes(pool)
-    kept = int((mtimes < killed_at).sum())
-    assert 3 <= kept < ROWS and (mtimes[:kept] < killed_at).all() and (mtimes[kept:] > killed_at).all()
-
-    # and the pool equals an uninterrupted explore of the same seeds
-    resumed, attrs = read_table(pool)
-    assert attrs["committed"] == ROWS
-    run_cli("stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force")
-    fresh, _ = read_table(pool)
-    for key in resumed:
-        np.testing.assert_array_equal(resumed[key], fresh[key], err_msg=key)
+    # the retry resumed from the committed rows, and the pool equals an uninterrupted explore of the same seeds
+    assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir, ROWS, killed_at, min_kept=3)
 
 
 def test_cancelled_training_flow_leaves_a_run_that_train_resumes(run_cli, session_env, worker, tmp_path):

@@ -12,13 +12,18 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import ROOT, TINY, tracking_set
 from flows.deploy import HEARTBEAT_AUTOMATION, HEARTBEAT_SECONDS, ensure_heartbeat_automation
-from prefect_workers import wait_for, api, committed, deployment_runs, process_workers, row_mtimes
-from solrl_core.pool import read_table
+from prefect_workers import (
+    api,
+    assert_resumed_then_equal_to_a_fresh_explore,
+    committed,
+    deployment_runs,
+    process_workers,
+    wait_for,
+)
 from solrl_core.rundir import STAGES, RunDir
 
 POOL = "zw-pool"
@@ -120,16 +125,5 @@ def test_stage_run_of_a_lost_worker_is_crashed_by_heartbeat_and_rerun(run_cli, s
         env = client.read_deployment_by_name(f"solrl-stage/explore@{POOL}").job_variables["env"]
     assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(HEARTBEAT_SECONDS)
 
-    # the re-run resumed: the rows the lost worker committed were kept, the others written after it died
-    pool = run_dir / "iter_0000" / "explore" / "pool.zarr"
-    mtimes = row_mtimes(pool, ROWS)
-    kept = int((mtimes < killed_at).sum())  # the committed rows, and any batch finished as the worker died
-    assert rows <= kept < ROWS and (mtimes[:kept] < killed_at).all() and (mtimes[kept:] > killed_at).all()
-
-    # and the pool equals an uninterrupted explore of the same seeds
-    resumed, attrs = read_table(pool)
-    assert attrs["committed"] == ROWS
-    run_cli("stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force")
-    fresh, _ = read_table(pool)
-    for key in resumed:
-        np.testing.assert_array_equal(resumed[key], fresh[key], err_msg=key)
+    # the re-run resumed from the rows the lost worker committed, and the pool equals an uninterrupted explore
+    assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir, ROWS, killed_at, min_kept=rows)

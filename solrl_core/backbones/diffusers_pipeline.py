@@ -3,9 +3,10 @@ decode, the shifted flow-matching schedule and releasing the text encoders.
 
 The latent layout is shared: (channels, H / vae factor, W / vae factor), cut into `patch` x `patch` tokens. A
 subclass names its pipeline class and text encoders (and `latent_channels` / `patch` where the transformer's config
-does not say them directly) and implements `encode_prompts` (through the pipeline's own `encode_prompt`) and `velocity` (calling the transformer the way the
-pipeline's denoising loop does). The pipeline object is kept as `self.pipe`: its components are the loaded models,
-and its helper methods are used as they are rather than re-written.
+does not say them directly) and implements `encode_prompts` (through the pipeline's own `encode_prompt`) and
+`velocity` (calling the transformer the way the pipeline's denoising loop does). The pipeline object is kept as
+`self.pipe`: its components are the loaded models, and its helper methods are used as they are rather than
+re-written.
 """
 
 from __future__ import annotations
