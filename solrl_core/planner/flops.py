@@ -49,7 +49,7 @@ from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_
 from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
 
 CONFIG_DIR_ENV = "SOLRL_MODEL_CONFIGS"
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[3] / "shared" / "model-configs"
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[1] / "model_configs"  # package data
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def get_model(name: str) -> PlannerModel:
 
 def config_dir(path: str | Path | None = None) -> Path:
     """The directory of the diffusers transformer configs: ``path``, else $SOLRL_MODEL_CONFIGS, else the
-    ``shared/model-configs`` directory beside the repository. SolrlError (one line) when it is missing."""
+    configs shipped in the package (``solrl_core/model_configs``). SolrlError (one line) when it is missing."""
     chosen = Path(path or os.environ.get(CONFIG_DIR_ENV) or DEFAULT_CONFIG_DIR)
     if not chosen.is_dir():
         raise SolrlError(f"model config directory not found: {chosen} (set {CONFIG_DIR_ENV} or pass config_dir)")
