@@ -75,7 +75,11 @@ class PromptsConfig(_Strict):
 
 
 class QuantConfig(_Strict):
-    skip_names: list[str] | None = Field(None, description="Linear layers kept in high precision; null = backbone default")
+    skip_names: list[str] | None = Field(
+        None,
+        description="Linear layers kept in high precision: any whose qualified name contains one of these (substring); "
+        "null = backbone default",
+    )
     min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = default")
     weight_format: Literal["nvfp4", "nvfp4_2d"] = "nvfp4_2d"
     act_format: Literal["nvfp4"] = "nvfp4"

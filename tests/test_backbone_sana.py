@@ -25,13 +25,14 @@ from solrl_core.backbones.sana import DEFAULTS, SanaBackbone
 from solrl_core.backbones.tiny import make_tiny_model
 from solrl_core.config import ModelConfig
 from solrl_core.errors import SolrlError
+from solrl_core.model_configs import PACKAGE_CONFIG_DIR
 from solrl_core.quant import eligible_linears, quantize_linears
 from solrl_core.quant.coverage import SANA_SKIP, build_meta_model
 from solrl_core.quant.linear import skip_match
 from solrl_core.stages.context import fresh_transformer
 
 RES = 64
-SANA_CONFIG = Path(__file__).resolve().parents[2] / "shared" / "model-configs" / "sana-1600m-1024px.transformer.json"
+SANA_CONFIG = PACKAGE_CONFIG_DIR / "sana-1600m-1024px.transformer.json"
 # the Linear layers of a block that the skip names leave (the feed-forward is convolutional): the self-attention
 # output and the cross-attention projections
 PER_BLOCK_QUANTIZABLE = ("attn1.to_out.0", "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0")

@@ -25,9 +25,10 @@ from solrl_core.backbones.sd3 import SD3Backbone
 from solrl_core.backbones.tiny import make_tiny_model
 from solrl_core.config import ModelConfig
 from solrl_core.errors import SolrlError
+from solrl_core.model_configs import PACKAGE_CONFIG_DIR
 
 RES = 64
-REAL_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "model-configs"
+REAL_CONFIGS = PACKAGE_CONFIG_DIR
 
 
 @pytest.fixture(scope="module", params=["sd35l", "sd35m"])

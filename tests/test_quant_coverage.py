@@ -1,17 +1,22 @@
-"""Quantization coverage of the real backbones, built on the meta device from shared/model-configs."""
+"""Quantization coverage of the real backbones, built on the meta device from the configs shipped in the package."""
 
 from pathlib import Path
 
 import pytest
 from torch import nn
 
+from solrl_core.errors import SolrlError
+from solrl_core.model_configs import PACKAGE_CONFIG_DIR
 from solrl_core.quant import eligible_linears
 from solrl_core.quant.coverage import (
+    COMMAND,
+    FLUX_MIN_WIDTH,
     FLUX_SKIP,
     MODELS,
     SANA_NATIVE_SKIP,
     SANA_NATIVE_TO_DIFFUSERS,
     SANA_SKIP,
+    SD35_MIN_WIDTH,
     SD35_SKIP,
     build_meta_model,
     coverage_table,
@@ -21,15 +26,12 @@ from solrl_core.quant.coverage import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "model-configs"
 DOC = ROOT / "docs" / "quant_coverage.md"
-COMMAND = "python -m solrl_core.quant.coverage ../shared/model-configs --out docs/quant_coverage.md"
 
 
 @pytest.fixture(scope="module")
 def config_dir() -> Path:
-    assert CONFIG_DIR.is_dir(), f"model configs missing: expected {CONFIG_DIR} (the shared/model-configs directory)"
-    return CONFIG_DIR
+    return PACKAGE_CONFIG_DIR
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,47 @@ def test_sd35_large_attention_stays_high_precision(config_dir):
         assert name not in replaced
     assert "transformer_blocks.0.ff.net.0.proj" in replaced and "transformer_blocks.0.ff.net.2" in replaced
     assert "transformer_blocks.0.norm1.linear" not in replaced  # skip name
-    assert "transformer_blocks.0.norm1_context.linear" in replaced  # "norm1" is not "norm1_context"
     assert "transformer_blocks.0.ff_context.net.2" not in replaced
+
+
+def reference_rule(model: nn.Module, skip_names, min_dim: int) -> set[str]:
+    """The reference's layer selection, restated from NVlabs/Sana train_scripts/train_utils.py
+    (replace_linear_with_te): a Linear goes to 4 bits unless a skip pattern is a substring of its qualified name or
+    (min_dim > 0 and) max(in, out) <= min_dim."""
+    return {
+        name for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and not any(p in name for p in skip_names)
+        and not (min_dim > 0 and max(m.in_features, m.out_features) <= min_dim)
+    }
+
+
+def test_sd35_large_context_modulation_stays_high_precision_as_in_the_reference(config_dir):
+    model = build_meta_model(config_dir / "sd35-large.transformer.json")
+    replaced = set(eligible_linears(model, SD35_SKIP, SD35_MIN_WIDTH))
+    assert replaced == reference_rule(model, SD35_SKIP, SD35_MIN_WIDTH)
+    # 2432 -> 6·2432, wider than the floor: only the skip name "norm1" (a substring of "norm1_context") keeps it.
+    layer = model.get_submodule("transformer_blocks.3.norm1_context.linear")
+    assert (layer.in_features, layer.out_features) == (2432, 6 * 2432)
+    assert "transformer_blocks.3.norm1_context.linear" not in replaced
+    assert not any(".norm1_context." in n for n in replaced)
+    # The other direction: what no skip name contains and is wider than the floor does go to 4 bits.
+    assert "transformer_blocks.3.ff.net.0.proj" in replaced and "transformer_blocks.3.ff.net.2" in replaced
+    assert {n.split(".", 2)[2] for n in replaced} == {"ff.net.0.proj", "ff.net.2"}
+
+
+def test_flux_selection_equals_the_reference_rule(config_dir):
+    model = build_meta_model(config_dir / "flux1-dev.transformer.json")
+    replaced = set(eligible_linears(model, FLUX_SKIP, FLUX_MIN_WIDTH))
+    assert replaced == reference_rule(model, FLUX_SKIP, FLUX_MIN_WIDTH)
+    kept = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)} - replaced
+    assert kept == {  # each by a pattern inside its name; "x_embedder" is not inside "context_embedder"
+        "x_embedder", "context_embedder", "norm_out.linear", *(
+            f"time_text_embed.{e}.linear_{i}" for e in ("timestep_embedder", "guidance_embedder", "text_embedder")
+            for i in (1, 2))}
+    # Names that contain a skip name's words but not the name itself stay 4-bit.
+    for name in ("transformer_blocks.0.norm1_context.linear", "single_transformer_blocks.0.norm.linear", "proj_out",
+                 "transformer_blocks.0.ff_context.net.2"):
+        assert name in replaced
 
 
 def test_flux_attention_is_replaced(config_dir):
@@ -79,8 +120,8 @@ def test_counts_are_consistent(rows):
     got = {k: (r["linear_total"], r["linear_replaced"]) for k, r in rows.items()}
     assert got == {
         "flux1-dev": (504, 495),
-        "sd35-large": (536, 114),
-        "sd35-medium": (392, 72),
+        "sd35-large": (536, 76),
+        "sd35-medium": (392, 48),
         "sana-1600m": (166, 0),
         "sana-1600m-linear-ffn": (206, 40),
     }
@@ -104,18 +145,23 @@ def test_sana_native_names_are_all_mapped(rows):
         "transformer_blocks.*.ff.conv_inverted", "transformer_blocks.*.ff.conv_point"}
 
 
-def test_markdown_and_doc_are_current(rows, config_dir, tmp_path):
+def test_markdown_and_doc_are_current(rows, tmp_path, monkeypatch):
     table = format_markdown(list(rows.values()))
-    assert "| SD3.5-Large | 6 names / 2432 | 536 | 114 | 422 |" in table
+    assert "| SD3.5-Large | 6 names / 2432 | 536 | 76 | 460 |" in table
     doc = render_document(list(rows.values()), COMMAND)
     assert COMMAND in doc
     assert DOC.is_file(), f"{DOC} missing; regenerate with: {COMMAND}"
     assert DOC.read_text().rstrip("\n") == doc.rstrip("\n"), f"docs/quant_coverage.md is stale; regenerate with: {COMMAND}"
+    # The documented command, run from a clone: no config directory to give, the package's configs are used.
+    assert COMMAND == "python -m solrl_core.quant.coverage --out docs/quant_coverage.md"
+    monkeypatch.delenv("SOLRL_MODEL_CONFIGS", raising=False)
     out = tmp_path / "cov.md"
-    assert main([str(config_dir), "--out", str(out)]) == 0
+    assert main(["--out", str(out)]) == 0
     assert out.read_text() == DOC.read_text()
 
 
-def test_missing_config_dir_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="model config directory not found"):
+def test_missing_config_dir_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SolrlError, match="model config directory not found"):
         coverage_table(tmp_path / "nowhere")
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.startswith("error: model config directory not found")

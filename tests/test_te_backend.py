@@ -13,7 +13,7 @@ try:
 except Exception as exc:  # ModuleNotFoundError on CPU machines; OSError/RuntimeError on a broken CUDA setup
     pytest.skip(
         f"transformer-engine is not importable here ({type(exc).__name__}); it needs CUDA, cuDNN and an NVIDIA "
-        "driver (shared/stack-notes.md)",
+        "driver (the gpu extra in pyproject.toml)",
         allow_module_level=True,
     )
 

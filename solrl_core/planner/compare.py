@@ -18,13 +18,13 @@ from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_
 from solrl_core.planner.gpus import DEFAULT_UTILISATION, PAPER_GPU, get_gpu
 from solrl_core.planner.model import family_costs, plan
 
-# Seconds per iteration, naive scaling -> Sol-RL (method.md, "What the paper reports").
+# Seconds per iteration, naive scaling -> Sol-RL (docs/method.md, "What the paper reports").
 PAPER: dict[str, dict[str, tuple[float, float]]] = {
     "flux1": {"rollout": (184.0, 79.0), "iteration": (274.0, 169.0)},
     "sd35l": {"rollout": (451.0, 187.0), "iteration": (691.0, 427.0)},
     "sana": {"rollout": (65.0, 46.0), "iteration": (95.0, 76.0)},
 }
-# One SD3.5-L-like iteration, per stage (method.md).
+# One SD3.5-L-like iteration, per stage (docs/method.md).
 PAPER_SD35_STAGES: dict[tuple[str, str], float] = {
     ("naive_scaling", "rollout"): 456.0,
     ("naive_quant", "rollout"): 184.0,
@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--utilisation", type=float, default=None,
                         help=f"sustained fraction of peak (default {DEFAULT_UTILISATION}, stated, not fitted)")
-    parser.add_argument("--config-dir", default=None, help="diffusers transformer configs (shared/model-configs)")
+    parser.add_argument("--config-dir", default=None,
+                        help="diffusers transformer configs (default: $SOLRL_MODEL_CONFIGS, else the package's)")
     parser.add_argument("--out", help="write the Markdown here instead of stdout")
     args = parser.parse_args(argv)
     from solrl_core.errors import SolrlError

@@ -1,6 +1,6 @@
 """FLOPs of one transformer forward of the real backbones, counted on the meta device (no weights, no memory).
 
-The diffusers transformer of each backbone is built from its ``config.json`` in ``shared/model-configs`` under
+The diffusers transformer of each backbone is built from its ``config.json`` (``solrl_core/model_configs``) under
 ``torch.device("meta")`` and run once on meta inputs of one sample at the official resolution inside
 ``torch.utils.flop_counter.FlopCounterMode``, which counts the FLOPs of matrix products (mm/addmm/bmm, attention
 kernels) and convolutions by their shapes — meta tensors are enough. Counts are per sample (batch 1; every cost
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -44,12 +43,11 @@ import torch
 from torch import nn
 
 from solrl_core.errors import SolrlError
+from solrl_core.model_configs import config_dir
 from solrl_core.quant.coverage import MODELS as COVERAGE_MODELS
 from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_linear
 from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
 
-CONFIG_DIR_ENV = "SOLRL_MODEL_CONFIGS"
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[1] / "model_configs"  # package data
 
 
 @dataclass(frozen=True)
@@ -101,15 +99,6 @@ def get_model(name: str) -> PlannerModel:
     if key not in MODELS:
         raise SolrlError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
     return MODELS[key]
-
-
-def config_dir(path: str | Path | None = None) -> Path:
-    """The directory of the diffusers transformer configs: ``path``, else $SOLRL_MODEL_CONFIGS, else the
-    configs shipped in the package (``solrl_core/model_configs``). SolrlError (one line) when it is missing."""
-    chosen = Path(path or os.environ.get(CONFIG_DIR_ENV) or DEFAULT_CONFIG_DIR)
-    if not chosen.is_dir():
-        raise SolrlError(f"model config directory not found: {chosen} (set {CONFIG_DIR_ENV} or pass config_dir)")
-    return chosen
 
 
 # ---------------------------------------------------------------------------------------------- counting

@@ -1,7 +1,7 @@
 """Parameter counts of the full-size backbones and a rough estimate of the GPU memory of one training process.
 
 Everything is built on the meta device (no weights, no memory): the diffusers transformers from their configs in
-``shared/model-configs`` (``solrl_core.quant.coverage.build_meta_model``), the VAEs from the planner's public VAE
+``solrl_core/model_configs`` (``solrl_core.quant.coverage.build_meta_model``), the VAEs from the planner's public VAE
 configs (``solrl_core.planner.flops.VAE_DECODERS``), and the text encoders and the reward model from the published
 config values below (their parameter counts match the released checkpoints).
 
@@ -41,7 +41,8 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from solrl_core.planner.flops import VAE_DECODERS, config_dir, example_inputs, get_model
+from solrl_core.model_configs import config_dir
+from solrl_core.planner.flops import VAE_DECODERS, example_inputs, get_model
 from solrl_core.quant.coverage import build_meta_model
 
 MODELS = ("flux1", "sd35l", "sd35m", "sana")
@@ -51,7 +52,7 @@ BF16 = 2
 LORA_BYTES_PER_PARAM = 6 * 4  # fp32: θ, its gradient, AdamW m and v, θ_old, EMA
 LORA_RANK = 32
 
-# method.md's official LoRA targets as peft module-name suffixes (SANA's native attn.qkv / attn.proj /
+# docs/method.md's official LoRA targets as peft module-name suffixes (SANA's native attn.qkv / attn.proj /
 # cross_attn.q_linear / kv_linear / proj are diffusers' attn1.to_q/k/v, attn1.to_out.0, attn2.to_q, to_k/v, to_out.0).
 SD3_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 LORA_TARGETS: dict[str, tuple[str, ...]] = {

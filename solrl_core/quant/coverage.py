@@ -1,12 +1,12 @@
 """Quantization coverage of the real backbones, without weights.
 
 Builds FLUX.1-dev, SD3.5-Large/-Medium and SANA 1600M from their diffusers transformer configs on the meta
-device (no memory, no weights), applies the official skip names and minimum widths of ``shared/method.md`` and
+device (no memory, no weights), applies the official skip names and minimum widths (``docs/method.md``) and
 reports, per model: Linear layers total / replaced / kept, the low-precision share of Linear weights (= of
 per-token Linear FLOPs), a token-weighted FLOP share at the official resolution, and which families of layers
 stay in high precision and why. Uses ``eligible_linears`` — exactly the rule the explore copy applies.
 
-    python -m solrl_core.quant.coverage ../shared/model-configs --out docs/quant_coverage.md
+    python -m solrl_core.quant.coverage --out docs/quant_coverage.md   # configs shipped in solrl_core/model_configs
 
 SANA. The official list is in native Sana module names; the pipeline runs diffusers' ``SanaTransformer2DModel``.
 ``SANA_NATIVE_TO_DIFFUSERS`` maps each native name onto the diffusers modules that hold the same weights:
@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from solrl_core.errors import SolrlError
+from solrl_core.model_configs import config_dir as resolve_config_dir
 from solrl_core.quant.linear import _keep_reason, _linears, eligible_linears, nvfp4_shape_rule, skip_match
 
 FLUX_SKIP = ("x_embedder", "context_embedder", "time_text_embed", "norm_out")
@@ -225,16 +227,15 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
     }
 
 
-def coverage_table(config_dir: str | Path, specs: tuple[ModelSpec, ...] = MODELS) -> list[dict]:
+def coverage_table(config_dir: str | Path | None = None, specs: tuple[ModelSpec, ...] = MODELS) -> list[dict]:
     """One dict per model (see ``coverage_row``): counts, shares and the high-precision families.
 
-    ``config_dir`` holds the diffusers transformer configs (``shared/model-configs``). Raises
-    FileNotFoundError naming the directory when it or a config is missing.
+    ``config_dir`` holds the diffusers transformer configs; None: $SOLRL_MODEL_CONFIGS, else the configs shipped in
+    the package (``solrl_core.model_configs.config_dir``). SolrlError naming the directory when it is missing;
+    FileNotFoundError when a config in it is.
     """
-    config_dir = Path(config_dir)
-    if not config_dir.is_dir():
-        raise FileNotFoundError(f"model config directory not found: {config_dir}")
-    return [coverage_row(spec, config_dir) for spec in specs]
+    directory = resolve_config_dir(config_dir)
+    return [coverage_row(spec, directory) for spec in specs]
 
 
 def _pct(x: float | None) -> str:
@@ -296,11 +297,12 @@ Regenerate with
 
     {command}
 
-Built from the diffusers transformer configs in `shared/model-configs/` (models on the meta device, no weights).
-The rule is the explore copy's (`solrl_core.quant.eligible_linears`, as `apply_backend` applies it): a Linear
-stays in high precision if a skip name matches its dotted name, if max(in, out) ≤ min width, or if in_features
-is not a multiple of 16 (the real-GEMM backends also need out_features % 16; no layer of these models differs).
-Skip names and min widths are the official ones of `shared/method.md`.
+Built from the diffusers transformer configs shipped in `solrl_core/model_configs/` (meta device, no weights).
+The rule is the explore copy's (`solrl_core.quant.eligible_linears`, as `apply_backend` applies it), the reference
+code's: a Linear stays in high precision if a skip name is a substring of its qualified name ("norm1" keeps
+`norm1_context.linear` too), or if max(in, out) ≤ min width; ours adds that in_features be a multiple of 16 (the
+real-GEMM backends also need out_features % 16), which every layer of these models meets.
+Skip names and min widths are the official ones (`docs/method.md`).
 
 Columns. *Low-precision share of Linear weights*: replaced weight elements (in × out) over all Linear weight
 elements, which equals the share of Linear FLOPs if every layer ran once per token. *Token-weighted*: each layer's
@@ -315,9 +317,9 @@ _NOTES = """
 ## Notes
 
 - **SD3.5-Large**: with min width 2432 (= the hidden size) every attention projection (`to_q/k/v`, `to_out.0`,
-  `add_*_proj`, `to_add_out`; 2432→2432) stays in high precision; the image-stream MLP (`ff`) and the context
-  stream's AdaLN modulation (`norm1_context.linear`: "norm1" matches whole name components, so `norm1_context`
-  is not skipped) are what runs in NVFP4.
+  `add_*_proj`, `to_add_out`; 2432→2432) stays in high precision, and so do both AdaLN modulations (`norm1.linear`
+  and, "norm1" being a substring of its name, `norm1_context.linear`); the image-stream MLP (`ff`) is what runs in
+  NVFP4.
 - **FLUX.1-dev**: min width 1000 is below every block layer, so all attention (3072-wide), MLP and modulation
   layers of both block kinds are replaced, and so is the final `proj_out` (3072→64).
 - **SANA 1600M**: native names are mapped onto diffusers modules as follows (`SANA_NATIVE_TO_DIFFUSERS`):
@@ -334,7 +336,10 @@ _NOTES = """
 """
 
 
-def render_document(rows: list[dict], command: str) -> str:
+COMMAND = "python -m solrl_core.quant.coverage --out docs/quant_coverage.md"  # what regenerates the document
+
+
+def render_document(rows: list[dict], command: str = COMMAND) -> str:
     sana_map = "\n".join(
         f"  - `{native}` → " + (", ".join(f"`{d}`" for d in targets) if targets else "nothing (not built by diffusers)")
         for native, targets in SANA_NATIVE_TO_DIFFUSERS.items()
@@ -344,16 +349,21 @@ def render_document(rows: list[dict], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m solrl_core.quant.coverage", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config_dir", help="directory of the diffusers transformer configs (shared/model-configs)")
+    parser.add_argument("config_dir", nargs="?", default=None,
+                        help="directory of the diffusers transformer configs (default: $SOLRL_MODEL_CONFIGS, else the "
+                        "ones shipped in solrl_core/model_configs)")
     parser.add_argument("--out", help="write the markdown document here instead of stdout")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
     args = parser.parse_args(argv)
-    rows = coverage_table(args.config_dir)
+    try:
+        rows = coverage_table(args.config_dir)
+    except SolrlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         text = json.dumps(rows, indent=2)
     else:
-        command = "python -m solrl_core.quant.coverage ../shared/model-configs --out docs/quant_coverage.md"
-        text = render_document(rows, command)
+        text = render_document(rows, COMMAND)
     if args.out:
         Path(args.out).write_text(text + ("\n" if not text.endswith("\n") else ""))
     else:

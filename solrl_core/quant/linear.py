@@ -95,18 +95,18 @@ def _load_bias(layer: nn.Module, bias: torch.Tensor | None) -> None:
 
 
 def skip_match(name: str, skip_names: Iterable[str]) -> str | None:
-    """The first skip name that matches the dotted module ``name``, or None.
+    """The first skip name that occurs in the dotted module ``name`` as a plain substring, or None.
 
-    A skip name matches when its dotted components occur as a contiguous run of ``name``'s
-    components: equal to the whole name, a prefix on a "." boundary ("norm_out" matches
-    "norm_out.linear"), or inside it ("attn.qkv" matches "transformer_blocks.3.attn.qkv").
-    Components match whole: "norm1" does not match "norm1_context.linear", "attn" not "attn2.to_q".
+    The reference implementation's rule (NVlabs/Sana ``train_scripts/train_utils.py``, ``replace_linear_with_te``:
+    a Linear stays in high precision when any pattern is a substring of its qualified name). Case-sensitive, no
+    regard for dots: "norm1" matches "transformer_blocks.0.norm1_context.linear", "attn" matches "attn2.to_q",
+    "x_embedder" matches "x_embedder" but not "context_embedder". An empty skip name (which would match every layer)
+    is rejected.
     """
-    padded = f".{name}."
     for skip in skip_names:
-        if not skip or skip.startswith(".") or skip.endswith("."):
-            raise ValueError(f"invalid skip name {skip!r}: need dotted module-name components")
-        if f".{skip}." in padded:
+        if not skip:
+            raise ValueError("invalid skip name '': it would keep every layer in high precision")
+        if skip in name:
             return skip
     return None
 

@@ -9,8 +9,9 @@
 * ``fp8``: ``Float8CurrentScaling`` with ``Format.E4M3`` — per-tensor scales from the current amax (amax/448),
   the numerics of ``quantize_dequantize(x, "fp8")``. Needs sm_89+ (Ada, Hopper, Blackwell).
 
-Transformer Engine is imported lazily, never at module import: it cannot even be installed without CUDA (see
-``shared/stack-notes.md``). ``import_te`` is the single import point (tests replace it with a fake).
+Transformer Engine is imported lazily, never at module import: it cannot even be installed without CUDA, cuDNN,
+NCCL and an NVIDIA driver (the ``gpu`` extra in pyproject.toml). ``import_te`` is the single import point (tests
+replace it with a fake).
 
 Each ``TELinear`` enters ``te.autocast`` (``te.fp8_autocast`` on TE versions before 2.8) around its own GEMM, so
 the rest of the model runs unchanged and no model-wide context is needed. TE's FP8/FP4 Linear wants the
