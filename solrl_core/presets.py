@@ -44,7 +44,7 @@ def preset_text(model: str, family: str, reward: str) -> str:
     parts = ["../parts/official.yaml", f"../parts/models/{model}.yaml", f"../parts/families/{family}.yaml",
              f"../parts/rewards/{reward}.yaml"]
     return (
-        f"# {TITLES[model]}, {family}, trained on {TITLES[reward]}: official settings (shared/method.md).\n"
+        f"# {TITLES[model]}, {family}, trained on {TITLES[reward]}: official settings (docs/method.md).\n"
         "# Generated from configs/parts/ by `python -m solrl_core.presets`; edit the parts, not this file.\n"
         f"extends: [{', '.join(parts)}]\n"
     )

@@ -46,7 +46,7 @@ def test_forward_noise_per_sample():
 
 
 def naive_nft(v, v_old, v_ref, x_t, x0, t, r, beta, adv_clip, kl_weight, detach_w=True):
-    """Per-sample loop straight from method.md; w is a python float (a constant) unless detach_w is False."""
+    """Per-sample loop straight from docs/method.md; w is a python float (a constant) unless detach_w is False."""
     total = 0.0
     kl_sum = 0.0
     for i in range(v.shape[0]):

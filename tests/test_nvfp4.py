@@ -211,7 +211,7 @@ def _nearest_even(v: float, grid: list[float]) -> float:
 
 
 def _reference_qdq(x: torch.Tensor, tile_rows: int) -> torch.Tensor:
-    """NVFP4 from method.md, element by element in float64: tiles of tile_rows × 16, zero padding."""
+    """NVFP4 from docs/method.md, element by element in float64: tiles of tile_rows × 16, zero padding."""
     rows, cols = x.shape
     xd = x.double()
     amax = xd.abs().max().item()

@@ -1,4 +1,4 @@
-"""The official presets: generated from the parts, every one valid, carrying the official values of method.md."""
+"""The official presets: generated from the parts, every one valid, carrying the official values of docs/method.md."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from solrl_core.quant.coverage import SANA_NATIVE_TO_DIFFUSERS
 
 PRESETS = ROOT / "configs" / "presets"
 
-# shared/method.md, "Official settings per backbone" (SD3.5-M has none: SD3.5-L's, min width = its width 1536 and
+# docs/method.md, "Official settings per backbone" (SD3.5-M has none: SD3.5-L's, min width = its width 1536 and
 # micro-batch 8 are this project's choices, stated in configs/parts/models/sd35m.yaml).
 SD35_SKIP = ["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"]
 SANA_NATIVE_SKIP = ["t_embedder", "t_block", "cfg_embedder", "y_embedder", "x_embedder", "final_layer",
@@ -31,7 +31,7 @@ OFFICIAL_MODEL = {
                  skip=[d for n in SANA_NATIVE_SKIP for d in SANA_NATIVE_TO_DIFFUSERS[n]], min_width=2240,
                  eval_steps=40),
 }
-# method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
+# docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "diffusionnft": ("fp32", 10, 24, "all", 24, False),
     "naive_scaling": ("fp32", 10, 96, "best_worst", 24, False),
@@ -106,7 +106,7 @@ def test_every_preset_validates_with_the_official_values(model):
             assert cfg.rewards == {reward: 1.0}
             assert set(cfg.eval.rewards) == ALL_REWARDS
             assert {r: w for r, w in cfg.eval.rewards.items() if w} == {reward: 1.0}
-            # shared (method.md, "One RL iteration")
+            # shared (docs/method.md, "One RL iteration")
             assert cfg.prompts.per_iteration == 48
             assert (cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.beta, cfg.train.adv_clip) == (32, 64, 1, 5)
             assert (cfg.train.kl_weight, cfg.train.optimizer_steps) == (1e-4, 1)
@@ -163,8 +163,8 @@ def test_missing_official_prompt_set_says_where_to_get_it(tmp_path, monkeypatch)
         train_prompt_set(other)
 
 
-# method.md's LoRA targets; SANA's native attn.qkv / attn.proj / cross_attn.q_linear / kv_linear / proj in diffusers'
-# module names (attn1 = self-attention, attn2 = cross-attention).
+# The official LoRA targets (docs/method.md); SANA's native attn.qkv / attn.proj / cross_attn.q_linear / kv_linear /
+# proj in diffusers' module names (attn1 = self-attention, attn2 = cross-attention).
 OFFICIAL_LORA = {
     "flux1": ["to_q", "to_k", "to_v", "to_out.0"],
     "sd35l": ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],

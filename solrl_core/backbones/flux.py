@@ -15,7 +15,7 @@ import torch
 from solrl_core.backbones.base import BackboneDefaults, Conditioning
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
 
-DEFAULTS = BackboneDefaults(  # official Sol-RL settings for FLUX.1-dev (shared/method.md)
+DEFAULTS = BackboneDefaults(  # official Sol-RL settings for FLUX.1-dev (docs/method.md)
     lora_targets=["to_q", "to_k", "to_v", "to_out.0"],
     quant_skip_names=["x_embedder", "context_embedder", "time_text_embed", "norm_out"],
     quant_min_width=1000,

@@ -7,7 +7,7 @@ default, and its first-plus-last-tokens selection), its VAE scaling and image po
 so the pipeline's resolution binning is never involved. The transformer gets the timestep as the pipeline passes
 it: sigma × num_train_timesteps (1000) × the transformer's `timestep_scale` (1.0 for SANA 1600M).
 
-Official settings (shared/method.md) are written in the native Sana code's module names. diffusers splits the
+Official settings (docs/method.md) are written in the native Sana code's module names. diffusers splits the
 native fused projections, so one native name can stand for several diffusers modules:
 
 | native Sana | what it is | diffusers SanaTransformer2DModel |
@@ -52,7 +52,7 @@ import torch
 from solrl_core.backbones.base import BackboneDefaults, Conditioning
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
 
-DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SANA 1600M (shared/method.md), in diffusers' names
+DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SANA 1600M (docs/method.md), in diffusers' names
     lora_targets=[
         "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",  # attn.qkv, attn.proj
         "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0",  # cross_attn.q_linear, .kv_linear, .proj
@@ -145,7 +145,7 @@ class SanaBackbone(DiffusersPipelineBackbone):
 
         SANA's diffusers scheduler config carries `flow_shift` 3.0, which its own DPM-Solver sampling applies
         (sigma -> 3 sigma / (1 + 2 sigma)). The Sol-RL recipe samples SANA with an Euler ODE on a uniform sigma
-        schedule (shared/method.md), so the shift is deliberately not applied here."""
+        schedule (docs/method.md), so the shift is deliberately not applied here."""
         if steps < 1:
             raise ValueError("steps must be >= 1")
         return [1.0 - i / steps for i in range(steps)]

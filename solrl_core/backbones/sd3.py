@@ -15,7 +15,7 @@ from solrl_core.backbones.base import BackboneDefaults, Conditioning
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
 from solrl_core.errors import SolrlError
 
-DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SD3.5-Large (shared/method.md), also used for -Medium
+DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SD3.5-Large (docs/method.md), also used for -Medium
     lora_targets=["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
     quant_skip_names=["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"],
     quant_min_width=2432,

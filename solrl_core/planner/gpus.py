@@ -95,7 +95,7 @@ GPU_ALIASES = {
 }
 
 PAPER_GPU = "b200"
-"""The GPU assumed for the paper's measurements (not stated there as far as method.md says; it is a Blackwell
+"""The GPU assumed for the paper's measurements (not stated there as far as docs/method.md says; it is a Blackwell
 NVFP4 paper and 8 GPUs per node, so an 8 x B200 HGX node is assumed)."""
 
 

@@ -12,13 +12,13 @@ FLOPs of VAE decode + reward scoring (``flops.decode_and_score_flops``), R(p) = 
 * regenerate = P·K·S_regen·F/R(bf16) + P·K·D/R(bf16)              (sol_rl only);
 * update     = P·K·T·O·(3 + b)·F/R(bf16), T = round(timestep fraction × sampling steps) training timesteps per
                sample, O optimizer steps (passes over the samples; official 1), 3 forwards (v under θ with grad, v_old and v_ref without, as in the DiffusionNFT loss of
-               method.md) and one backward costing b forwards (default 2: the usual 2× rule; with a frozen base the
+               docs/method.md) and one backward costing b forwards (default 2: the usual 2× rule; with a frozen base the
                weight-gradient GEMMs are skipped, ~1×, but gradient checkpointing recomputes the forward, +1×).
 * rollout = explore + regenerate; iteration = rollout + update. Quantizing the explore copy (once per
   iteration), text encoding (once per prompt), LoRA's own FLOPs (rank 32: < 1% of a forward) and the optimizer
   step are left out: each is well under a second at these sizes.
 
-The families (method.md): diffusionnft samples K seeds per prompt directly in BF16 (its "explore" is that
+The families (docs/method.md): diffusionnft samples K seeds per prompt directly in BF16 (its "explore" is that
 sampling, nothing is discarded); naive_scaling explores N in BF16 with the full step count; naive_quant explores N
 in 4 bits with the full step count and trains on those; sol_rl explores N in 4 bits with the reduced step count and
 regenerates the K selected in BF16.
@@ -74,7 +74,7 @@ class Shapes:
 
 def official_shapes(family: str, timestep_fraction: float, *, prompts: int = 48, seeds: int = 96, k: int = 24,
                     explore_steps_sol: int = 6, steps: int = 10) -> Shapes:
-    """The official per-iteration shapes of ``family`` (method.md): 48 prompts, N = 96, K = 24, 10 sampling steps,
+    """The official per-iteration shapes of ``family`` (docs/method.md): 48 prompts, N = 96, K = 24, 10 sampling steps,
     6 NVFP4 explore steps for sol_rl, T = round(timestep_fraction × 10) training timesteps."""
     t = max(1, round(timestep_fraction * steps))
     common = dict(prompts=prompts, k=k, regenerate_steps=steps, train_timesteps=t)

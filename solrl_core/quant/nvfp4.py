@@ -1,6 +1,6 @@
 """NVFP4 quantize-dequantize emulation (the numerics of the 4-bit explore copy).
 
-Format (see ``shared/method.md``, "NVFP4, exactly"):
+Format (see ``docs/method.md``, "NVFP4, exactly"):
 
 * elements: FP4 E2M1, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}, round to nearest with ties to even,
   saturating at ±6;
@@ -9,7 +9,7 @@ Format (see ``shared/method.md``, "NVFP4, exactly"):
   Engine's weight recipe);
 * one FP32 scale per tensor on top: S = 448·6 / amax(tensor), S = 1 when amax is 0.
 
-Order of the float32 scale arithmetic. The formulas of method.md fix the maths, not the rounding of the
+Order of the float32 scale arithmetic. The formulas of docs/method.md fix the maths, not the rounding of the
 intermediate float32 results; implementations that order them differently can disagree in the last
 bit of an intermediate and, rarely, in a code or block scale. We encode in the order of Transformer
 Engine's NVFP4 reference quantizer, which TE's own tests hold byte-exact to its Blackwell kernels

@@ -1,4 +1,4 @@
-"""The DiffusionNFT loss (method.md, "DiffusionNFT loss") and the rectified-flow forward process.
+"""The DiffusionNFT loss (docs/method.md, "DiffusionNFT loss") and the rectified-flow forward process.
 
 Reading of the formula, matching the reference code:
 - every "mean" without further qualification is over all non-batch elements of one sample;
