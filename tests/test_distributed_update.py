@@ -16,7 +16,8 @@ from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.rl.distributed import GradientSync
 from solrl_core.rundir import RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.stages.context import StageContext
+from solrl_core.seeds import derived_generator, randn_rows
+from solrl_core.stages.context import PURPOSE_TRAIN_NOISE, StageContext
 from solrl_core.stages.registry import run_stage
 from solrl_core.stages.update_worker import launch_update
 
@@ -100,19 +101,58 @@ def test_two_gloo_processes_give_the_one_process_update(ready_for_update, tmp_pa
     assert state1 == state2
 
 
+class Rank(GradientSync):
+    """Rank `rank` of `world_size`, without a process group (what to shard only)."""
+
+    def __init__(self, rank, world_size):
+        self.rank, self.world_size = rank, world_size
+
+
 def test_shards_partition_the_pairs():
     rows = torch.arange(11)
-
-    class Rank(GradientSync):
-        def __init__(self, rank, world_size):
-            self.rank, self.world_size = rank, world_size
-
     shards = [Rank(r, 3).shard(rows) for r in range(3)]
     assert torch.equal(torch.cat(shards), rows)
-    assert sorted(len(s) for s in shards) == [3, 4, 4]
+    assert [len(s) for s in shards] == [len(s) for s in torch.tensor_split(rows, 3)] == [4, 4, 3]
     assert Rank(1, 3).is_writer is False and Rank(0, 3).is_writer is True
     with pytest.raises(SolrlError, match="train.processes"):
         Rank(0, 4).shard(torch.arange(3))
+
+
+# (pairs, latent shape): 16-value blocks aligned with rows; not aligned, with the last 16 values drawn again
+# (735 = 45 * 16 + 15); fewer than 16 values (drawn one at a time by torch); 18 values (the last 16 redrawn)
+NOISE_SHAPES = [(24, (3, 8, 8)), (7, (105,)), (5, (3,)), (2, (9,)), (11, (1, 5, 5))]
+
+
+@pytest.mark.parametrize("n_pairs, latent", NOISE_SHAPES)
+def test_each_rank_draws_its_slice_of_the_training_noise_alone(n_pairs, latent, monkeypatch):
+    """Rank r of W gets exactly rows [start, stop) of the one-process draw, and draws no more than its rows (plus
+    two 16-value blocks; the uniforms it skips go through a buffer of `discard_chunk` values)."""
+    def draw_all():
+        return torch.randn((n_pairs, *latent), generator=derived_generator(3, 1, PURPOSE_TRAIN_NOISE, 0))
+
+    full = draw_all()
+    row = full[0].numel()
+    sizes = []
+    for name in ("randn", "empty"):
+        def spy(*args, _name=name, _real=getattr(torch, name), **kwargs):
+            tensor = _real(*args, **kwargs)
+            sizes.append((_name, tensor.numel()))
+            return tensor
+        monkeypatch.setattr(torch, name, spy)
+    for world in (1, 2, 3, 4, 7):
+        if world > n_pairs:
+            continue
+        for rank in range(world):
+            start, stop = Rank(rank, world).shard_range(n_pairs)
+            sizes.clear()
+            share = randn_rows(derived_generator(3, 1, PURPOSE_TRAIN_NOISE, 0), n_pairs, latent, start, stop,
+                               discard_chunk=64)
+            assert share.shape == (stop - start, *latent)
+            assert torch.equal(share, full[start:stop]), (world, rank)
+            if n_pairs * row >= 16:
+                drawn = sum(n for name, n in sizes if name == "randn")
+                assert drawn <= (stop - start) * row + 2 * 16, (world, rank, sizes)
+                assert max(n for name, n in sizes if name == "empty") <= max((stop - start) * row, 64), sizes
 
 
 def test_nccl_on_a_cpu_is_refused_before_launching(ready_for_update):

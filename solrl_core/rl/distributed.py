@@ -41,14 +41,22 @@ class GradientSync:
         """Whether this rank writes the stage's artifacts (rank 0)."""
         return self.rank == 0
 
+    def shard_range(self, n: int) -> tuple[int, int]:
+        """[start, stop) of this rank's contiguous block of n rows: the first n % world_size blocks have one row
+        more (as torch.tensor_split)."""
+        if self.world_size > 1 and n < self.world_size:
+            raise SolrlError(
+                f"the update's {self.world_size} processes (train.processes x train.nodes) exceed its {n} training "
+                "pairs; use fewer processes"
+            )
+        size, extra = divmod(n, self.world_size)
+        start = self.rank * size + min(self.rank, extra)
+        return start, start + size + (self.rank < extra)
+
     def shard(self, rows: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous block of `rows` (blocks differ in length by at most one)."""
-        if self.world_size > 1 and len(rows) < self.world_size:
-            raise SolrlError(
-                f"train.processes ({self.world_size}) exceeds the {len(rows)} training pairs of this update; "
-                "use fewer processes"
-            )
-        return torch.tensor_split(rows, self.world_size)[self.rank]
+        start, stop = self.shard_range(len(rows))
+        return rows[start:stop]
 
     def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Replace each parameter's gradient by its sum over ranks."""
