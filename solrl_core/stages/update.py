@@ -76,10 +76,10 @@ def train_guidance(cfg, backbone) -> float:
 
 
 def run_update(ctx: StageContext) -> dict:
-    if ctx.cfg.train.processes > 1:
+    if ctx.cfg.train.processes > 1 or ctx.cfg.train.nodes > 1:
         from solrl_core.stages.update_worker import launch_update
 
-        return launch_update(ctx)  # torchrun: `train.processes` ranks each run `update_on_rank`
+        return launch_update(ctx)  # torchrun: `train.processes` ranks per node each run `update_on_rank`
     return update_on_rank(ctx, GradientSync())
 
 
