@@ -409,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "solrl-train-config/<name> (what `solrl train CONFIG --run-dir DIR --set ...` does; optionally "
                        "on a schedule) and solrl-stage/<stage>@<pool> for each stage (what `solrl stage` does; "
                        "parameters run_dir and iteration), on the work pools of the config's `orchestration` section "
-                       "(process pools, created when missing). Workers load the flows from this checkout.")
+                       "(process pools, created when missing). Workers import the flows from the installed solrl package and "
+                       "run them in the directory they were started in.")
     p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
     p.add_argument("--run-dir", help="the run directory the training deployment trains (default runs/<config name>/)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
