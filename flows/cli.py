@@ -124,6 +124,16 @@ def cmd_stage(args) -> int:
     return 0
 
 
+def cmd_update_node(args) -> int:
+    from solrl_core.rundir import RunDir
+    from solrl_core.stages.update_node import join_updates
+
+    summaries = join_updates(RunDir(args.run_dir), args.iteration, force=args.force,
+                             say=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps({str(it): summary for it, summary in summaries.items()}, indent=2))
+    return 0
+
+
 def cmd_deploy(args) -> int:
     from solrl_core.config import load_config
 
@@ -383,12 +393,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="discard the stage's artifact and compute it again")
     p.set_defaults(func=cmd_stage)
 
+    p = sub.add_parser("update-node", help="take part in a multi-node update from another training machine",
+                       description="With train.nodes > 1: this machine's share of the update (train.processes "
+                       "torchrun processes meeting the machine that runs the update stage at train.rdzv_endpoint). "
+                       "Waits until an iteration's update can start in the run directory (shared by all machines), "
+                       "joins it, and goes on until the run's last iteration is updated.")
+    p.add_argument("--run-dir", required=True, help="the run directory, as this machine sees it")
+    p.add_argument("--iteration", type=int, help="join this iteration's update only")
+    p.add_argument("--force", action="store_true",
+                   help="with --iteration: join even when that update is complete (the stage runs again with --force)")
+    p.set_defaults(func=cmd_update_node)
+
     p = sub.add_parser("deploy", help="register the training flow and every stage as Prefect deployments",
                        description="Register, on the Prefect server of PREFECT_API_URL, the deployment "
                        "solrl-train-config/<name> (what `solrl train CONFIG --run-dir DIR --set ...` does; optionally "
                        "on a schedule) and solrl-stage/<stage>@<pool> for each stage (what `solrl stage` does; "
                        "parameters run_dir and iteration), on the work pools of the config's `orchestration` section "
-                       "(process pools, created when missing). Workers load the flows from this checkout.")
+                       "(process pools, created when missing). Workers import the flows from the installed solrl package and "
+                       "run them in the directory they were started in.")
     p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
     p.add_argument("--run-dir", help="the run directory the training deployment trains (default runs/<config name>/)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")

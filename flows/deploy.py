@@ -7,8 +7,11 @@ Deployments (`flow name/deployment name`):
                                   the stage is a default parameter); the iteration flow runs these for stages that
                                   have a pool (`orchestration.work_pools`)
 
-Workers load the flows from this checkout: entrypoints are file paths inside it and each run's working directory is
-the checkout, so a process worker on this machine needs no image and no git remote.
+Workers import the flows from the installed solrl package: entrypoints are module paths (`flows.stage.stage_flow`),
+with no pull step, no image and no git remote, so a process worker started in any directory of any machine where
+solrl is installed runs them. A flow run works in the directory its worker was started in (job variable
+`working_dir: .`): relative paths in a config (prompt files, model paths, the default MLflow store) resolve there, as
+they resolve in the directory where `solrl train` runs.
 
 Lost workers: the flow-run processes of these deployments send a Prefect heartbeat event every HEARTBEAT_SECONDS, and
 the automation HEARTBEAT_AUTOMATION (made by `solrl deploy` and by the iteration flow before it starts a stage run)
@@ -19,11 +22,13 @@ seconds: its worker, or the worker's machine, died with it. The iteration flow r
 from __future__ import annotations
 
 import functools
+import importlib
 import shlex
 from datetime import timedelta
 from pathlib import Path
 
 from prefect import Flow
+from prefect.deployments.runner import EntrypointType
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import WorkerFilter, WorkerFilterStatus
@@ -36,11 +41,10 @@ from solrl_core.config import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import STAGES
 
-REPO_DIR = Path(__file__).resolve().parents[1]
 TRAIN_FLOW = "solrl-train-config"
 STAGE_FLOW = "solrl-stage"
-TRAIN_ENTRYPOINT = "flows/training.py:train_config_flow"
-STAGE_ENTRYPOINT = "flows/stage.py:stage_flow"
+TRAIN_ENTRYPOINT = "flows.training.train_config_flow"  # module paths: imported from the installed package
+STAGE_ENTRYPOINT = "flows.stage.stage_flow"
 WORK_POOL_TYPE = "process"
 TAG = "solrl"  # every solrl deployment, so every run of one, carries it
 HEARTBEAT_SECONDS = 30  # Prefect's shortest flow-run heartbeat interval (its default is 180)
@@ -54,6 +58,9 @@ FLOW_RUN_ENV = {
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS),
 }
+# Job variables of every solrl deployment: the environment above, and the worker's own directory as the flow run's
+# working directory (a process worker's default is a new temporary directory per run).
+JOB_VARIABLES = {"env": FLOW_RUN_ENV, "working_dir": "."}
 
 
 def require_api() -> str:
@@ -176,7 +183,9 @@ def ensure_heartbeat_automation(timeout: float) -> str:
 
 
 def _load(entrypoint: str) -> Flow:
-    return Flow.from_source(source=str(REPO_DIR), entrypoint=entrypoint)
+    """The flow at a module-path entrypoint (imported here: flows.training imports this module)."""
+    module, name = entrypoint.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
 
 
 def deploy_stage(stage: str, pool: str) -> str:
@@ -186,7 +195,8 @@ def deploy_stage(stage: str, pool: str) -> str:
     deployment = _load(STAGE_ENTRYPOINT).to_deployment(
         name=stage_deployment_name(stage, pool),
         parameters={"stage": stage, "hold": True, "progress": False},
-        job_variables={"env": FLOW_RUN_ENV},
+        job_variables=JOB_VARIABLES,
+        entrypoint_type=EntrypointType.MODULE_PATH,
         description=f"The '{stage}' stage of one iteration on work pool '{pool}', as `solrl stage {stage}` runs it: "
                     "skipped when complete (force=true to redo), refused when its inputs are missing.",
         tags=[TAG, f"stage:{stage}"],
@@ -216,7 +226,8 @@ def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str
         cron=cron,
         interval=interval,
         concurrency_limit=1,  # a firing while the previous run still trains waits for it
-        job_variables={"env": FLOW_RUN_ENV},
+        job_variables=JOB_VARIABLES,
+        entrypoint_type=EntrypointType.MODULE_PATH,
         description=train_command(config, run_dir, overrides),
         tags=[TAG, "train"],
     )

@@ -143,13 +143,30 @@ class TrainConfig(_Strict):
     adv_clip: float = Field(5.0, gt=0)
     kl_weight: float = Field(1e-4, ge=0)
     micro_batch: int = Field(8, ge=1, description="(sample, time) pairs per forward/backward, per process")
-    processes: int = Field(1, ge=1, description="update processes (torchrun, data parallel); official 8 GPUs")
+    processes: int = Field(1, ge=1, description="update processes per node (torchrun --nproc-per-node, data "
+                           "parallel); official 8 GPUs")
+    nodes: int = Field(1, ge=1, description="machines the update spans (torchrun --nnodes). With more than 1, the "
+                       "machine that runs the update stage starts torchrun for itself, each other machine runs `solrl "
+                       "update-node --run-dir DIR` (one torchrun for every iteration's update), and all see the run "
+                       "directory (shared filesystem or S3)")
+    rdzv_endpoint: str | None = Field(None, description="HOST:PORT where the nodes meet (torchrun --rdzv-endpoint, "
+                                      "c10d rendezvous): a free port on one training machine, usually the one that "
+                                      "runs the stage, reachable from the others; needed when nodes > 1")
     dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
     optimizer_steps: int = Field(1, ge=1, description="optimizer steps per iteration (official 1)")
     optimizer: OptimizerConfig = OptimizerConfig()
     old_eta_rate: float = Field(0.001, ge=0)
     old_eta_max: float = Field(0.5, ge=0, le=1)
     ema_max_decay: float = Field(0.9, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _rendezvous(self) -> TrainConfig:
+        if self.nodes > 1:
+            host, _, port = (self.rdzv_endpoint or "").rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"train.rdzv_endpoint: with train.nodes = {self.nodes} give HOST:PORT where the "
+                                 f"nodes meet (e.g. 10.0.0.1:29400), got {self.rdzv_endpoint!r}")
+        return self
 
 
 class EvalConfig(_Strict):

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -38,7 +38,7 @@ def session_env(tmp_path_factory) -> dict[str, str]:
         "MLFLOW_TRACKING_URI": "",
     }
     env.pop("PREFECT_API_URL", None)
-    port = _free_port()
+    port = free_port()
     log = open(base / "prefect-server.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],

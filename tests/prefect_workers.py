@@ -47,15 +47,16 @@ def online_workers(env: dict[str, str], pool: str) -> int:
 
 
 @contextmanager
-def process_workers(env: dict[str, str], pools: list[str], log_dir: Path, timeout: float = 180):
-    """One `prefect worker start --pool P --type process` per pool, online when this yields; stopped after."""
+def process_workers(env: dict[str, str], pools: list[str], log_dir: Path, timeout: float = 180, cwd: Path = ROOT):
+    """One `prefect worker start --pool P --type process` per pool, started in `cwd` (its flow runs work there),
+    online when this yields; stopped after."""
     procs = []
     try:
         for pool in pools:
             log = open(log_dir / f"worker-{pool}.log", "w")
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-                env={**env, **WORKER_ENV}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**env, **WORKER_ENV}, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))
         deadline = time.time() + timeout
         while not all(online_workers(env, pool) for pool in pools):

@@ -8,12 +8,18 @@ from datetime import timedelta
 import pytest
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.sorting import FlowRunSort
+from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from conftest import ROOT, TINY
+from conftest import TINY, tracking_set
 from flows.cli import main
-from prefect_workers import api
-from solrl_core.rundir import STAGES
+from prefect_workers import api, process_workers
+from solrl_core.config import load_config
+from solrl_core.pool import read_table
+from solrl_core.prompts import prompt_set
+from solrl_core.rundir import STAGES, RunDir
+from solrl_core.runs import prepare_run
+from solrl_core.stages.registry import run_stage
 
 POOLS = {"explore": "dp-explore", "update": "dp-train"}
 MAPPING = "{explore: dp-explore, update: dp-train}"
@@ -42,8 +48,9 @@ def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, sessi
         for pool in (FLOW_POOL, *POOLS.values()):
             assert client.read_work_pool(pool).type == "process"
         train = client.read_deployment_by_name(f"solrl-train-config/{NAME}")
-        assert train.work_pool_name == FLOW_POOL and train.entrypoint == "flows/training.py:train_config_flow"
-        assert train.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
+        # imported from the installed package, in the worker's directory: nothing points at this checkout
+        assert train.work_pool_name == FLOW_POOL and train.entrypoint == "flows.training.train_config_flow"
+        assert train.pull_steps == [] and train.path is None and train.job_variables["working_dir"] == "."
         assert train.parameters["config"] == str(TINY) and train.parameters["run_dir"] == str(run_dir)
         assert train.parameters["overrides"] == [f"orchestration.work_pools={MAPPING}",
                                                  f"orchestration.flow_pool={FLOW_POOL}"]
@@ -53,7 +60,8 @@ def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, sessi
         for stage in STAGES:
             pool = POOLS.get(stage, FLOW_POOL)
             dep = client.read_deployment_by_name(f"solrl-stage/{stage}@{pool}")
-            assert dep.work_pool_name == pool and dep.entrypoint == "flows/stage.py:stage_flow"
+            assert dep.work_pool_name == pool and dep.entrypoint == "flows.stage.stage_flow"
+            assert dep.pull_steps == [] and dep.job_variables["working_dir"] == "."
             assert dep.parameters == {"stage": stage, "hold": True, "progress": False}
             assert set(dep.parameter_openapi_schema["required"]) == {"run_dir", "stage", "iteration"}
 
@@ -76,6 +84,31 @@ def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, sessi
         with api(session_env) as client:
             assert client.read_deployment_by_name(f"solrl-train-config/{NAME}").schedules == []
     capsys.readouterr()
+
+
+def test_a_worker_started_in_another_directory_runs_a_stage_deployment(run_cli, session_env, tmp_path):
+    """`solrl deploy` in one directory, a process worker started in another (neither is the checkout: the worker
+    imports solrl from the installed package) runs a stage deployment to completion, in the worker's directory: the
+    run's prompt file, a path relative to the working directory, is found there."""
+    deployer, worker_dir = tmp_path / "deployer", tmp_path / "worker"
+    deployer.mkdir(), worker_dir.mkdir()
+    (worker_dir / "prompts.txt").write_text("\n".join(prompt_set("builtin:shapes-train", "prompts.train")))
+    sets = ["--set", "prompts.train=prompts.txt", *tracking_set(session_env),
+            "--set", "orchestration.work_pools={explore: dp-anywhere}", "--set", "orchestration.flow_pool=dp-anywhere"]
+    cfg = load_config(TINY, [s for s in sets if s != "--set"])
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, cfg)
+    run_stage(run, cfg, 0, "quantize", progress=False)  # explore's input; reads no prompt
+
+    run_cli("deploy", str(TINY), "--run-dir", str(run.root), "--name", "anywhere", *sets, cwd=deployer)
+    with process_workers(session_env, ["dp-anywhere"], worker_dir, cwd=worker_dir):
+        with api(session_env):
+            flow_run = run_deployment("solrl-stage/explore@dp-anywhere", poll_interval=1, timeout=600,
+                                      parameters={"run_dir": str(run.root), "iteration": 0})
+    assert flow_run.state.is_completed(), (flow_run.state, (worker_dir / "worker-dp-anywhere.log").read_text()[-3000:])
+    assert run.is_complete(0, "explore")
+    _, attrs = read_table(run.stage_dir(0, "explore") / "pool.zarr", ["seed"])
+    assert attrs["committed"] == attrs["n_rows"] == 2 * 8
 
 
 @pytest.mark.parametrize("args, message", [

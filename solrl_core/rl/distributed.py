@@ -12,9 +12,12 @@ different adapters (θ, θ_old, reference), ranks may hold different numbers of 
 calls the transformer directly (attributes such as `.config`), none of which DDP's wrapper allows without padding
 or `Join`. For LoRA this is the same communication DDP does (a sum of a few small gradient tensors per step).
 
-`launch_command` builds the torchrun (`torch.distributed.run`) command for one machine. Its rendezvous and the
-process group use file stores, so no TCP store listens on any address, and gloo/NCCL are kept on the loopback
-interface: nothing is reachable from outside the machine.
+`launch_command` builds the torchrun (`torch.distributed.run`) command of one machine. On one machine
+(`local_rendezvous`) the rendezvous and the process group use file stores, so no TCP store listens on any address,
+and gloo/NCCL are kept on the loopback interface: nothing is reachable from outside the machine. Across machines
+(`nodes_rendezvous`) it is torchrun's own multi-node setup: a c10d rendezvous at HOST:PORT (the machine whose
+address is HOST hosts its TCP store; torchrun numbers the nodes as they join), and every rank joins the process group
+from torchrun's environment (env://: MASTER_ADDR/MASTER_PORT of the node that got rank 0, RANK, WORLD_SIZE).
 """
 
 from __future__ import annotations
@@ -41,14 +44,22 @@ class GradientSync:
         """Whether this rank writes the stage's artifacts (rank 0)."""
         return self.rank == 0
 
+    def shard_range(self, n: int) -> tuple[int, int]:
+        """[start, stop) of this rank's contiguous block of n rows: the first n % world_size blocks have one row
+        more (as torch.tensor_split)."""
+        if self.world_size > 1 and n < self.world_size:
+            raise SolrlError(
+                f"the update's {self.world_size} processes (train.processes x train.nodes) exceed its {n} training "
+                "pairs; use fewer processes"
+            )
+        size, extra = divmod(n, self.world_size)
+        start = self.rank * size + min(self.rank, extra)
+        return start, start + size + (self.rank < extra)
+
     def shard(self, rows: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous block of `rows` (blocks differ in length by at most one)."""
-        if self.world_size > 1 and len(rows) < self.world_size:
-            raise SolrlError(
-                f"train.processes ({self.world_size}) exceeds the {len(rows)} training pairs of this update; "
-                "use fewer processes"
-            )
-        return torch.tensor_split(rows, self.world_size)[self.rank]
+        start, stop = self.shard_range(len(rows))
+        return rows[start:stop]
 
     def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Replace each parameter's gradient by its sum over ranks."""
@@ -90,45 +101,58 @@ def check_setup(backend: str, device: str) -> None:
     if backend == "nccl" and not (device.startswith("cuda") and torch.cuda.is_available()):
         raise SolrlError("train.dist_backend: nccl needs CUDA GPUs (model.device cuda); use gloo on a CPU")
     if device.startswith("cuda:"):
-        raise SolrlError(f"model.device: with train.processes > 1 use 'cuda', not '{device}' (rank r runs on GPU r)")
+        raise SolrlError(f"model.device: with several update processes use 'cuda', not '{device}' (local rank r "
+                         "runs on GPU r of its machine)")
 
 
 @contextmanager
-def process_group(backend: str, store_file: str | Path, device: str):
-    """Join the process group of a torchrun-launched worker (file store; rank and size from torchrun's env).
-    On CUDA, rank r's current device is GPU r (its local rank), so `cuda` means that GPU inside the rank."""
+def process_group(backend: str, store_file: str | Path | None, device: str):
+    """Join the process group of a torchrun-launched worker: through the file `store_file` (one machine) or, when
+    None, torchrun's env:// (several machines); rank and size come from torchrun's env either way. On CUDA, rank r's
+    current device is GPU r of its machine (its local rank), so `cuda` means that GPU inside the rank. On leaving
+    without an error every rank waits for all others (a barrier), so no machine's torchrun ends before the writer
+    rank, wherever it runs, has saved."""
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if device.startswith("cuda"):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend, init_method=Path(store_file).resolve().as_uri(), rank=rank, world_size=world)
+    if store_file is None:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, init_method=Path(store_file).resolve().as_uri(), rank=rank, world_size=world)
     try:
         yield ProcessGroupSync()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def launch_command(module: str, args: Sequence[str], processes: int, rendezvous_file: str | Path) -> list[str]:
-    """torchrun on this machine: `processes` copies of `python -m module args`, with a file-store rendezvous."""
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1",
-        "--nproc-per-node", str(processes),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", str(Path(rendezvous_file).resolve()),
-        "--rdzv-conf", "store_type=file",
-        "--module", module,
-        *args,
-    ]
+def local_rendezvous(store_file: str | Path) -> list[str]:
+    """torchrun options for one machine: a rendezvous through a file store (no TCP store listens)."""
+    return ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", str(Path(store_file).resolve()),
+            "--rdzv-conf", "store_type=file"]
 
 
-def launch_env(processes: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the launch: no shared TCP store in the agent, collectives on the loopback interface, and
-    the CPU cores split between the processes (unless OMP_NUM_THREADS is set)."""
+def nodes_rendezvous(nodes: int, endpoint: str, rdzv_id: str) -> list[str]:
+    """torchrun options for one of `nodes` machines that meet at `endpoint` (HOST:PORT) under the id `rdzv_id`."""
+    return ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+
+
+def launch_command(module: str, args: Sequence[str], processes: int, rendezvous: Sequence[str]) -> list[str]:
+    """torchrun on this machine: `processes` copies of `python -m module args`, meeting by `rendezvous` (the options
+    `local_rendezvous` or `nodes_rendezvous` give)."""
+    return [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--nproc-per-node", str(processes),
+            "--module", module, *args]
+
+
+def launch_env(processes: int, nodes: int = 1, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the launch: the CPU cores split between this machine's processes (unless OMP_NUM_THREADS is
+    set); on one machine also no shared TCP store in the agent and collectives on the loopback interface."""
     env = dict(os.environ if base is None else base)
-    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    if nodes == 1:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     return env

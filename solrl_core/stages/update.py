@@ -21,7 +21,7 @@ from solrl_core.rl.nft_loss import forward_noise, nft_loss
 from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
 from solrl_core.rl.policy import EmaWeights, old_policy_eta
 from solrl_core.rundir import write_json_atomic
-from solrl_core.seeds import derived_generator
+from solrl_core.seeds import derived_generator, randn_rows
 from solrl_core.storage import load_tensors, save_tensors
 from solrl_core.stages.context import (
     EMA_FILE,
@@ -76,10 +76,10 @@ def train_guidance(cfg, backbone) -> float:
 
 
 def run_update(ctx: StageContext) -> dict:
-    if ctx.cfg.train.processes > 1:
+    if ctx.cfg.train.processes > 1 or ctx.cfg.train.nodes > 1:
         from solrl_core.stages.update_worker import launch_update
 
-        return launch_update(ctx)  # torchrun: `train.processes` ranks each run `update_on_rank`
+        return launch_update(ctx)  # torchrun: `train.processes` ranks per node each run `update_on_rank`
     return update_on_rank(ctx, GradientSync())
 
 
@@ -114,9 +114,11 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         gen_t = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_T, inner)
         gen_eps = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_NOISE, inner)
         pairs = training_pairs(len(x0_all), len(times), tc.timestep_fraction, gen_t)
-        eps_all = torch.randn((len(pairs), *x0_all.shape[1:]), generator=gen_eps)
         n_pairs = len(pairs)
-        pairs, eps_all = sync.shard(pairs), sync.shard(eps_all)  # this rank's pairs (all of them in one process)
+        start, stop = sync.shard_range(n_pairs)  # this rank's pairs (all of them in one process)
+        pairs = pairs[start:stop]
+        # rows [start, stop) of randn((n_pairs, *latent), generator=gen_eps), drawing only those rows
+        eps_all = randn_rows(gen_eps, n_pairs, x0_all.shape[1:], start, stop)
         optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         chunks = range(0, len(pairs), tc.micro_batch)
