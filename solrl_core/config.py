@@ -131,7 +131,7 @@ class OptimizerConfig(_Strict):
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = Field(1e-4, ge=0)
     eps: float = Field(1e-8, gt=0)
-    grad_clip: float = Field(1.0, gt=0)
+    grad_clip: float | None = Field(None, gt=0, description="gradient-norm clip; null = the backbone's default")
 
 
 class TrainConfig(_Strict):

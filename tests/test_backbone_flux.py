@@ -44,7 +44,8 @@ def _one_pipeline_step(backbone, x, sigma, guidance, output_type):
     b, c, h, w = x.shape
     out = backbone.pipe(
         prompt=PROMPTS, height=RES, width=RES, num_inference_steps=1, sigmas=[sigma], guidance_scale=guidance,
-        latents=FluxPipeline._pack_latents(x, b, c, h, w), output_type=output_type, max_sequence_length=512,
+        latents=FluxPipeline._pack_latents(x, b, c, h, w), output_type=output_type,
+        max_sequence_length=backbone.max_sequence_length,
     ).images
     return out, float(backbone.pipe.scheduler.sigmas[0])
 
@@ -77,12 +78,14 @@ def test_latents_noise_and_defaults(backbone):
     assert_noise_is_per_seed(backbone)
     d = backbone.defaults
     assert (d.sampler, d.resolution, d.distilled_guidance, d.quant_min_width) == ("dpmpp_2m", 512, True, 1000)
-    assert backbone.max_sequence_length == 512
+    # the reference (NVlabs/Sana): T5 length TEXT_ENCODER_MAX_SEQ_LEN of train_scripts/sol_rl/train_flux1.py, clip
+    # train.max_grad_norm of configs/sol_rl/flux1.py
+    assert (backbone.max_sequence_length, d.grad_clip) == (128, 1.0)
 
 
 def test_encode_prompts(backbone):
     assert_encoding_deterministic_and_batch_first(
-        backbone, {"encoder_hidden_states": (2, 512, 64), "pooled_projections": (2, 32)}
+        backbone, {"encoder_hidden_states": (2, 128, 64), "pooled_projections": (2, 32)}
     )
 
 
@@ -111,16 +114,18 @@ def test_decode_matches_the_pipeline(backbone):
 
 @pytest.mark.parametrize("resolution", [RES, 512])
 def test_sigmas_are_the_pipeline_schedule(tiny_dir, resolution):
+    """FluxPipeline's schedule, which the reference's `pipeline_with_logprob_flux` (NVlabs/Sana) computes the same
+    way: uniform sigmas 1 .. 1/steps, shifted by the scheduler with mu linear in the image sequence length."""
     backbone = registry.load_backbone(ModelConfig(kind="flux1", path=str(tiny_dir), resolution=resolution))
-    for steps in (1, 4, 10):
+    # the reference's mu (FLUX.1-dev's scheduler values): 16 image tokens at 64 px, 1024 at the official 512 px
+    mu = 0.5 + (backbone.image_seq_len - 256) * (1.15 - 0.5) / (4096 - 256)
+    for steps in (1, 6, 10, 28):
+        uniform = np.linspace(1.0, 1.0 / steps, steps)
+        # the scheduler's exponential time shift of the uniform sigmas
+        assert backbone.sigmas(steps) == pytest.approx(np.exp(mu) / (np.exp(mu) + (1 / uniform - 1)), abs=1e-6)
         backbone.pipe(prompt=PROMPTS[:1], height=resolution, width=resolution, num_inference_steps=steps,
                       output_type="latent", max_sequence_length=16)
-        expected = backbone.pipe.scheduler.sigmas[:-1].tolist()
-        assert backbone.sigmas(steps) == pytest.approx(expected, abs=1e-6)
-        assert backbone.sigmas(steps)[0] == pytest.approx(1.0)
-    # mu grows with the image sequence length: 16 tokens at 64 px, 1024 at 512 px
-    mu = 0.5 + (backbone.image_seq_len - 256) * (1.15 - 0.5) / (4096 - 256)
-    assert backbone.sigmas(2)[1] == pytest.approx(np.exp(mu) / (np.exp(mu) + 1.0), abs=1e-6)
+        assert backbone.sigmas(steps) == pytest.approx(backbone.pipe.scheduler.sigmas[:-1].tolist(), abs=1e-6)
 
 
 def test_lora_targets_and_quant_skip_names(backbone):

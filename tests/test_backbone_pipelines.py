@@ -11,9 +11,11 @@ from safetensors.numpy import load_file
 
 from conftest import ROOT, tracking_set
 from flows.cli import main
+from solrl_core.backbones.registry import load_backbone
 from solrl_core.config import load_config
 from solrl_core.pool import read_table
 from solrl_core.rundir import STAGES
+from solrl_core.sampler import schedule_sigmas
 
 # one reward per backbone, so every tiny reward checkpoint is exercised once
 CASES = [("flux1", "pickscore"), ("sd35l", "hpsv2"), ("sana", "imagereward"), ("sd35m", "clipscore")]
@@ -42,6 +44,8 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     p, n, k = cfg.prompts.per_iteration, cfg.explore.seeds_per_prompt, cfg.select.k
     pool, attrs = table(run_dir, "explore", "pool.zarr", ["prompt_index", "seed", "image"])
     assert attrs["committed"] == p * n and attrs["steps"] == 6 and attrs["precision"] == "nvfp4_emulated"
+    backbone = load_backbone(cfg.model)  # its schedule is checked against the reference's in test_backbone_<model>
+    assert attrs["sigmas"] == pytest.approx(schedule_sigmas(backbone, 6), abs=1e-7)
     assert attrs["sampler"] == load_config(preset).model.sampler  # the backbone's official solver
     assert np.bincount(pool["prompt_index"]).tolist() == [n] * p
     assert pool["image"].shape == (p * n, cfg.model.resolution, cfg.model.resolution, 3)
@@ -60,6 +64,7 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     np.testing.assert_array_equal(regen["candidate_index"], chosen)
     np.testing.assert_array_equal(regen["seed"], pool["seed"][chosen])  # same initial noise, full precision
     assert rattrs["regenerated"] and rattrs["steps"] == 10 and rattrs["precision"] == "fp32"
+    assert rattrs["sigmas"] == pytest.approx(schedule_sigmas(backbone, 10), abs=1e-7)  # the update's times
     final = table(run_dir, "score_final", "rewards.zarr", ["reward", "proxy_reward"])[0]
     np.testing.assert_allclose(final["proxy_reward"], proxy[chosen])
     assert np.isfinite(final["reward"]).all()
@@ -72,3 +77,5 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     assert changed
     state = json.loads((run_dir / "iter_0000" / "update" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 1
+    update = json.loads((run_dir / "iter_0000" / "manifests" / "update.json").read_text())["summary"]
+    assert update["grad_clip"] == cfg.train.optimizer.grad_clip == backbone.defaults.grad_clip

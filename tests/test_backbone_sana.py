@@ -93,7 +93,9 @@ def test_latents_noise_and_defaults(backbone):
     assert_noise_is_per_seed(backbone)
     d = backbone.defaults
     assert (d.sampler, d.resolution, d.distilled_guidance, d.quant_min_width) == ("euler", 1024, False, 2240)
-    assert backbone.max_sequence_length == 300
+    # the reference (NVlabs/Sana): Gemma length TEXT_ENCODER_MAX_SEQ_LEN of train_scripts/sol_rl/train_sana.py, clip
+    # train.max_grad_norm of configs/sol_rl/sana.py
+    assert (backbone.max_sequence_length, d.grad_clip) == (300, 1.0)
 
 
 def test_encode_prompts(backbone):
@@ -141,9 +143,12 @@ def test_decode_matches_the_pipeline(backbone):
 
 
 def test_sigmas_are_uniform_without_the_schedulers_shift(backbone):
+    """The reference's `pipeline_with_logprob_sana` (NVlabs/Sana) samples on uniform sigmas from 1 to 0 (its
+    `steps + 1` points, terminal 0 excluded here), unshifted, although SANA's own scheduler config shifts by 3."""
     assert backbone.pipe.scheduler.config.flow_shift == 3.0
     assert backbone.sigmas(4) == [1.0, 0.75, 0.5, 0.25]
-    assert np.allclose(backbone.sigmas(10), np.linspace(1, 0, 11)[:-1])
+    for steps in (6, 10, 40):
+        assert np.allclose(backbone.sigmas(steps), np.linspace(1, 0, steps + 1)[:-1], rtol=0, atol=1e-12)
     with pytest.raises(ValueError):
         backbone.sigmas(0)
 

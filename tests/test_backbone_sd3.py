@@ -5,7 +5,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from backbone_checks import (
@@ -19,6 +18,7 @@ from backbone_checks import (
     assert_same_directory,
     assert_velocity_batch_consistent,
 )
+from diffusers import FlowMatchEulerDiscreteScheduler
 
 from solrl_core.backbones import registry
 from solrl_core.backbones.sd3 import SD3Backbone
@@ -26,8 +26,12 @@ from solrl_core.backbones.tiny import make_tiny_model
 from solrl_core.config import ModelConfig
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import PACKAGE_CONFIG_DIR
+from solrl_core.sampler import sample, schedule_sigmas
 
 RES = 64
+# stabilityai/stable-diffusion-3.5-large, scheduler/scheduler_config.json: a FlowMatchEulerDiscreteScheduler with 1000
+# training timesteps and a static shift of 3.0 (no dynamic shifting; every other setting at diffusers' default).
+SD35_SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)
 REAL_CONFIGS = PACKAGE_CONFIG_DIR
 
 
@@ -45,7 +49,7 @@ def _one_pipeline_step(backbone, x, sigma, output_type):
     """StableDiffusion3Pipeline without CFG, one Euler step from sigma (shifted by its scheduler) to 0."""
     out = backbone.pipe(
         prompt=PROMPTS, height=RES, width=RES, num_inference_steps=1, sigmas=[sigma], guidance_scale=1.0,
-        latents=x.clone(), output_type=output_type, max_sequence_length=256,
+        latents=x.clone(), output_type=output_type, max_sequence_length=backbone.max_sequence_length,
     ).images
     return out, float(backbone.pipe.scheduler.sigmas[0])
 
@@ -82,13 +86,15 @@ def test_latents_noise_and_defaults(backbone):
     assert_noise_is_per_seed(backbone)
     d = backbone.defaults
     assert (d.sampler, d.resolution, d.distilled_guidance, d.quant_min_width) == ("dpmpp_2m", 1024, False, 2432)
-    assert backbone.max_sequence_length == 256
+    # the reference (NVlabs/Sana): T5 length TEXT_ENCODER_MAX_SEQ_LEN of train_scripts/sol_rl/train_sd3.py; the clip
+    # configs/sol_rl/base.py's train.max_grad_norm, which configs/sol_rl/sd3.py does not override
+    assert (backbone.max_sequence_length, d.grad_clip) == (128, 0.002)
 
 
 def test_encode_prompts(backbone):
-    # 77 CLIP tokens + 256 T5 tokens, T5 width; pooled CLIP-L + CLIP-G
+    # 77 CLIP tokens + 128 T5 tokens, T5 width; pooled CLIP-L + CLIP-G
     assert_encoding_deterministic_and_batch_first(
-        backbone, {"encoder_hidden_states": (2, 77 + 256, 96), "pooled_projections": (2, 80)}
+        backbone, {"encoder_hidden_states": (2, 77 + 128, 96), "pooled_projections": (2, 80)}
     )
 
 
@@ -110,13 +116,31 @@ def test_decode_matches_the_pipeline(backbone):
     assert_decode(backbone, x0, reference)
 
 
-def test_sigmas_are_the_shifted_uniform_schedule(backbone):
-    for steps in (1, 4, 10):
-        uniform = np.linspace(1.0, 1.0 / steps, steps)
-        backbone.pipe(prompt=PROMPTS[:1], height=RES, width=RES, num_inference_steps=steps, sigmas=uniform,
-                      guidance_scale=1.0, output_type="latent", max_sequence_length=16)
-        assert backbone.sigmas(steps) == pytest.approx(backbone.pipe.scheduler.sigmas[:-1].tolist(), abs=1e-6)
-        assert backbone.sigmas(steps) == pytest.approx(3 * uniform / (1 + 2 * uniform), abs=1e-6)
+@pytest.mark.parametrize("steps", [6, 10, 40])
+def test_sigmas_are_the_schedulers_default_schedule(backbone, steps):
+    """The reference samples SD3.5 on its scheduler's own default timesteps (`set_timesteps(steps)`, no sigmas given:
+    NVlabs/Sana `pipeline_with_logprob_sd3`), as StableDiffusion3Pipeline does; explore, regenerate, the update's
+    times (the pool's sigmas) and evaluation all run on `schedule_sigmas`."""
+    assert {k: backbone.pipe.scheduler.config[k] for k in SD35_SCHEDULER} == SD35_SCHEDULER  # the tiny copies SD3.5's
+    reference = FlowMatchEulerDiscreteScheduler(**SD35_SCHEDULER)
+    reference.set_timesteps(steps)
+    expected = reference.sigmas.tolist()  # terminal 0 included
+    assert backbone.sigmas(steps) == pytest.approx(expected[:-1], abs=1e-7)
+    assert schedule_sigmas(backbone, steps) == pytest.approx(expected, abs=1e-7)
+    # it ends at the shift applied twice to sigma 1/1000 (the scheduler's smallest sigma is already shifted): ~0.0089
+    shift = lambda sigma: 3 * sigma / (1 + 2 * sigma)  # noqa: E731
+    assert backbone.sigmas(steps)[-1] == pytest.approx(shift(shift(1 / 1000)), abs=1e-7)
+    backbone.pipe(prompt=PROMPTS[:1], height=RES, width=RES, num_inference_steps=steps, guidance_scale=1.0,
+                  output_type="latent", max_sequence_length=16)
+    assert backbone.sigmas(steps) == pytest.approx(backbone.pipe.scheduler.sigmas[:-1].tolist(), abs=1e-7)
+
+
+def test_the_sampler_runs_on_the_schedule(backbone):
+    cond = backbone.encode_prompts(PROMPTS)
+    reference = FlowMatchEulerDiscreteScheduler(**SD35_SCHEDULER)
+    reference.set_timesteps(3)
+    result = sample(backbone, backbone.transformer, cond, backbone.initial_noise([1, 2]), 3, sampler="dpmpp_2m")
+    assert result.sigmas == pytest.approx(reference.sigmas.tolist(), abs=1e-7)
 
 
 def test_lora_targets_and_quant_skip_names(backbone):

@@ -31,6 +31,10 @@ OFFICIAL_MODEL = {
                  skip=[d for n in SANA_NATIVE_SKIP for d in SANA_NATIVE_TO_DIFFUSERS[n]], min_width=2240,
                  eval_steps=40),
 }
+# Text length and gradient-norm clip as the reference runs each model (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN of
+# train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
+# configs/sol_rl/{flux1,sd3,sana}.py, where sd3.py keeps configs/sol_rl/base.py's 0.002. SD3.5-M: SD3.5-L's.
+REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0)}
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "diffusionnft": ("fp32", 10, 24, "all", 24, False),
@@ -96,6 +100,7 @@ def test_every_preset_validates_with_the_official_values(model):
             assert cfg.train.timestep_fraction == want["timestep_fraction"]
             assert cfg.quant.skip_names == want["skip"] and cfg.quant.min_width == want["min_width"]
             assert cfg.eval.steps == want["eval_steps"]
+            assert (cfg.model.max_sequence_length, cfg.train.optimizer.grad_clip) == REFERENCE_TRAINING[model]
             assert cfg.train.lora_targets is None  # the backbone's default (the official list)
             # per family
             precision, steps, n, mode, k, regen = OFFICIAL_FAMILY[family]
@@ -112,7 +117,7 @@ def test_every_preset_validates_with_the_official_values(model):
             assert (cfg.train.kl_weight, cfg.train.optimizer_steps) == (1e-4, 1)
             assert (cfg.train.processes, cfg.train.dist_backend) == (8, "nccl")  # micro-batch per GPU, 8 GPUs
             opt = cfg.train.optimizer
-            assert (opt.lr, opt.betas, opt.weight_decay, opt.eps, opt.grad_clip) == (3e-4, (0.9, 0.999), 1e-4, 1e-8, 1)
+            assert (opt.lr, opt.betas, opt.weight_decay, opt.eps) == (3e-4, (0.9, 0.999), 1e-4, 1e-8)
             assert (cfg.train.old_eta_rate, cfg.train.old_eta_max, cfg.train.ema_max_decay) == (0.001, 0.5, 0.9)
             assert cfg.eval.every == 20
             assert (cfg.guidance.rollout, cfg.guidance.train) == (1.0, 1.0)  # no CFG in rollouts
@@ -172,6 +177,15 @@ OFFICIAL_LORA = {
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"],
 }
 OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
+
+
+@pytest.mark.parametrize("model", presets.MODELS)
+def test_the_backbone_defaults_are_the_reference_text_length_and_clip(model):
+    """A run config that leaves them null gets the same values as the presets."""
+    from solrl_core.backbones.registry import adapter_class
+
+    defaults = adapter_class(OFFICIAL_MODEL[model]["kind"]).defaults
+    assert (defaults.max_sequence_length, defaults.grad_clip) == REFERENCE_TRAINING[model]
 
 
 @pytest.mark.parametrize("model", presets.MODELS)

@@ -29,7 +29,8 @@ Conditioning = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class BackboneDefaults:
-    """Per-backbone defaults that configs may override (train.lora_targets, quant.*, model.sampler, ...)."""
+    """Per-backbone defaults that configs may override (train.lora_targets, quant.*, model.sampler,
+    model.max_sequence_length, train.optimizer.grad_clip, ...)."""
 
     lora_targets: list[str]
     quant_skip_names: list[str]
@@ -37,6 +38,8 @@ class BackboneDefaults:
     sampler: str = "euler"
     resolution: int = 32
     distilled_guidance: bool = False  # True: the guidance scale is a model input (FLUX.1-dev), not CFG
+    max_sequence_length: int | None = None  # prompt tokens of the text encoder (T5, Gemma); None: no such setting
+    grad_clip: float = 1.0  # the update's gradient-norm clip (train.optimizer.grad_clip)
     extra: dict = field(default_factory=dict)
 
 

@@ -1,5 +1,5 @@
 """What the adapters of diffusers text-to-image pipelines share: loading the pipeline from `model.path`, the VAE
-decode, the shifted flow-matching schedule and releasing the text encoders.
+decode, the flow-matching schedule of the model's scheduler and releasing the text encoders.
 
 The latent layout is shared: (channels, H / vae factor, W / vae factor), cut into `patch` x `patch` tokens. A
 subclass names its pipeline class and text encoders (and `latent_channels` / `patch` where the transformer's config
@@ -118,7 +118,6 @@ class DiffusersPipelineBackbone(Backbone):
     pipeline_class: str  # e.g. "FluxPipeline"
     title: str  # the model family in messages, e.g. "FLUX.1"
     text_encoder_names: tuple[str, ...]  # the pipeline's text encoder attributes, freed by release_text_encoders
-    default_max_sequence_length: int  # T5 tokens when model.max_sequence_length is null
 
     def __init__(self, pipe, model: "ModelConfig"):
         self.pipe = pipe
@@ -126,7 +125,7 @@ class DiffusersPipelineBackbone(Backbone):
         self.vae = pipe.vae
         self.device = torch.device(model.device)
         self.resolution = model.resolution or self.defaults.resolution
-        self.max_sequence_length = model.max_sequence_length or self.default_max_sequence_length
+        self.max_sequence_length = model.max_sequence_length or self.defaults.max_sequence_length
         self.decode_chunk = model.decode_chunk
         self.text_encoders_released = False
         self.check_resolution()
@@ -164,9 +163,17 @@ class DiffusersPipelineBackbone(Backbone):
         _, h, w = self.latent_shape
         return (h // self.patch) * (w // self.patch)
 
+    def schedule_input(self, steps: int) -> np.ndarray | None:
+        """The sigmas handed to the scheduler's `set_timesteps` (which then shifts them), or None for the
+        scheduler's own default timesteps. None here: StableDiffusion3Pipeline's way, which the reference samples
+        SD3.5 with; FLUX overrides it."""
+        return None
+
     def sigmas(self, steps: int) -> list[float]:
-        """The uniform schedule 1, 1 - 1/steps, ..., 1/steps shifted as the model's scheduler config says (static
-        `shift`, or the dynamic shift with mu from the image sequence length), terminal 0 excluded."""
+        """The model's scheduler's sigmas for `steps` steps, terminal 0 excluded: `set_timesteps(steps)` on a
+        FlowMatchEulerDiscreteScheduler built from the model's scheduler config, given `schedule_input(steps)` and,
+        when the config asks for the dynamic shift, mu from the image sequence length (as the diffusers pipelines
+        compute it)."""
         from diffusers import FlowMatchEulerDiscreteScheduler
         from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
@@ -183,7 +190,7 @@ class DiffusersPipelineBackbone(Backbone):
                 config.get("base_shift", 0.5),
                 config.get("max_shift", 1.15),
             )
-        scheduler.set_timesteps(sigmas=np.linspace(1.0, 1.0 / steps, steps), **kwargs)
+        scheduler.set_timesteps(steps, sigmas=self.schedule_input(steps), **kwargs)
         return [float(s) for s in scheduler.sigmas[:-1]]
 
     def require_text_encoders(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from solrl_core.backbones.base import BackboneDefaults, Conditioning
@@ -22,6 +23,10 @@ DEFAULTS = BackboneDefaults(  # official Sol-RL settings for FLUX.1-dev (docs/me
     sampler="dpmpp_2m",
     resolution=512,
     distilled_guidance=True,
+    # the reference (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN in train_scripts/sol_rl/train_flux1.py,
+    # train.max_grad_norm in configs/sol_rl/flux1.py (docs/method.md)
+    max_sequence_length=128,
+    grad_clip=1.0,
 )
 
 
@@ -31,7 +36,6 @@ class FluxBackbone(DiffusersPipelineBackbone):
     pipeline_class = "FluxPipeline"
     title = "FLUX.1"
     text_encoder_names = ("text_encoder", "text_encoder_2")
-    default_max_sequence_length = 512
 
     @property
     def latent_channels(self) -> int:
@@ -40,6 +44,11 @@ class FluxBackbone(DiffusersPipelineBackbone):
     @property
     def patch(self) -> int:
         return 2  # 2x2 latent packing
+
+    def schedule_input(self, steps: int) -> np.ndarray:
+        """Uniform sigmas 1, 1 - 1/steps, ..., 1/steps, which the scheduler then shifts dynamically (mu from the
+        image sequence length): FluxPipeline's schedule, and the reference's (`pipeline_with_logprob_flux`)."""
+        return np.linspace(1.0, 1.0 / steps, steps)
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:

@@ -68,6 +68,10 @@ DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SANA 1600M (docs/me
     quant_min_width=2240,
     sampler="euler",
     resolution=1024,
+    # the reference (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN in train_scripts/sol_rl/train_sana.py (also SanaPipeline's
+    # default), train.max_grad_norm in configs/sol_rl/sana.py (docs/method.md)
+    max_sequence_length=300,
+    grad_clip=1.0,
 )
 
 
@@ -84,7 +88,6 @@ class SanaBackbone(DiffusersPipelineBackbone):
     pipeline_class = "SanaPipeline"
     title = "SANA"
     text_encoder_names = ("text_encoder",)
-    default_max_sequence_length = 300  # SanaPipeline's default
 
     def __init__(self, pipe, model):
         super().__init__(pipe, model)
@@ -144,8 +147,9 @@ class SanaBackbone(DiffusersPipelineBackbone):
         """Uniform sigmas 1, 1 - 1/steps, ..., 1/steps (terminal 0 excluded), not shifted.
 
         SANA's diffusers scheduler config carries `flow_shift` 3.0, which its own DPM-Solver sampling applies
-        (sigma -> 3 sigma / (1 + 2 sigma)). The Sol-RL recipe samples SANA with an Euler ODE on a uniform sigma
-        schedule (docs/method.md), so the shift is deliberately not applied here."""
+        (sigma -> 3 sigma / (1 + 2 sigma)). The reference samples SANA with an Euler ODE on uniform sigmas from 1 to
+        0, unshifted (`pipeline_with_logprob_sana` in NVlabs/Sana diffusion/post_training/diffusers_patch/
+        pipeline_with_logprob.py; docs/method.md), so the shift is deliberately not applied here."""
         if steps < 1:
             raise ValueError("steps must be >= 1")
         return [1.0 - i / steps for i in range(steps)]

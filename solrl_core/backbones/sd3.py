@@ -22,7 +22,12 @@ DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SD3.5-Large (docs/m
     sampler="dpmpp_2m",
     resolution=1024,
     distilled_guidance=False,
+    # the reference (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN in train_scripts/sol_rl/train_sd3.py; configs/sol_rl/sd3.py
+    # leaves configs/sol_rl/base.py's train.max_grad_norm in place (docs/method.md)
+    max_sequence_length=128,
+    grad_clip=0.002,
 )
+CLIP_TOKENS = 77  # CLIP-L/-G tokens that precede the T5 tokens in the joint text sequence (the tokenizers' length)
 
 
 class SD3Backbone(DiffusersPipelineBackbone):
@@ -31,7 +36,6 @@ class SD3Backbone(DiffusersPipelineBackbone):
     pipeline_class = "StableDiffusion3Pipeline"
     title = "SD3.5"
     text_encoder_names = ("text_encoder", "text_encoder_2", "text_encoder_3")
-    default_max_sequence_length = 256
 
     def check_resolution(self) -> None:
         super().check_resolution()
@@ -45,7 +49,7 @@ class SD3Backbone(DiffusersPipelineBackbone):
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
-        """The joint text sequence (B, 77 + max_sequence_length, 4096: CLIP-L and CLIP-G penultimate states,
+        """The joint text sequence (B, CLIP_TOKENS + max_sequence_length, 4096: CLIP-L and CLIP-G penultimate states,
         zero-padded to the T5 width, then T5) and the pooled CLIP-L + CLIP-G embeddings (B, 2048), from the
         pipeline's `encode_prompt` without CFG."""
         self.require_text_encoders()

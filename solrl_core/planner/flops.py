@@ -70,13 +70,14 @@ def _spec(key: str) -> ModelSpec:
 MODELS: dict[str, PlannerModel] = {
     m.key: m
     for m in (
-        # 512 px, VAE f8 -> 64x64x16 latent, packed 2x2 -> 1024 tokens of 64 channels; 512 T5 tokens.
+        # Text tokens: the backbones' default text lengths (ModelSpec.text_tokens, solrl_core.quant.coverage).
+        # 512 px, VAE f8 -> 64x64x16 latent, packed 2x2 -> 1024 tokens of 64 channels.
         PlannerModel("flux1", _spec("flux1-dev"), 0.4, "kl-f8c16", (16, 64, 64)),
-        # 1024 px, VAE f8 -> 128x128x16 latent, patch 2 -> 4096 tokens; 77 CLIP + 256 T5 = 333 text tokens.
+        # 1024 px, VAE f8 -> 128x128x16 latent, patch 2 -> 4096 tokens.
         PlannerModel("sd35l", _spec("sd35-large"), 0.6, "kl-f8c16", (16, 128, 128)),
         PlannerModel("sd35m", _spec("sd35-medium"), 0.6, "kl-f8c16", (16, 128, 128),
                      "no official Sol-RL setting: SD3.5-L's skip names, timestep fraction and resolution"),
-        # 1024 px, DC-AE f32 -> 32x32x32 latent, patch 1 -> 1024 tokens; 300 Gemma tokens.
+        # 1024 px, DC-AE f32 -> 32x32x32 latent, patch 1 -> 1024 tokens.
         PlannerModel("sana", _spec("sana-1600m-linear-ffn"), 0.6, "dc-ae-f32c32", (32, 32, 32),
                      "the official LinearFFN variant, approximated by counting the FFN's 1x1 convs as Linear"),
         PlannerModel("sana-diffusers", _spec("sana-1600m"), 0.6, "dc-ae-f32c32", (32, 32, 32),

@@ -35,6 +35,10 @@ from torch import nn
 
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir as resolve_config_dir
+from solrl_core.backbones.flux import DEFAULTS as FLUX_DEFAULTS
+from solrl_core.backbones.sana import DEFAULTS as SANA_DEFAULTS
+from solrl_core.backbones.sd3 import CLIP_TOKENS as SD3_CLIP_TOKENS
+from solrl_core.backbones.sd3 import DEFAULTS as SD3_DEFAULTS
 from solrl_core.quant.linear import _keep_reason, _linears, eligible_linears, nvfp4_shape_rule, skip_match
 
 FLUX_SKIP = ("x_embedder", "context_embedder", "time_text_embed", "norm_out")
@@ -77,18 +81,23 @@ class ModelSpec:
     ffn_convs_as_linear: bool = False
 
 
+# Text tokens per prompt: the backbones' default text lengths (the reference's), SD3 with its CLIP tokens in front.
+FLUX_TEXT_TOKENS = FLUX_DEFAULTS.max_sequence_length
+SD35_TEXT_TOKENS = SD3_CLIP_TOKENS + SD3_DEFAULTS.max_sequence_length
+SANA_TEXT_TOKENS = SANA_DEFAULTS.max_sequence_length
+
 MODELS: tuple[ModelSpec, ...] = (
     ModelSpec("flux1-dev", "FLUX.1-dev", "flux1-dev.transformer.json", FLUX_SKIP, FLUX_MIN_WIDTH, "flux",
-              512, 1024, 512, "official"),
+              512, 1024, FLUX_TEXT_TOKENS, "official"),
     ModelSpec("sd35-large", "SD3.5-Large", "sd35-large.transformer.json", SD35_SKIP, SD35_MIN_WIDTH, "sd3",
-              1024, 4096, 333, "official"),
+              1024, 4096, SD35_TEXT_TOKENS, "official"),
     ModelSpec("sd35-medium", "SD3.5-Medium", "sd35-medium.transformer.json", SD35_SKIP, 1536, "sd3",
-              1024, 4096, 333, "no official setting: SD3.5-L's skip names, min width = its hidden size 1536 "
-              "(as 2432 is SD3.5-L's); min width 2432 gives the same split"),
+              1024, 4096, SD35_TEXT_TOKENS, "no official setting: SD3.5-L's skip names, min width = its hidden size "
+              "1536 (as 2432 is SD3.5-L's); min width 2432 gives the same split"),
     ModelSpec("sana-1600m", "SANA 1600M", "sana-1600m-1024px.transformer.json", SANA_SKIP, SANA_MIN_WIDTH, "sana",
-              1024, 1024, 300, "official, native names mapped onto diffusers"),
+              1024, 1024, SANA_TEXT_TOKENS, "official, native names mapped onto diffusers"),
     ModelSpec("sana-1600m-linear-ffn", "SANA 1600M, FFN 1×1 convs as Linear", "sana-1600m-1024px.transformer.json",
-              SANA_SKIP, SANA_MIN_WIDTH, "sana", 1024, 1024, 300,
+              SANA_SKIP, SANA_MIN_WIDTH, "sana", 1024, 1024, SANA_TEXT_TOKENS,
               "official; stand-in for the LinearFFN variant", ffn_convs_as_linear=True),
 )
 

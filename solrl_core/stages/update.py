@@ -98,6 +98,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     opt = tc.optimizer
     optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay, eps=opt.eps)
     ema = EmaWeights(policy, max_decay=tc.ema_max_decay)
+    grad_clip = opt.grad_clip or backbone.defaults.grad_clip
     step = _load_optimizer_state(optimizer, ema, ckpt)
 
     samples, attrs = read_table(ctx.artifact("regenerate", "samples.zarr"), ["latent", "prompt_index"])
@@ -143,7 +144,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
                 totals[key] = totals.get(key, 0.0) + float(value) * weight
         sync.all_reduce_gradients(params)
         totals = sync.all_reduce_totals(totals)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
         if not math.isfinite(grad_norm):
             raise FloatingPointError(f"update it{ctx.iteration}: non-finite gradient norm; nothing was saved")
         optimizer.step()
@@ -163,6 +164,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         "kl": last["kl"],
         "grad_norm": last["grad_norm"],
         "old_eta": last["old_eta"],
+        "grad_clip": grad_clip,
         "advantage_abs_mean": float(np.abs(adv).mean()),
     }
 
