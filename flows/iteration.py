@@ -14,8 +14,7 @@ from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, o
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.audit import AUDIT, audit_due
-from tasks.audit import audit_task
-from tasks.registry import STAGE_TASKS
+from tasks.registry import STAGE_TASKS, audit_task
 from tasks.remote_stage import remote_stage_task
 
 
