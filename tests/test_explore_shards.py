@@ -255,3 +255,57 @@ def test_sharded_stage_left_unfinished_resumes_to_the_same_pool(tmp_path, refere
     assert sampled == [4, 1, 0, 3, 1, 1] and not any(r["left"] for r in ran if "left" in r)
     assert [r["scored"] for r in ran if "scored" in r] == [8, 8, 4, 4]  # both score stages, in two shards
     _assert_same_results(one, two)
+
+
+@pytest.fixture
+def dask_cluster(session_env, tmp_path):
+    """A Dask scheduler and two workers started separately on 127.0.0.1, as a team starts them (one worker per
+    device, each with the `device` resource; here CPU workers); yields the scheduler's address."""
+    import subprocess
+    import sys
+
+    from distributed import Client
+
+    from conftest import ROOT
+
+    env = {**session_env, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    file = tmp_path / "scheduler.json"
+    common = ["--no-dashboard", "--host", "127.0.0.1"]
+    logs = [open(tmp_path / f"{name}.log", "w") for name in ("scheduler", "worker0", "worker1")]
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0",
+                               "--scheduler-file", str(file), *common], env=env, stdout=logs[0], stderr=logs[0],
+                              start_new_session=True)]
+    procs += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(file),
+                                "--nthreads", "1", "--resources", "device=1", "--name", f"cpu-{k}", *common],
+                               env=env, stdout=logs[k + 1], stderr=logs[k + 1], start_new_session=True)
+              for k in range(2)]
+    try:
+        deadline = time.time() + 120
+        while not file.exists():
+            assert time.time() < deadline and procs[0].poll() is None, f"no scheduler; see {tmp_path}"
+            time.sleep(0.5)
+        with Client(scheduler_file=str(file), timeout=60) as client:
+            client.wait_for_workers(2, timeout=180)
+            yield client.scheduler.address
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()
+
+
+def test_explore_through_a_running_dask_cluster_equals_one_device(session_env, tmp_path, reference, dask_cluster):
+    from flows.stage import stage_flow
+
+    one, _ = reference
+    two, _ = _copy_quantized(one, tmp_path / "two", f"orchestration.dask_address={dask_cluster}")
+    with _prefect(session_env):
+        manifest = stage_flow(str(two.root), "explore", 0, progress=False)
+    shards = manifest["summary"]["shards"]
+    _assert_two_cpu_processes(shards, 16)
+    _assert_same_results(one, two, stages=("explore",))
