@@ -133,23 +133,26 @@ class DaskShards:
         return self._local[devices]
 
     def close(self) -> None:
+        """Stop the local clusters started so far (their workers free their devices); a later call starts anew."""
         self._stack.close()
+        self._stack, self._local = contextlib.ExitStack(), {}
 
 
 @contextlib.contextmanager
-def dask_shards() -> Iterator[None]:
-    """Run the split work of the stages started inside this block on Dask (one worker process per device). Inside
-    an outer block the outer one's cluster serves (a caller that runs several stages in one process may hold one
-    cluster for all of them; by default each stage task starts its own, and its workers free their devices when
-    it ends)."""
+def dask_shards() -> Iterator[DaskShards]:
+    """Run the split work of the stages started inside this block on Dask (one worker process per device); yields
+    the runner (`close` it to free the devices early). Inside an outer block the outer one's cluster serves: a flow
+    that runs several stages in one process holds one cluster for all of them (the iteration flow does, up to the
+    update); a stage task alone starts its own, and its workers free their devices when it ends."""
     from solrl_core.stages.shards import current_shard_runner, use_shard_runner
 
-    if isinstance(current_shard_runner(), DaskShards):
-        yield
+    outer = current_shard_runner()
+    if isinstance(outer, DaskShards):
+        yield outer
         return
     runner = DaskShards()
     try:
         with use_shard_runner(runner):
-            yield
+            yield runner
     finally:
         runner.close()
