@@ -198,7 +198,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from solrl_core.inspect import mlflow_link_text, pool_summary
+    from solrl_core.inspect import mlflow_link_text, pool_summary, shards_text
     from solrl_core.rundir import RunDir
 
     summary = pool_summary(RunDir(args.run_dir), args.iteration)
@@ -214,6 +214,8 @@ def cmd_inspect(args) -> int:
               f"replaced, {q.get('low_precision_share', 0.0):.0%} of Linear weights in low precision"
               + (f", calibration output error {err:.4f}" if err is not None else ""))
         print(f"  why: {q.get('reason')}")
+    if summary["shards"]:
+        print("where it ran (device, process, seconds per shard):\n" + shards_text(summary["shards"]))
     for p in summary["per_prompt"]:
         print(f"\n[{p['prompt_index']}] {p['prompt']!r}: n={p['n']} proxy mean {p['proxy_mean']:.4f} "
               f"min {p['proxy_min']:.4f} max {p['proxy_max']:.4f}")

@@ -14,9 +14,9 @@ from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, o
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.audit import AUDIT, audit_due
-from tasks.audit import audit_task
-from tasks.registry import STAGE_TASKS
+from tasks.registry import STAGE_TASKS, audit_task
 from tasks.remote_stage import remote_stage_task
+from tasks.shards import dask_shards
 
 
 def _deployment(stage: str, pool: str, heartbeat_timeout: int) -> str:
@@ -34,13 +34,16 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
     cfg = load_run_config(run)
     audit = audit_due(cfg, iteration)
     manifests = {}
-    for stage, stage_task in STAGE_TASKS.items():
-        pool = cfg.orchestration.pool_for(stage)
-        if pool and not run.is_complete(iteration, stage):
-            manifests[stage] = remote_stage_task(run_dir, stage, iteration,
-                                                 _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
-        else:
-            manifests[stage] = stage_task(run_dir, iteration, progress=progress)
-        if stage == "score_final" and audit:
-            manifests[AUDIT] = audit_task(run_dir, iteration, progress=progress)
+    with dask_shards() as shards:  # one Dask cluster (several devices) serves the stages run here
+        for stage, stage_task in STAGE_TASKS.items():
+            if stage == "update":
+                shards.close()  # its workers free their devices for the update
+            pool = cfg.orchestration.pool_for(stage)
+            if pool and not run.is_complete(iteration, stage):
+                manifests[stage] = remote_stage_task(run_dir, stage, iteration,
+                                                     _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
+            else:
+                manifests[stage] = stage_task(run_dir, iteration, progress=progress)
+            if stage == "score_final" and audit:
+                manifests[AUDIT] = audit_task(run_dir, iteration, progress=progress)
     return manifests

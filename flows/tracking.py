@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from solrl_core.config import RunConfig
-from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table
+from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table, stage_shards
 from solrl_core.pool import read_table
 from solrl_core.report import best_worst_grid, proxy_final_scatter, top_bottom_grids
 from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
@@ -84,6 +84,9 @@ def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
     metrics["explore/steps"] = s["explore"].get("steps", s["quantize"].get("steps"))
     for stage in STAGES:
         metrics[f"time/{stage}_s"] = s[stage]["seconds"]
+    for stage, shards in stage_shards(run, iteration).items():
+        metrics[f"shards/{stage}_devices"] = len(shards)
+        metrics.update({f"shards/{stage}_{shard['shard']}_s": shard["seconds"] for shard in shards})
     return {k: float(v) for k, v in metrics.items()}
 
 
@@ -121,6 +124,7 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
         log_metrics_once(info["mlflow_run_id"], metrics, iteration)
         mlflow.set_tags({"explore_backend": report["precision"], "explore_backend_reason": report["reason"][:5000]})
         log_pool(run, cfg, iteration, info["mlflow_run_id"], report)
+        mlflow.log_dict(stage_shards(run, iteration), f"shards/iter_{iteration:04d}.json")  # device, host, pid
         for event in report.get("escalations", []):
             if event["iteration"] == iteration - 1:  # decided after the previous iteration, applied from this one
                 mlflow.log_dict(event, f"guardrail/escalation_after_iter{event['iteration']:04d}.json")
@@ -197,6 +201,8 @@ def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
         log_metrics_once(info["mlflow_run_id"], {f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step)
         with local_file(eval_dir(run, step) / "samples.png") as samples:
             mlflow.log_artifact(str(samples), artifact_path=f"eval/step_{step:04d}")
+        mlflow.log_dict({key: evaluation.get(key, []) for key in ("shards", "score_shards")},
+                        f"eval/step_{step:04d}/shards.json")
     write_json_atomic(marker, {"step": step})
 
 

@@ -208,28 +208,42 @@ class OrchestrationConfig(_Strict):
     default_pool: str | None = Field(None, description="pool of the stages not in work_pools; null = in process")
     flow_pool: str = Field("solrl", description="pool of the deployments `solrl deploy` makes for the training flow "
                            "and for stages that have no pool")
-    workers: dict[str, int] = Field(
-        default_factory=dict, description="stage -> processes that sample its pool at once (explore, regenerate; "
-        "e.g. {explore: 4}): shards of whole batches on a local Dask cluster, the same pool as one process"
+    devices: Literal["auto"] | list[str] = Field(
+        "auto", description="where sampling and scoring run (explore, regenerate, audit, evaluation, both score "
+        "stages): auto = every visible CUDA device when model.device is cuda, else model.device; or a list, e.g. "
+        "[cuda:0, cuda:1] or [cpu, cpu]. Several devices: one worker process per device, pinned to it, each "
+        "sampling/scoring whole batches; the same artifacts as one device of that type (solrl_core/placement.py)"
+    )
+    dask_address: str | None = Field(
+        None, description="tcp://HOST:PORT of a running Dask scheduler whose workers (one per device, started with "
+        "--resources device=1) run the shards; null = a local cluster of one process per entry of `devices`"
     )
     heartbeat_timeout: int = Field(
         120, ge=45, description="seconds without a heartbeat (sent every 30 s) after which a run on a work pool is "
         "marked Crashed (its worker or machine was lost) and its stage re-run"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _workers_replaced(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "workers" in data:
+            raise ValueError("orchestration.workers was replaced by orchestration.devices: list one device per "
+                             "worker process, e.g. devices: [cpu, cpu] or [cuda:0, cuda:1]")
+        return data
+
     @model_validator(mode="after")
     def _known_stages(self) -> OrchestrationConfig:
-        from solrl_core.rundir import STAGES
+        from solrl_core.stages.table import STAGES
 
         unknown = sorted(set(self.work_pools) - set(STAGES))
         if unknown:
             raise ValueError(f"orchestration.work_pools: unknown stage '{unknown[0]}' (stages: {', '.join(STAGES)})")
-        sharded = ("explore", "regenerate")
-        for stage, count in self.workers.items():
-            if stage not in sharded:
-                raise ValueError(f"orchestration.workers: stage '{stage}' cannot be split (only {', '.join(sharded)})")
-            if count < 1:
-                raise ValueError(f"orchestration.workers.{stage} must be >= 1 (got {count})")
+        if isinstance(self.devices, list):
+            from solrl_core.placement import check_device_list
+
+            check_device_list(self.devices)
+        if self.dask_address is not None and not self.dask_address.startswith(("tcp://", "tls://")):
+            raise ValueError(f"orchestration.dask_address: expected tcp://HOST:PORT (got '{self.dask_address}')")
         return self
 
     def pool_for(self, stage: str) -> str | None:

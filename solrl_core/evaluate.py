@@ -2,7 +2,8 @@
 
 The evaluation seeds live in their own range (they never coincide with training candidates), and the prompts are
 the first `eval.num_prompts` of the evaluation set, so every evaluation of a run — and of other runs with the same
-eval config — sees the same inputs.
+eval config — sees the same inputs. Artifact: `<run>/eval/step_NNNN/` with `pool.zarr` (the samples),
+`samples.png` (a grid, one row per prompt) and `metrics.json`.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from solrl_core.config import RunConfig
 from solrl_core.prompts import eval_prompt_set
-from solrl_core.rewards.registry import score_images
 from solrl_core.rl.policy import EmaWeights
-from solrl_core.sampler import resolve_sampler, sample
-from solrl_core.storage import load_tensors, remove_tree, replace_dir, save_image
+from solrl_core.rundir import write_json_atomic
 from solrl_core.stages.context import (
     EMA_FILE,
+    StageContext,
     attach_policy,
+    ensure_initial_checkpoint,
     fresh_transformer,
     load_adapters,
     load_backbone,
 )
+from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
+from solrl_core.stages.sampling import PoolSampling
+from solrl_core.stages.shards import sample_pool, split_or_whole
+from solrl_core.storage import load_tensors, replace_dir, save_image
 
 EVAL_SEED_BASE = 2_000_000_000
 
@@ -58,41 +62,6 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
     return transformer, ema_used
 
 
-def evaluate_checkpoint(
-    cfg: RunConfig, checkpoint: Path, use_ema: bool = True, progress: bool = False, encode=None
-) -> dict:
-    """Mean of every evaluation reward (and their weighted total) over the fixed prompts and seeds.
-
-    Samples with the run's solver (`model.sampler` or the backbone's default), `eval.steps` and `guidance.eval`;
-    `encode` (prompts -> conditioning, e.g. a run's text cache) defaults to the backbone's text encoders."""
-    backbone = load_backbone(cfg)
-    encode = encode or backbone.encode_prompts
-    sampler = resolve_sampler(cfg.model.sampler, backbone)
-    guidance = cfg.guidance.eval
-    uncond = encode([""]) if guidance != 1.0 and not backbone.defaults.distilled_guidance else None
-    transformer, ema_used = policy_transformer(cfg, checkpoint, use_ema)
-    prompts, prompt_index, seeds = eval_inputs(cfg)
-    weights = cfg.eval.rewards or cfg.rewards
-    totals, parts, images = [], [], []
-    bs = cfg.eval.batch_size
-    for start in tqdm(range(0, len(seeds), bs), desc="evaluate", leave=False, disable=not progress):
-        batch_prompts = [prompts[i] for i in prompt_index[start : start + bs]]
-        cond = encode(batch_prompts)
-        noise = backbone.initial_noise(seeds[start : start + bs].tolist())
-        x0 = sample(backbone, transformer, cond, noise, cfg.eval.steps, sampler=sampler, guidance=guidance,
-                    uncond=uncond).x0
-        batch_images = backbone.decode(x0)
-        total, per = score_images(batch_images, batch_prompts, weights, models=cfg.reward_models)
-        totals.append(total)
-        parts.append(per)
-        images.append(batch_images)
-    metrics = {"reward": float(np.concatenate(totals).mean())}
-    for name in weights:
-        metrics[name] = float(np.concatenate([p[name] for p in parts]).mean())
-    return {"metrics": metrics, "ema": ema_used, "samples": int(len(seeds)), "images": np.concatenate(images),
-            "prompt_index": prompt_index, "prompts": prompts, "sampler": sampler}
-
-
 def sample_grid(images: np.ndarray, per_row: int, scale: int = 3) -> np.ndarray:
     """Images (N, H, W, 3) in rows of `per_row` (one row per prompt), upscaled for viewing."""
     n, h, w, c = images.shape
@@ -107,27 +76,69 @@ def eval_dir(run, step: int) -> Path:
     return run.root / "eval" / f"step_{step:04d}"
 
 
+def _partial(ctx: StageContext) -> Path:
+    out = eval_dir(ctx.run, ctx.iteration)
+    return out.with_name(out.name + ".partial")
+
+
+def _checkpoint(ctx: StageContext) -> Path:
+    step = ctx.iteration
+    return ensure_initial_checkpoint(StageContext(ctx.run, ctx.cfg, 0)) if step == 0 else ctx.run.checkpoint_dir(step - 1)
+
+
+def _policy(ctx: StageContext, backbone) -> torch.nn.Module:
+    return policy_transformer(ctx.cfg, _checkpoint(ctx))[0]
+
+
+def sampling(ctx: StageContext) -> PoolSampling:
+    """The evaluation samples of the policy after `ctx.iteration` updates (the context's iteration is the step)."""
+    cfg = ctx.cfg
+    prompts, prompt_index, seeds = eval_inputs(cfg)
+    return PoolSampling(
+        path=_partial(ctx) / "pool.zarr",
+        prompts=prompts,
+        prompt_index=prompt_index,
+        seeds=seeds,
+        steps=cfg.eval.steps,
+        batch_size=cfg.eval.batch_size,
+        keep_latents=False,
+        attrs={"step": ctx.iteration, "evaluation": True},
+        desc=f"evaluate step {ctx.iteration}",
+        model=_policy,
+        guidance=cfg.guidance.eval,
+    )
+
+
+def scoring(ctx: StageContext) -> PoolScoring:
+    return pool_scoring(ctx, _partial(ctx) / "pool.zarr", f"score evaluation step {ctx.iteration}",
+                        ctx.cfg.eval.rewards or ctx.cfg.rewards)
+
+
 def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
-    """Evaluate the policy after `step` iterations once; later calls return the stored metrics."""
+    """Evaluate the policy after `step` iterations once; later calls return the stored metrics.
+
+    Samples (`eval.steps`, `guidance.eval`, the run's solver) into `pool.zarr` and scores it with `eval.rewards`,
+    each split over the devices like the sampling and score stages; `metrics` are the rewards' means."""
     import json
 
     from PIL import Image
 
-    from solrl_core.rundir import write_json_atomic
-    from solrl_core.stages.context import StageContext, ensure_initial_checkpoint
-
     out = eval_dir(run, step)
     if (out / "metrics.json").is_file():
         return json.loads((out / "metrics.json").read_text())
-    checkpoint = ensure_initial_checkpoint(StageContext(run, cfg, 0)) if step == 0 else run.checkpoint_dir(step - 1)
-    context = StageContext(run, cfg, step, progress)
-    result = evaluate_checkpoint(cfg, checkpoint, progress=progress, encode=context.encode)
-    partial = out.with_name(out.name + ".partial")
-    remove_tree(partial)
-    partial.mkdir(parents=True)
-    save_image(Image.fromarray(sample_grid(result["images"], cfg.eval.seeds_per_prompt)), partial / "samples.png")
-    summary = {"step": step, "metrics": result["metrics"], "ema": result["ema"], "samples": result["samples"],
-               "prompts": result["prompts"], "sampler": result["sampler"], "guidance": cfg.guidance.eval}
+    ctx = StageContext(run, cfg, step, progress)
+    ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
+    partial = _partial(ctx)
+    partial.mkdir(parents=True, exist_ok=True)  # an interrupted evaluation resumes its pool
+    writer, sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)
+    (total, per), score_shards = split_or_whole(ctx, f"{__name__}:scoring")
+    pool = writer.group
+    metrics = {"reward": float(total.mean()), **{name: float(values.mean()) for name, values in per.items()}}
+    images = np.asarray(pool["image"][...])
+    save_image(Image.fromarray(sample_grid(images, cfg.eval.seeds_per_prompt)), partial / "samples.png")
+    summary = {"step": step, "metrics": metrics, "ema": ema_used, "samples": int(len(images)),
+               "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
+               "shards": sample_shards, "score_shards": score_shards}
     write_json_atomic(partial / "metrics.json", summary)
     replace_dir(partial, out)
     return summary

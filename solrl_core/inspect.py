@@ -101,8 +101,30 @@ def pool_summary(run: RunDir, iteration: int) -> dict:
         "explore_precision": attrs.get("precision"),
         "explore_steps": attrs.get("steps"),
         "per_prompt": per_prompt,
+        "shards": stage_shards(run, iteration),
         "mlflow": mlflow_pool_link(run, iteration),
     }
+
+
+def stage_shards(run: RunDir, iteration: int) -> dict[str, list[dict]]:
+    """Where each complete splittable stage of an iteration ran: its shards' records (device, host, pid, seconds,
+    rows), from the stage manifests (solrl_core/stages/shards.py)."""
+    from solrl_core.stages.table import SPLITTABLE
+
+    out = {}
+    for stage in SPLITTABLE:
+        if run.is_complete(iteration, stage):
+            summary = run.manifest(iteration, stage)["summary"]
+            for key in ("shards", "score_shards"):
+                if summary.get(key):
+                    out[stage if key == "shards" else f"{stage}_scoring"] = summary[key]
+    return out
+
+
+def shards_text(shards: dict[str, list[dict]]) -> str:
+    """One line per stage: each shard's device, process and seconds."""
+    return "\n".join(f"  {stage:<16} " + ", ".join(f"{s['device']} (pid {s['pid']} on {s['host']}) {s['seconds']:.1f} s"
+                                                  for s in records) for stage, records in shards.items())
 
 
 def logged_marker(run: RunDir, iteration: int):

@@ -21,11 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from solrl_core.errors import RunDirLockedError
+from solrl_core.stages.table import STAGES
 from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, replace_dir, write_json_atomic
 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
-
-STAGES = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
 
 
 class RunDir:

@@ -8,10 +8,12 @@ from prefect.cache_policies import NO_CACHE
 from solrl_core.evaluate import run_eval
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
+from tasks.shards import dask_shards
 
 
 @task(name="evaluate", task_run_name="evaluate-step{step}", retries=1, cache_policy=NO_CACHE, persist_result=False)
 def evaluate_task(run_dir: str, step: int, progress: bool = True) -> dict:
-    """Evaluate the policy after `step` iterations (stored once in <run>/eval/step_NNNN/)."""
+    """Evaluate the policy after `step` iterations (stored once in <run>/eval/step_NNNN/), split over the devices."""
     run = RunDir(run_dir)
-    return run_eval(run, load_run_config(run), step, progress=progress)
+    with dask_shards():
+        return run_eval(run, load_run_config(run), step, progress=progress)

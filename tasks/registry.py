@@ -1,18 +1,7 @@
-"""Stage name -> Prefect task, in pipeline order."""
+"""Stage name -> Prefect task, in pipeline order, made from the stage table (solrl_core/stages/table.py)."""
 
-from tasks.explore import explore_task
-from tasks.quantize import quantize_task
-from tasks.regenerate import regenerate_task
-from tasks.score import score_explore_task, score_final_task
-from tasks.select import select_task
-from tasks.update import update_task
+from solrl_core.stages.table import STAGES
+from tasks.stage_task import make_stage_task
 
-STAGE_TASKS = {
-    "quantize": quantize_task,
-    "explore": explore_task,
-    "score_explore": score_explore_task,
-    "select": select_task,
-    "regenerate": regenerate_task,
-    "score_final": score_final_task,
-    "update": update_task,
-}
+STAGE_TASKS = {stage: make_stage_task(stage) for stage in STAGES}
+audit_task = make_stage_task("audit")  # the optional full-fidelity audit (not one of the pipeline's STAGES)

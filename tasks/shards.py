@@ -1,28 +1,41 @@
-"""Shards of a sampling stage (solrl_core/stages/shards.py) as Prefect tasks on a Dask cluster of processes.
+"""Work split over devices (solrl_core/stages/shards.py) as Prefect tasks on a Dask cluster, one worker per device.
 
-The stage's task runs a `solrl-shards` subflow with prefect-dask's DaskTaskRunner on a temporary
-`distributed.LocalCluster` (one single-threaded worker process per shard, bound to 127.0.0.1): one task prepares
-the pool on a worker (so the stage's own process never loads the model), then one task per shard samples its
-batches. Each task rebuilds its stage context from the run directory. A failed shard task is retried once, and a
-failed subflow fails the stage task, which Prefect retries: every attempt resumes at the batches not done yet.
+The stage's task runs a `solrl-shards` subflow with prefect-dask's DaskTaskRunner connected to a Dask scheduler:
+
+* `orchestration.dask_address` set: that running cluster. Its workers are started by hand, one per GPU, each with
+  CUDA_VISIBLE_DEVICES naming its GPU and `--resources device=1` (see the README); a shard runs on each of them.
+* otherwise: a temporary `distributed.SpecCluster` on 127.0.0.1 with one single-threaded Nanny per entry of
+  `orchestration.devices`, its worker process pinned to that device by its environment
+  (solrl_core/placement.py: worker_env) before torch starts.
+
+Every task needs one `device` resource, and every worker has one: a worker runs one task at a time. One task
+prepares the work on a worker (so the stage's own process never loads the model), then one task per shard runs its
+rows. Each task rebuilds its stage context from the run directory. A failed task is retried once, and a failed
+subflow fails the stage task, which Prefect retries: a sampling shard resumes at its batches not done yet.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict
 
+import dask
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from solrl_core.errors import SolrlError
+from solrl_core.placement import RESOURCE, pinned_device, resolve_devices, worker_env
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.shards import SHARDED_STAGES, Shard, prepare_shards, run_shard
+from solrl_core.stages.shards import Shard, prepare, run_shard
 from solrl_core.storage import location
 from tasks.stage_task import _retry_unless_user_error
 
 _TASK = {"retries": 1, "retry_delay_seconds": 1, "retry_condition_fn": _retry_unless_user_error,
          "cache_policy": NO_CACHE, "persist_result": False}
+CONNECT_TIMEOUT = 30  # seconds to reach a scheduler named by orchestration.dask_address
 
 
 def _context(run_dir: str, iteration: int) -> StageContext:
@@ -30,32 +43,116 @@ def _context(run_dir: str, iteration: int) -> StageContext:
     return StageContext(run, load_run_config(run), iteration, progress=False)
 
 
-@task(name="prepare-shards", task_run_name="{stage}-it{iteration}-prepare", **_TASK)
-def prepare_shards_task(run_dir: str, iteration: int, stage: str) -> None:
-    prepare_shards(_context(run_dir, iteration), stage)
+def _name(ref: str) -> str:
+    return ref.rpartition(".")[2].replace(":", "-")  # "solrl_core.stages.explore:sampling" -> explore-sampling
 
 
-@task(name="shard", task_run_name="{stage}-it{iteration}-shard{index}", **_TASK)
-def shard_task(run_dir: str, iteration: int, stage: str, index: int, first_batch: int, stop_batch: int) -> dict:
-    return run_shard(_context(run_dir, iteration), stage, Shard(index, first_batch, stop_batch))
+@task(name="prepare-shards", task_run_name="{what}-it{iteration}-prepare", **_TASK)
+def prepare_task(run_dir: str, iteration: int, ref: str, what: str) -> None:
+    prepare(_context(run_dir, iteration), ref, pinned_device()[0])
 
 
-@flow(name="solrl-shards", flow_run_name="{stage}-it{iteration}-shards")
-def shards_flow(run_dir: str, iteration: int, stage: str, shards: list[dict]) -> list[dict]:
-    """Prepare the stage's pool, then sample every shard at once on the flow's task runner."""
-    prepare_shards_task.submit(run_dir, iteration, stage).result()
-    futures = [shard_task.submit(run_dir, iteration, stage, **shard) for shard in shards]
+@task(name="shard", task_run_name="{what}-it{iteration}-shard{index}", **_TASK)
+def shard_task(run_dir: str, iteration: int, ref: str, what: str, index: int, first_batch: int,
+               stop_batch: int) -> dict:
+    return run_shard(_context(run_dir, iteration), ref, Shard(index, first_batch, stop_batch), *pinned_device())
+
+
+@flow(name="solrl-shards", flow_run_name="{what}-it{iteration}-shards")
+def shards_flow(run_dir: str, iteration: int, ref: str, what: str, shards: list[dict]) -> list[dict]:
+    """Prepare the work, then run every shard at once, each on a worker with a free `device`."""
+    with dask.annotate(resources={RESOURCE: 1}):
+        prepare_task.submit(run_dir, iteration, ref, what).result()
+        futures = [shard_task.submit(run_dir, iteration, ref, what, **shard) for shard in shards]
     return [future.result() for future in futures]
 
 
-def run_shards_on_dask(ctx: StageContext, stage: str, shards: list[Shard]) -> list[dict]:
-    """The ShardRunner of the Prefect stage tasks: `shards_flow` on a local Dask cluster of len(shards) processes."""
-    from prefect_dask import DaskTaskRunner
+def cluster_devices(address: str) -> int:
+    """How many workers of the Dask cluster at `address` offer the `device` resource."""
+    from distributed import Client
 
-    runner = DaskTaskRunner(cluster_kwargs={
-        "n_workers": len(shards), "processes": True, "threads_per_worker": 1,
-        "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",  # loopback only, any free port
-        "preload": [__name__, SHARDED_STAGES[stage]],  # every worker imports the stage while the others start
-    })
-    return shards_flow.with_options(task_runner=runner)(location(ctx.run.root), ctx.iteration, stage,
-                                                 [asdict(shard) for shard in shards])
+    try:
+        with Client(address, timeout=CONNECT_TIMEOUT) as client:
+            workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    except OSError as exc:
+        raise SolrlError(f"orchestration.dask_address: no Dask scheduler answers at {address} ({exc})") from None
+    count = sum(int(w.get("resources", {}).get(RESOURCE, 0) >= 1) for w in workers)
+    if not count:
+        raise SolrlError(f"the Dask cluster at {address} has no worker with the '{RESOURCE}' resource: start one per "
+                         f"GPU with `dask worker {address} --nthreads 1 --resources {RESOURCE}=1`")
+    return count
+
+
+def worker_specs(devices: list[str], preload: list[str]) -> dict:
+    """SpecCluster worker specs: one single-threaded Nanny per device, its process pinned by its environment."""
+    from distributed import Nanny
+
+    return {f"device-{k}": {"cls": Nanny, "options": {
+        "nthreads": 1, "host": "127.0.0.1", "env": worker_env(device), "resources": {RESOURCE: 1},
+        "preload": preload, "dashboard": False}} for k, device in enumerate(devices)}
+
+
+@contextlib.contextmanager
+def local_cluster(devices: list[str], preload: list[str]) -> Iterator[str]:
+    """A temporary Dask cluster on 127.0.0.1 of one pinned worker per device; yields its scheduler's address."""
+    from distributed import Scheduler, SpecCluster
+
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": "127.0.0.1:0"}}
+    with SpecCluster(workers=worker_specs(devices, preload), scheduler=scheduler, silence_logs=40) as cluster:
+        yield cluster.scheduler_address
+
+
+class DaskShards:
+    """The ShardRunner of the Prefect stage tasks. A local cluster starts at the first split work and serves every
+    later one until `close` (the evaluation and the audit split two pieces of work each)."""
+
+    def __init__(self):
+        self._stack = contextlib.ExitStack()
+        self._local: dict[tuple[str, ...], str] = {}  # devices -> scheduler address
+
+    def workers(self, cfg) -> int | None:
+        if cfg.orchestration.dask_address:
+            return cluster_devices(cfg.orchestration.dask_address)
+        count = len(resolve_devices(cfg))
+        return None if count == 1 else count
+
+    def __call__(self, ctx: StageContext, ref: str, shards: list[Shard]) -> list[dict]:
+        from prefect_dask import DaskTaskRunner
+
+        runner = DaskTaskRunner(address=self._address(ctx.cfg, ref))
+        return shards_flow.with_options(task_runner=runner)(location(ctx.run.root), ctx.iteration, ref, _name(ref),
+                                                            [asdict(shard) for shard in shards])
+
+    def _address(self, cfg, ref: str) -> str:
+        if cfg.orchestration.dask_address:
+            return cfg.orchestration.dask_address
+        devices = tuple(resolve_devices(cfg))
+        if devices not in self._local:  # every worker imports the work's module while the others start
+            preload = [__name__, ref.split(":")[0]]
+            self._local[devices] = self._stack.enter_context(local_cluster(list(devices), preload))
+        return self._local[devices]
+
+    def close(self) -> None:
+        """Stop the local clusters started so far (their workers free their devices); a later call starts anew."""
+        self._stack.close()
+        self._stack, self._local = contextlib.ExitStack(), {}
+
+
+@contextlib.contextmanager
+def dask_shards() -> Iterator[DaskShards]:
+    """Run the split work of the stages started inside this block on Dask (one worker process per device); yields
+    the runner (`close` it to free the devices early). Inside an outer block the outer one's cluster serves: a flow
+    that runs several stages in one process holds one cluster for all of them (the iteration flow does, up to the
+    update); a stage task alone starts its own, and its workers free their devices when it ends."""
+    from solrl_core.stages.shards import current_shard_runner, use_shard_runner
+
+    outer = current_shard_runner()
+    if isinstance(outer, DaskShards):
+        yield outer
+        return
+    runner = DaskShards()
+    try:
+        with use_shard_runner(runner):
+            yield runner
+    finally:
+        runner.close()

@@ -14,7 +14,6 @@ from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.registry import run_stage
-from solrl_core.stages.shards import use_shard_runner
 
 
 def _retry_unless_user_error(task, task_run, state) -> bool:
@@ -39,9 +38,9 @@ def make_stage_task(stage: str, retries: int = 1):
     )
     def stage_task(run_dir: str, iteration: int, force: bool = False, progress: bool = True) -> dict:
         run = RunDir(run_dir)
-        from tasks.shards import run_shards_on_dask  # explore/regenerate with orchestration.workers > 1
+        from tasks.shards import dask_shards  # splittable stages with several devices or a Dask cluster
 
-        with use_shard_runner(run_shards_on_dask):
+        with dask_shards():
             return run_stage(run, load_run_config(run), iteration, stage, force=force, progress=progress)
 
     stage_task.__doc__ = f"Run the '{stage}' stage of one iteration (skipped when its manifest exists)."

@@ -1,8 +1,12 @@
-"""Multi-worker explore/regenerate: the shard plan, per-batch completion markers, and a sharded run on a local Dask
-cluster of 2 processes that gives the same pool and rewards as one process, bit for bit."""
+"""Work split over devices: the shard plan, per-batch completion markers, and a run on two CPU devices (a local Dask
+cluster of two pinned worker processes) that gives the same pools, rewards, checkpoint and evaluation as one device,
+bit for bit."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import shutil
 import time
 
@@ -11,6 +15,7 @@ import pytest
 
 from conftest import TINY
 from solrl_core.errors import SolrlError
+from solrl_core.evaluate import eval_dir
 from solrl_core.pool import CandidateWriter, read_table
 from solrl_core.stages.shards import plan_shards
 
@@ -92,7 +97,8 @@ def test_pool_made_for_another_batch_size_is_started_again(tmp_path):
         _open(path, create=False)
 
 
-STAGES = ("explore", "score_explore", "select", "regenerate", "score_final")
+STAGES = ("explore", "score_explore", "select", "regenerate", "score_final", "update")
+SPLIT = ("explore", "score_explore", "regenerate", "score_final")  # the stages of STAGES whose work is split
 COMPARED = {
     ("explore", "pool.zarr"): ["image", "latent", "seed", "prompt_index"],
     ("regenerate", "samples.zarr"): ["image", "latent", "seed", "prompt_index", "candidate_index"],
@@ -100,32 +106,39 @@ COMPARED = {
     ("score_final", "rewards.zarr"): None,
     ("select", "selection.zarr"): None,
 }
+# rewards in batches of 2 rows, so that the score stages and the evaluation split too; a small evaluation
+SETTINGS = ["reward_models.embedded.batch_size=2", "eval.num_prompts=2", "eval.seeds_per_prompt=2", "eval.steps=2",
+            "eval.batch_size=1"]
 
 
-def _config(workers):
+def _config(*overrides):
     from solrl_core.config import load_config
 
-    return load_config(TINY, [f"orchestration.workers.{stage}={workers}" for stage in ("explore", "regenerate")])
+    return load_config(TINY, [*SETTINGS, *overrides])
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, one_torch_thread):
-    """A tiny run whose iteration 0 ran quantize..score_final in one process (workers 1); and the seconds it took."""
+    """A tiny run whose iteration 0 ran quantize..update, then the evaluation after it, on one device in this
+    process; and the seconds explore..update took."""
+    from solrl_core.evaluate import run_eval
     from solrl_core.rundir import RunDir
     from solrl_core.runs import prepare_run
     from solrl_core.stages.registry import run_stage
 
     one = RunDir(tmp_path_factory.mktemp("shards") / "one")
-    cfg = prepare_run(one, _config(1))
+    cfg = prepare_run(one, _config())
     run_stage(one, cfg, 0, "quantize", progress=False)
     start = time.perf_counter()
     for stage in STAGES:
         run_stage(one, cfg, 0, stage, progress=False)
-    return one, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    run_eval(one, cfg, 1)
+    return one, seconds
 
 
-def _copy_quantized(reference, path, workers):
-    """A copy of the reference run with only its quantize stage done, run with `workers` (resumable setting)."""
+def _copy_quantized(reference, path, *overrides):
+    """A copy of the reference run with only its quantize stage done, run with `overrides` (placement settings)."""
     from solrl_core.rundir import RunDir
     from solrl_core.runs import prepare_run
 
@@ -133,75 +146,166 @@ def _copy_quantized(reference, path, workers):
     run = RunDir(path)
     for stage in STAGES:
         run.invalidate(0, stage)
-    return run, prepare_run(run, _config(workers))
+    shutil.rmtree(run.root / "eval")
+    return run, prepare_run(run, _config(*overrides))
 
 
-def _assert_same_results(one, two):
+def _assert_same_results(one, two, stages=STAGES):
     for (stage, name), columns in COMPARED.items():
+        if stage not in stages:
+            continue
         a, attrs_a = read_table(one.stage_dir(0, stage) / name, columns)
         b, attrs_b = read_table(two.stage_dir(0, stage) / name, columns)
         assert a.keys() == b.keys() and a
         for key in a:
             assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), f"{stage}/{name}: {key}"
         assert attrs_a == attrs_b, f"{stage}/{name} attributes"
+    if "update" in stages:
+        for name in ("adapters.safetensors", "ema.safetensors", "optimizer.safetensors"):
+            a, b = (run.checkpoint_dir(0) / name for run in (one, two))
+            assert a.read_bytes() == b.read_bytes(), f"checkpoint {name}"
 
 
-def test_two_worker_dask_run_equals_one_worker_run(session_env, tmp_path, reference):
+def _assert_two_cpu_processes(shards, rows):
+    assert [s["shard"] for s in shards] == [0, 1] and [s["device"] for s in shards] == ["cpu", "cpu"]
+    assert len({s["pid"] for s in shards}) == 2 and os.getpid() not in {s["pid"] for s in shards}
+    assert shards[0]["rows"][0] == 0 and shards[0]["rows"][1] == shards[1]["rows"][0] and shards[1]["rows"][1] == rows
+    assert all(s["seconds"] > 0 for s in shards)
+
+
+@contextlib.contextmanager
+def _prefect(session_env):
     from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 
-    from flows.stage import stage_flow
-
-    one, one_seconds = reference
-    two, _ = _copy_quantized(one, tmp_path / "two", workers=2)
-    start = time.perf_counter()
     # logs stay local: the server stops with the session, before this process would flush them
     with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"],
                                      PREFECT_LOGGING_TO_API_ENABLED: False}):
-        manifests = {stage: stage_flow(str(two.root), stage, 0, progress=False) for stage in STAGES}
-    print(f"explore..score_final: 1 worker {one_seconds:.1f} s, 2 Dask workers {time.perf_counter() - start:.1f} s")
+        yield
 
-    for stage in ("explore", "regenerate"):
-        summary = manifests[stage]["summary"]
-        assert summary["workers"] == 2
-        assert summary["shard_processes"] == 2  # both shards ran, each in its own worker process
-        assert one.manifest(0, stage)["summary"]["shard_processes"] == 1
-    assert manifests["explore"]["summary"]["candidates"] == 16
+
+def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
+    """devices [cpu, cpu]: explore, both score stages, regenerate and the evaluation run as two pinned Dask worker
+    processes (recorded per shard in the manifests), and every artifact, the checkpoint and the evaluation equal
+    the one-device run's, bit for bit."""
+    from flows.evaluation import evaluation_flow
+    from flows.stage import stage_flow
+    from tasks.shards import dask_shards
+
+    one, one_seconds = reference
+    two, _ = _copy_quantized(one, tmp_path / "two", "orchestration.devices=[cpu, cpu]")
+    start = time.perf_counter()
+    with _prefect(session_env), dask_shards():  # one local cluster serves every stage (they start one each alone)
+        manifests = {stage: stage_flow(str(two.root), stage, 0, progress=False) for stage in STAGES}
+        print(f"explore..update: 1 device {one_seconds:.1f} s, 2 CPU devices {time.perf_counter() - start:.1f} s")
+        evaluation = evaluation_flow(str(two.root), 1, progress=False)
+
+    rows = {"explore": 16, "score_explore": 16, "regenerate": 8, "score_final": 8}
+    for stage in SPLIT:
+        _assert_two_cpu_processes(manifests[stage]["summary"]["shards"], rows[stage])
+        (alone,) = one.manifest(0, stage)["summary"]["shards"]
+        assert alone["pid"] == os.getpid() and alone["device"] == "cpu" and alone["rows"] == [0, rows[stage]]
+    assert "shards" not in manifests["update"]["summary"]
+    _assert_two_cpu_processes(evaluation["shards"], 4)
+    _assert_two_cpu_processes(evaluation["score_shards"], 4)
     _assert_same_results(one, two)
-    assert not (two.stage_dir(0, "explore") / "scores.zarr").exists()  # sharded: scored by the score stage
-    assert (one.stage_dir(0, "explore") / "scores.zarr").exists()  # one worker: scored while sampling
+    assert not (two.stage_dir(0, "explore") / "scores.zarr").exists()  # split: scored by the score stage
+    assert (one.stage_dir(0, "explore") / "scores.zarr").exists()  # one device: scored while sampling
+    a, b = (json.loads((eval_dir(run, 1) / "metrics.json").read_text()) for run in (one, two))
+    assert a["metrics"] == b["metrics"] and a["samples"] == b["samples"] == 4
+    images = [read_table(eval_dir(run, 1) / "pool.zarr", ["image"])[0]["image"] for run in (one, two)]
+    assert images[0].tobytes() == images[1].tobytes()
 
 
 def test_sharded_stage_left_unfinished_resumes_to_the_same_pool(tmp_path, reference):
     """A runner whose second shard stopped after one batch: the stage refuses to complete; run again, the missing
-    batches (only those) are sampled and the results equal the one-worker run."""
+    batches (only those) are sampled and the results equal the one-device run."""
     from solrl_core.stages.registry import run_stage
-    from solrl_core.stages.shards import Shard, prepare_shards, run_in_process, run_shard, use_shard_runner
+    from solrl_core.stages.shards import InProcess, Shard, prepare, run_shard, use_shard_runner
 
     one, _ = reference
-    two, cfg = _copy_quantized(one, tmp_path / "two", workers=2)
+    two, cfg = _copy_quantized(one, tmp_path / "two", "orchestration.devices=[cpu, cpu]")
     ran = []
 
-    def interrupted(ctx, stage, shards):
-        prepare_shards(ctx, stage)
-        first, second = shards
-        ran.append(run_shard(ctx, stage, first))
-        ran.append(run_shard(ctx, stage, Shard(second.index, second.first_batch, second.first_batch + 1)))
-        return ran
+    class Interrupted(InProcess):
+        def __call__(self, ctx, ref, shards):
+            prepare(ctx, ref, "cpu")
+            first, second = shards
+            ran.append(run_shard(ctx, ref, first, "cpu", "cpu"))
+            ran.append(run_shard(ctx, ref, Shard(second.index, second.first_batch, second.first_batch + 1), "cpu",
+                                 "cpu"))
+            return ran
 
-    with use_shard_runner(interrupted), pytest.raises(SolrlError, match="3 of 8 batches are not done"):
+    with use_shard_runner(Interrupted()), pytest.raises(SolrlError, match="3 of 8 batches are not done"):
         run_stage(two, cfg, 0, "explore", progress=False)
     assert not two.is_complete(0, "explore")
     pool = two.partial_dir(0, "explore") / "pool.zarr"
     assert read_table(pool, ["batch_done"])[0]["batch_done"].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
 
-    def resumed(ctx, stage, shards):
-        reports = run_in_process(ctx, stage, shards)  # prepare (keeps the explore pool), then every shard
-        ran.extend(reports)
-        return reports
+    class Resumed(InProcess):
+        def __call__(self, ctx, ref, shards):
+            reports = super().__call__(ctx, ref, shards)  # prepare (keeps the explore pool), then every shard
+            ran.extend(reports)
+            return reports
 
-    with use_shard_runner(resumed):
+    with use_shard_runner(Resumed()):
         for stage in STAGES:
             run_stage(two, cfg, 0, stage, progress=False)
+    sampled = [r["sampled"] for r in ran if "sampled" in r]
     # explore: shard 0 sampled its 4 batches, shard 1 one; on resume only shard 1's 3 missing ones; regenerate 1 + 1
-    assert [r["sampled"] for r in ran] == [4, 1, 0, 3, 1, 1] and not any(r["left"] for r in ran)
+    assert sampled == [4, 1, 0, 3, 1, 1] and not any(r["left"] for r in ran if "left" in r)
+    assert [r["scored"] for r in ran if "scored" in r] == [8, 8, 4, 4]  # both score stages, in two shards
     _assert_same_results(one, two)
+
+
+@pytest.fixture
+def dask_cluster(session_env, tmp_path):
+    """A Dask scheduler and two workers started separately on 127.0.0.1, as a team starts them (one worker per
+    device, each with the `device` resource; here CPU workers); yields the scheduler's address."""
+    import subprocess
+    import sys
+
+    from distributed import Client
+
+    from conftest import ROOT
+
+    env = {**session_env, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    file = tmp_path / "scheduler.json"
+    common = ["--no-dashboard", "--host", "127.0.0.1"]
+    logs = [open(tmp_path / f"{name}.log", "w") for name in ("scheduler", "worker0", "worker1")]
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0",
+                               "--scheduler-file", str(file), *common], env=env, stdout=logs[0], stderr=logs[0],
+                              start_new_session=True)]
+    procs += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(file),
+                                "--nthreads", "1", "--resources", "device=1", "--name", f"cpu-{k}", *common],
+                               env=env, stdout=logs[k + 1], stderr=logs[k + 1], start_new_session=True)
+              for k in range(2)]
+    try:
+        deadline = time.time() + 120
+        while not file.exists():
+            assert time.time() < deadline and procs[0].poll() is None, f"no scheduler; see {tmp_path}"
+            time.sleep(0.5)
+        with Client(scheduler_file=str(file), timeout=60) as client:
+            client.wait_for_workers(2, timeout=180)
+            yield client.scheduler.address
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()
+
+
+def test_explore_through_a_running_dask_cluster_equals_one_device(session_env, tmp_path, reference, dask_cluster):
+    from flows.stage import stage_flow
+
+    one, _ = reference
+    two, _ = _copy_quantized(one, tmp_path / "two", f"orchestration.dask_address={dask_cluster}")
+    with _prefect(session_env):
+        manifest = stage_flow(str(two.root), "explore", 0, progress=False)
+    shards = manifest["summary"]["shards"]
+    _assert_two_cpu_processes(shards, 16)
+    _assert_same_results(one, two, stages=("explore",))

@@ -8,12 +8,12 @@ import pytest
 
 from conftest import TINY
 from solrl_core.config import load_config
-from solrl_core.evaluate import evaluate_checkpoint
+from solrl_core.evaluate import eval_dir
+from solrl_core.pool import read_table
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.tiny import write_tiny_checkpoints
 from solrl_core.rundir import RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.stages.context import StageContext, ensure_initial_checkpoint
 
 FOUR = ("pickscore", "clipscore", "hpsv2", "imagereward")
 
@@ -31,14 +31,12 @@ def test_eval_scores_with_pickscore_clipscore_hpsv2_and_imagereward(tmp_path, ru
     assert set(stored) == {"reward", *FOUR} and all(np.isfinite(v) for v in stored.values())
     for name in FOUR:
         assert f"eval/{name}" in out
-    # the same numbers in process: each is that reward's mean over the evaluation samples, "reward" the weighted one
-    with run.hold():
-        result = evaluate_checkpoint(cfg, ensure_initial_checkpoint(StageContext(run, cfg, 0)))
-    metrics = result["metrics"]
-    assert metrics == pytest.approx(stored, rel=0, abs=1e-6)
-    prompts = [result["prompts"][i] for i in result["prompt_index"]]
+    # each is that reward's mean over the evaluation samples (kept in pool.zarr), "reward" the weighted one
+    metrics = stored
+    cols, attrs = read_table(eval_dir(run, 0) / "pool.zarr", ["image", "prompt_index"])
+    prompts = [attrs["prompts"][i] for i in cols["prompt_index"]]
     assert len(prompts) == 4
-    per = {name: get_reward(name, cfg.reward_models)(result["images"], prompts) for name in FOUR}
+    per = {name: get_reward(name, cfg.reward_models)(cols["image"], prompts) for name in FOUR}
     for name in FOUR:
         assert np.isclose(metrics[name], per[name].mean(), rtol=0, atol=1e-6), name
     weighted = sum(cfg.eval.rewards[n] * per[n] for n in FOUR)

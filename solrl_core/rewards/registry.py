@@ -84,6 +84,12 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
     return reward
 
 
+def reward_batch_size(name: str, models: ModelsConfig | None = None) -> int:
+    """The batch size reward `name` scores with under `models`, without loading it."""
+    check_reward_names([name])
+    return int(spec_for(name, models).batch_size or REWARD_CLASSES[name].default_batch_size)
+
+
 def clear_reward_cache() -> None:
     """Forget loaded reward models (frees their memory once nothing else holds them)."""
     with _lock:

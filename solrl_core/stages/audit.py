@@ -28,11 +28,13 @@ import numpy as np
 from solrl_core.config import RunConfig
 from solrl_core.pool import read_table, write_table
 from solrl_core.rundir import RunDir, write_json_atomic
-from solrl_core.stages.context import StageContext, load_backbone, load_merged_transformer
-from solrl_core.stages.sampling import sample_into_pool
+from solrl_core.stages.context import StageContext, load_merged_transformer
+from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
+from solrl_core.stages.sampling import PoolSampling
+from solrl_core.stages.shards import sample_pool, split_or_whole
+from solrl_core.stages.table import BY_NAME
 
 AUDIT = "audit"
-REQUIRES = ("quantize", "explore", "score_explore")
 
 
 def audit_due(cfg: RunConfig, iteration: int) -> bool:
@@ -93,41 +95,44 @@ def audit_numbers(proxy, full, prompt_index, k: int, selected=None) -> dict:
     return out
 
 
+def sampling(ctx: StageContext) -> PoolSampling:
+    """The whole explore pool again with the full-precision copy and the regenerate stage's steps."""
+    cfg = ctx.cfg
+    pool, pool_attrs = read_table(ctx.artifact("explore", "pool.zarr"), ["prompt_index", "seed"])
+    steps = cfg.regenerate.steps
+    return PoolSampling(
+        path=ctx.run.partial_dir(ctx.iteration, AUDIT) / "pool.zarr",
+        prompts=list(pool_attrs["prompts"]),
+        prompt_index=pool["prompt_index"],
+        seeds=pool["seed"],
+        steps=steps,
+        batch_size=cfg.regenerate.batch_size,
+        keep_latents=False,
+        attrs={"precision": "fp32", "iteration": ctx.iteration, "audit": True},
+        desc=f"audit it{ctx.iteration} (fp32, {steps} steps, whole pool)",
+        model=load_merged_transformer,
+        extra_columns={"candidate_index": np.arange(len(pool["seed"]), dtype=np.int64)},
+    )
+
+
+def scoring(ctx: StageContext) -> PoolScoring:
+    return pool_scoring(ctx, ctx.run.partial_dir(ctx.iteration, AUDIT) / "pool.zarr", f"score audit it{ctx.iteration}")
+
+
 def run_audit(ctx: StageContext) -> dict:
     """Regenerate and score the whole explore pool at full precision; write the artifact; return the summary."""
     cfg = ctx.cfg
-    pool_path = ctx.artifact("explore", "pool.zarr")
-    pool, pool_attrs = read_table(pool_path, ["prompt_index", "seed"])
+    pool, pool_attrs = read_table(ctx.artifact("explore", "pool.zarr"), ["prompt_index", "seed"])
     proxy = read_table(ctx.artifact("score_explore", "rewards.zarr"), ["reward"])[0]["reward"]
-    n = len(pool["seed"])
     selected = None
     if ctx.run.is_complete(ctx.iteration, "select"):
         selected = read_table(ctx.artifact("select", "selection.zarr"), ["candidate_index"])[0]["candidate_index"]
     k = cfg.explore.seeds_per_prompt if cfg.select.mode == "all" else cfg.select.k
-    steps = cfg.regenerate.steps
     with ctx.run.stage_output(ctx.iteration, AUDIT, resume_partial=True) as out:
-        backbone = load_backbone(cfg)
         start = time.perf_counter()
-        sample_into_pool(
-            out / "pool.zarr",
-            backbone,
-            load_merged_transformer(ctx, backbone),
-            list(pool_attrs["prompts"]),
-            pool["prompt_index"],
-            pool["seed"],
-            steps=steps,
-            batch_size=cfg.regenerate.batch_size,
-            keep_latents=False,
-            attrs={"precision": "fp32", "iteration": ctx.iteration, "audit": True},
-            progress=ctx.progress,
-            desc=f"audit it{ctx.iteration} (fp32, {steps} steps, whole pool)",
-            ctx=ctx,
-            extra_columns={"candidate_index": np.arange(n, dtype=np.int64)},
-        )
+        sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)[1]
         sample_seconds = time.perf_counter() - start
-        from solrl_core.stages.score import score_pool
-
-        full, per = score_pool(ctx, out / "pool.zarr", f"score audit it{ctx.iteration}")
+        (full, per), score_shards = split_or_whole(ctx, f"{__name__}:scoring")
         columns = {"reward": full, "proxy_reward": proxy.astype(np.float32)}
         columns.update({f"reward_{name}": values for name, values in per.items()})
         write_table(out / "rewards.zarr", columns)
@@ -137,22 +142,21 @@ def run_audit(ctx: StageContext) -> dict:
             explore_precision=str(pool_attrs.get("precision")),
             explore_steps=int(pool_attrs.get("steps", 0)),
             full_precision="fp32",
-            full_steps=steps,
+            full_steps=cfg.regenerate.steps,
             sample_seconds=round(sample_seconds, 3),
             proxy_mean=float(np.mean(proxy)),
             full_mean=float(np.mean(full)),
         )
         write_json_atomic(out / "summary.json", summary)
-    return summary
+    return {**summary, "shards": sample_shards, "score_shards": score_shards}
 
 
 def audit_missing_inputs(run: RunDir, iteration: int) -> list[str]:
-    return [stage for stage in REQUIRES if not run.is_complete(iteration, stage)]
+    return [stage for stage in BY_NAME[AUDIT].requires if not run.is_complete(iteration, stage)]
 
 
 def audit_iteration(run: RunDir, cfg: RunConfig, iteration: int, force: bool = False, progress: bool = True) -> dict:
     """Run the audit of `iteration` unless done (or `force`); return its manifest. The caller holds the run dir."""
-    from solrl_core.stages.registry import run_recorded
+    from solrl_core.stages.registry import run_stage
 
-    missing = [(iteration, stage) for stage in audit_missing_inputs(run, iteration)]
-    return run_recorded(run, cfg, iteration, AUDIT, run_audit, missing, force, progress, "the audit")
+    return run_stage(run, cfg, iteration, AUDIT, force=force, progress=progress)

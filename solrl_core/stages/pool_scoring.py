@@ -15,9 +15,11 @@ The score stages read the stored columns, score only the rows still missing, and
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward
-from solrl_core.rewards.registry import load_rewards, weighted_sum
+from solrl_core.rewards.registry import load_rewards, reward_batch_size, weighted_sum
 from solrl_core.stages.context import StageContext
 from solrl_core.storage import remove_tree, zarr_store
 
@@ -243,14 +245,15 @@ def scoring_while_sampling(
         scorer.close()
 
 
-def score_pool(ctx: StageContext, pool_path: Path, desc: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def score_pool(ctx: StageContext, pool_path: Path, desc: str, weights: Mapping[str, float] | None = None
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Weighted reward (float32) and each reward's column (float32) for every row of the pool at `pool_path`,
-    taking the rows already scored while it was sampled from `scores.zarr` beside it."""
+    taking the rows already scored while it was sampled from `scores.zarr` beside it. `weights`: the rewards and
+    their weights (default: the training rewards)."""
+    weights = weights or ctx.cfg.rewards
     group = zarr.open_group(zarr_store(pool_path), mode="r")
-    prompts = list(group.attrs["prompts"])
-    row_prompts = [prompts[i] for i in np.asarray(group["prompt_index"][...])]
-    seeds = np.asarray(group["seed"][...])
-    rewards = load_rewards(ctx.cfg.rewards, ctx.cfg.reward_models)
+    row_prompts, seeds = _rows(group)
+    rewards = load_rewards(weights, ctx.cfg.reward_models)
     store = ScoreStore(len(seeds), rewards)
     if (pool_path.parent / SCORES).exists():
         store.adopt(pool_path.parent / SCORES)
@@ -258,5 +261,67 @@ def score_pool(ctx: StageContext, pool_path: Path, desc: str) -> tuple[np.ndarra
     images = group["image"]
     with tqdm(total=store.missing(), desc=desc, unit="score", disable=not ctx.progress, leave=False) as bar:
         RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]), bar).run(len(seeds))
-    total = weighted_sum(store.values, ctx.cfg.rewards)
-    return total.astype(np.float32), {name: values.astype(np.float32) for name, values in store.values.items()}
+    return _totals(store.values, weights)
+
+
+def _rows(group) -> tuple[list[str], np.ndarray]:
+    """(prompt, seed) of every row of a pool."""
+    prompts = list(group.attrs["prompts"])
+    return [prompts[i] for i in np.asarray(group["prompt_index"][...])], np.asarray(group["seed"][...])
+
+
+def _totals(values: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> tuple[np.ndarray, dict]:
+    total = weighted_sum(values, weights)
+    return total.astype(np.float32), {name: column.astype(np.float32) for name, column in values.items()}
+
+
+@dataclass(frozen=True)
+class PoolScoring:
+    """The rewards of every row of a pool, as work split over devices (solrl_core/stages/shards.py): a shard scores
+    a range of rows that starts on a batch boundary of every reward, so each reward forms the batches it forms on
+    one device and the scores are the same. Shards hand their scores back; nothing is written until all are in."""
+
+    pool: Path
+    weights: dict[str, float]
+    desc: str
+    n_rows: int
+    unit: int  # the lcm of the rewards' batch sizes
+
+    def prepare(self, ctx: StageContext) -> None:
+        return None
+
+    def finished(self) -> bool:
+        return False
+
+    def whole(self, ctx: StageContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return score_pool(ctx, self.pool, self.desc, self.weights)
+
+    def run_shard(self, ctx: StageContext, shard) -> tuple[dict, dict[str, list[float]]]:
+        rows = shard.rows(self.unit, self.n_rows)
+        group = zarr.open_group(zarr_store(self.pool), mode="r")
+        row_prompts, seeds = _rows(group)
+        rewards = load_rewards(self.weights, ctx.cfg.reward_models)
+        store = ScoreStore(self.n_rows, rewards)
+        store.committed = dict.fromkeys(rewards, rows.start)
+        images = group["image"]
+        what, _ = _names(ctx, self.pool)
+        RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b])).run(rows.stop)
+        return {"scored": len(rows)}, {name: values[rows.start:rows.stop].tolist() for name, values in
+                                       store.values.items()}
+
+    def collect(self, ctx: StageContext, reports: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        reports = sorted(reports, key=lambda report: report["shard"])
+        values = {name: np.concatenate([np.asarray(r["result"][name], np.float64) for r in reports])
+                  for name in self.weights}
+        if any(len(column) != self.n_rows for column in values.values()):
+            raise SolrlError(f"{self.desc}: the shards scored {len(next(iter(values.values())))} of {self.n_rows} rows")
+        return _totals(values, self.weights)
+
+
+def pool_scoring(ctx: StageContext, pool_path: Path, desc: str, weights: Mapping[str, float] | None = None
+                 ) -> PoolScoring:
+    """The scoring of the pool at `pool_path` with `weights` (default: the training rewards)."""
+    weights = dict(weights or ctx.cfg.rewards)
+    n_rows = int(zarr.open_group(zarr_store(pool_path), mode="r").attrs["n_rows"])
+    unit = math.lcm(*(reward_batch_size(name, ctx.cfg.reward_models) for name in weights))
+    return PoolScoring(pool_path, weights, desc, n_rows, unit)

@@ -1,51 +1,20 @@
-"""Which stages exist, what each needs first, and how one is run (skip if complete, check inputs, time, record)."""
+"""How one stage of the table (solrl_core/stages/table.py) is run: skip if complete, check inputs, time, record."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from solrl_core.config import RunConfig
 from solrl_core.errors import MissingInputError
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.rundir import RunDir
 from solrl_core.stages.context import StageContext
-
-
-def _funcs() -> dict[str, Callable[[StageContext], dict]]:
-    from solrl_core.stages.explore import run_explore
-    from solrl_core.stages.quantize import run_quantize
-    from solrl_core.stages.regenerate import run_regenerate
-    from solrl_core.stages.score import run_score_explore, run_score_final
-    from solrl_core.stages.select import run_select
-    from solrl_core.stages.update import run_update
-
-    return {
-        "quantize": run_quantize,
-        "explore": run_explore,
-        "score_explore": run_score_explore,
-        "select": run_select,
-        "regenerate": run_regenerate,
-        "score_final": run_score_final,
-        "update": run_update,
-    }
-
-
-# Same-iteration inputs of each stage. quantize and update also need the previous iteration's update (checkpoint).
-REQUIRES: dict[str, tuple[str, ...]] = {
-    "quantize": (),
-    "explore": ("quantize",),
-    "score_explore": ("explore",),
-    "select": ("score_explore",),
-    "regenerate": ("select", "quantize"),
-    "score_final": ("regenerate",),
-    "update": ("score_final",),
-}
-NEEDS_PREVIOUS_CHECKPOINT = ("quantize", "update")
+from solrl_core.stages.table import BY_NAME, STAGES, load
 
 
 def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, str]]:
-    missing = [(iteration, s) for s in REQUIRES[stage] if not run.is_complete(iteration, s)]
-    if stage in NEEDS_PREVIOUS_CHECKPOINT and iteration > 0 and not run.is_complete(iteration - 1, "update"):
+    spec = BY_NAME[stage]
+    missing = [(iteration, s) for s in spec.requires if not run.is_complete(iteration, s)]
+    if spec.needs_previous_checkpoint and iteration > 0 and not run.is_complete(iteration - 1, "update"):
         missing.insert(0, (iteration - 1, "update"))
     return missing
 
@@ -53,11 +22,13 @@ def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, s
 def run_stage(
     run: RunDir, cfg: RunConfig, iteration: int, stage: str, force: bool = False, progress: bool = True
 ) -> dict:
-    """Run one stage unless already complete (or `force`); return its manifest. The caller holds the run dir."""
-    if stage not in STAGES:
+    """Run one stage of the table unless already complete (or `force`); return its manifest. The caller holds the
+    run dir."""
+    if stage not in BY_NAME:
         raise MissingInputError(f"unknown stage '{stage}' (stages: {', '.join(STAGES)})")
+    what = f"stage '{stage}'" if stage in STAGES else f"the {stage}"
     missing = missing_inputs(run, iteration, stage)
-    return run_recorded(run, cfg, iteration, stage, _funcs()[stage], missing, force, progress, f"stage '{stage}'")
+    return run_recorded(run, cfg, iteration, stage, load(BY_NAME[stage].run), missing, force, progress, what)
 
 
 def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, missing: list[tuple[int, str]],

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import zarr
 from tqdm.auto import tqdm
 
+from solrl_core.errors import SolrlError
 from solrl_core.pool import CandidateWriter
 from solrl_core.sampler import resolve_sampler, sample, schedule_sigmas
+from solrl_core.storage import zarr_store
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ def open_pool(
     extra_columns: dict[str, np.ndarray] | None = None,
     ctx=None,
     create: bool = True,
+    guidance: float | None = None,
 ) -> CandidateWriter:
     """The pool `sample_into_pool` fills (created when absent or made for other shapes, unless `create` is false).
 
@@ -55,7 +59,7 @@ def open_pool(
     cached conditioning does not depend on how the pool's batches are later split across processes.
     """
     image_shape = backbone.decode(torch.zeros(1, *backbone.latent_shape)).shape[1:]
-    settings = sampling_settings(ctx, backbone)
+    settings = sampling_settings(ctx, backbone, guidance)
     if ctx is not None:
         ctx.encode(list(dict.fromkeys(prompts)))
     return CandidateWriter.open(
@@ -88,6 +92,7 @@ def sample_into_pool(
     on_commit: Callable[[int, dict], None] | None = None,
     ctx=None,
     batches: range | None = None,
+    guidance: float | None = None,
 ) -> CandidateWriter:
     """Sample row i from seed `seeds[i]` with prompt `prompts[prompt_index[i]]`, batch by batch, committing each.
 
@@ -97,11 +102,12 @@ def sample_into_pool(
     exists (`open_pool`), while other processes sample the others; None = the whole pool, in order.
     `on_commit(start, columns)` is called after each batch is committed (e.g. to score it while the next samples).
     `ctx` (the stage's context) gives the run's sampling settings (`sampling_settings`); the pool's attributes
-    record the solver, the guidance and the sigmas (the update trains on those times).
+    record the solver, the guidance and the sigmas (the update trains on those times). `guidance`: the scale
+    (default: the run's `guidance.rollout`).
     """
     writer = open_pool(path, backbone, prompts, len(seeds), steps, batch_size, keep_latents, attrs, extra_columns,
-                       ctx, create=batches is None)
-    settings = sampling_settings(ctx, backbone)
+                       ctx, create=batches is None, guidance=guidance)
+    settings = sampling_settings(ctx, backbone, guidance)
     todo = writer.pending(batches)
     mine = batches if batches is not None else range(writer.n_batches)
     total, left = (sum(len(range(writer.n_rows)[writer.batch_rows(k)]) for k in ks) for ks in (mine, todo))
@@ -128,3 +134,86 @@ def sample_into_pool(
         bar.update(rows.stop - rows.start)
     bar.close()
     return writer
+
+
+@dataclass(frozen=True, eq=False)
+class PoolSampling:
+    """How a sampling stage fills its pool (explore, regenerate, the audit, the evaluation): the same value in every
+    process that builds it from the run directory, so any process can sample any batches of it."""
+
+    path: Path
+    prompts: list[str]
+    prompt_index: np.ndarray  # per row
+    seeds: np.ndarray  # per row
+    steps: int
+    batch_size: int
+    keep_latents: bool
+    attrs: dict
+    desc: str
+    model: Callable  # (ctx, backbone) -> the transformer that samples
+    extra_columns: dict[str, np.ndarray] | None = None
+    guidance: float | None = None  # None = guidance.rollout
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def row_prompts(self) -> list[str]:
+        return [self.prompts[i] for i in self.prompt_index]
+
+    def open(self, ctx, backbone, create: bool = True) -> CandidateWriter:
+        return open_pool(self.path, backbone, self.prompts, self.n_rows, self.steps, self.batch_size,
+                         self.keep_latents, self.attrs, self.extra_columns, ctx, create=create, guidance=self.guidance)
+
+    def sample(self, ctx, backbone, batches: range | None = None, on_commit=None, desc: str | None = None):
+        """`sample_into_pool` with these settings: every batch not done yet, or those of `batches` (a shard)."""
+        return sample_into_pool(self.path, backbone, self.model(ctx, backbone), self.prompts, self.prompt_index,
+                                self.seeds, self.steps, self.batch_size, self.keep_latents, self.attrs,
+                                ctx.progress, desc or self.desc, self.extra_columns, on_commit, ctx, batches,
+                                self.guidance)
+
+    # ---- split over devices (solrl_core/stages/shards.py) ------------------------------------------------------
+    @property
+    def unit(self) -> int:
+        return self.batch_size
+
+    def prepare(self, ctx) -> None:
+        """Create the pool (or keep the one a previous attempt left) before the shards write into it."""
+        from solrl_core.stages.context import load_backbone
+
+        self.open(ctx, load_backbone(ctx.cfg))
+
+    def run_shard(self, ctx, shard) -> tuple[dict, None]:
+        """Sample the batches of `shard` that are not done yet; return what it did."""
+        from solrl_core.stages.context import load_backbone
+
+        try:
+            todo = CandidateWriter(self._group("r")).pending(shard.batches)
+        except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+            raise SolrlError(f"the pool {self.path} does not exist yet: it is prepared before the shards") from None
+        writer = self.sample(ctx, load_backbone(ctx.cfg), shard.batches, desc=f"{self.desc} shard {shard.index}")
+        left = writer.pending(shard.batches)
+        return {"sampled": len(todo) - len(left), "left": len(left)}, None
+
+    def finished(self) -> bool:
+        """Whether an earlier attempt already sampled every batch of this pool (nothing to start)."""
+        try:
+            writer = CandidateWriter(self._group("r+"))
+        except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+            return False
+        return writer.n_rows == self.n_rows and writer.batch_size == self.batch_size and not writer.pending()
+
+    def collect(self, ctx, reports: list[dict]) -> CandidateWriter:
+        """The complete pool's writer, its `committed` count brought up to date; an error if a batch is missing."""
+        writer = CandidateWriter(self._group("r+"))
+        if writer.sync_committed() < writer.n_rows:
+            left = writer.pending()
+            stage = self.path.parent.name.removesuffix(".partial")
+            raise SolrlError(f"{stage} of iteration {ctx.iteration}: {len(left)} of {writer.n_batches} batches are "
+                             f"not done after its {len(reports)} shards ran (first: batch {left[0]}); run the stage "
+                             "again to finish them")
+        return writer
+
+    def _group(self, mode: str):
+        return zarr.open_group(zarr_store(self.path), mode=mode)

@@ -1,57 +1,60 @@
-"""Multi-worker sampling: a stage's pool split into shards that several processes fill at the same time.
+"""Work split over devices: a stage's rows in shards of whole batches, one shard per device, run at the same time.
 
-A shard is a contiguous range of whole sampling batches of the pool, so every batch is formed exactly as in a
-single-worker run (the NVFP4 activation scales are per batch) and the pool is identical bit for bit. Each shard
-writes only its own batches and their completion markers (solrl_core/pool.py), and resumes at its first batch not
-done. Everything a shard needs comes from the run directory, so any process can run any shard:
+The splittable work of a stage is named in the stage table (solrl_core/stages/table.py) by a "module:function"
+string `ref`: `load(ref)(ctx)` builds it from the run directory alone, so any process can build it and run any
+shard of it. Two kinds exist: a pool to sample (`PoolSampling`, solrl_core/stages/sampling.py) and a pool to score
+(`PoolScoring`, solrl_core/stages/pool_scoring.py). Each has
 
-1. `prepare_shards`: create the pool and put its prompts in the text cache (before any shard starts);
-2. `run_shard` for every shard, in any order, at the same time;
-3. `sample_sharded` (the stage's own process) then checks every batch is done and records the `committed` count.
+    n_rows, unit          rows, and the rows of an indivisible piece (a sampling batch; the lcm of the rewards'
+                          batch sizes), so every batch is formed exactly as in a one-device run: the same results;
+    prepare(ctx)          before any shard starts (sampling: create the pool and cache its prompts' conditioning);
+    run_shard(ctx, rows)  in a shard's process: (what it did, the result it hands back);
+    finished()            nothing left to run (a pool an earlier attempt completed);
+    collect(ctx, reports) in the stage's process: the stage's result from the shards' results.
 
-Who runs steps 1-2 is the orchestrator's choice, given with `use_shard_runner` (the Prefect stage tasks run them on
-a Dask cluster: tasks/shards.py); by default they run one after another in this process. Scoring while sampling
-(`score.overlap`) is off for sharded stages: the score stage scores the whole pool.
+Who runs the shards is the orchestrator's choice, given with `use_shard_runner` (the Prefect stage tasks run them on
+a Dask cluster of one process per device: tasks/shards.py). The default runs them here, one after another, each on
+its device. With one device (and no Dask cluster named) a stage runs in its own process as it always did.
+Every run records, per shard, its device, host, process and seconds (`records`) in the stage's manifest.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
+import dataclasses
 import os
-from collections.abc import Callable, Iterator
+import socket
+import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-import torch
-import zarr
-
-from solrl_core.errors import SolrlError
-from solrl_core.pool import CandidateWriter, batch_count
+from solrl_core.placement import local_name, placed_config, resolve_devices
 from solrl_core.stages.context import StageContext, load_backbone
-from solrl_core.stages.sampling import open_pool, sample_into_pool
-from solrl_core.storage import zarr_store
-
-# stage -> module whose SHARDING describes how the stage samples its pool
-SHARDED_STAGES = {"explore": "solrl_core.stages.explore", "regenerate": "solrl_core.stages.regenerate"}
+from solrl_core.stages.pool_scoring import scoring_while_sampling
+from solrl_core.stages.table import load
 
 
 @dataclass(frozen=True)
 class Shard:
     index: int
-    first_batch: int
+    first_batch: int  # in units of the work's `unit` rows
     stop_batch: int  # exclusive
 
     @property
     def batches(self) -> range:
         return range(self.first_batch, self.stop_batch)
 
+    def rows(self, unit: int, n_rows: int) -> range:
+        return range(self.first_batch * unit, min(self.stop_batch * unit, n_rows))
+
 
 def plan_shards(n_rows: int, batch_size: int, workers: int) -> list[Shard]:
     """At most `workers` shards of contiguous whole batches covering the pool, sizes differing by at most a batch."""
     if batch_size < 1 or workers < 1:
         raise ValueError(f"batch_size and workers must be >= 1 (got {batch_size}, {workers})")
-    n = batch_count(n_rows, batch_size)
+    n = -(-n_rows // batch_size)
     count = max(min(workers, n), 1)
     base, extra = divmod(n, count)
     shards, first = [], 0
@@ -62,64 +65,72 @@ def plan_shards(n_rows: int, batch_size: int, workers: int) -> list[Shard]:
     return shards
 
 
-@dataclass(frozen=True)
-class ShardedSampling:
-    """How a stage samples its pool, in pieces any process can compute from the run directory alone.
+class SplitWork(Protocol):
+    n_rows: int
+    unit: int
 
-    pool(ctx): `sample_into_pool`'s arguments other than the model, progress and context (path, prompts,
-    prompt_index, seeds, steps, batch_size, keep_latents, attrs, desc, optionally extra_columns).
-    model(ctx, backbone): the transformer that samples.
-    """
-
-    pool: Callable[[StageContext], dict]
-    model: Callable[[StageContext, object], torch.nn.Module]
+    def prepare(self, ctx: StageContext) -> None: ...
+    def run_shard(self, ctx: StageContext, shard: Shard) -> tuple[dict, Any]: ...
+    def finished(self) -> bool: ...
+    def collect(self, ctx: StageContext, reports: list[dict]) -> Any: ...
 
 
-def sharding(stage: str) -> ShardedSampling:
-    if stage not in SHARDED_STAGES:
-        raise SolrlError(f"stage '{stage}' cannot be split across workers (only {', '.join(SHARDED_STAGES)})")
-    return importlib.import_module(SHARDED_STAGES[stage]).SHARDING
+def placed(ctx: StageContext, device: str) -> StageContext:
+    """The context of a process that runs on `device` (a torch device of that process)."""
+    cfg = placed_config(ctx.cfg, device)
+    return ctx if cfg is ctx.cfg else dataclasses.replace(ctx, cfg=cfg)
 
 
-def prepare_shards(ctx: StageContext, stage: str) -> None:
-    """Create the stage's pool (or keep the one a previous attempt left) before its shards write into it."""
-    args = sharding(stage).pool(ctx)
-    open_pool(args["path"], load_backbone(ctx.cfg), args["prompts"], len(args["seeds"]), args["steps"],
-              args["batch_size"], args["keep_latents"], args["attrs"], args.get("extra_columns"), ctx)
+def prepare(ctx: StageContext, ref: str, device: str) -> None:
+    """Step 1, in any process: what the work needs before its shards start."""
+    ctx = placed(ctx, device)
+    load(ref)(ctx).prepare(ctx)
 
 
-def run_shard(ctx: StageContext, stage: str, shard: Shard) -> dict:
-    """Sample the batches of `shard` that are not done yet into the stage's pool; return what it did."""
-    spec = sharding(stage)
-    args = spec.pool(ctx)
-    backbone = load_backbone(ctx.cfg)
-    args["desc"] = f"{args['desc']} shard {shard.index}"
-    try:
-        todo = CandidateWriter(zarr.open_group(zarr_store(args["path"]), mode="r")).pending(shard.batches)
-    except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
-        raise SolrlError(f"the pool {args['path']} does not exist yet: prepare_shards runs before the shards") from None
-    writer = sample_into_pool(backbone=backbone, transformer=spec.model(ctx, backbone), progress=ctx.progress,
-                              ctx=ctx, batches=shard.batches, **args)
-    left = writer.pending(shard.batches)
-    return {"shard": shard.index, "batches": [shard.first_batch, shard.stop_batch], "pid": os.getpid(),
-            "sampled": len(todo) - len(left), "left": len(left)}
+def run_shard(ctx: StageContext, ref: str, shard: Shard, device: str, label: str) -> dict:
+    """Step 2, in the shard's process (on torch device `device`, named `label` in the manifest): run the shard;
+    return its record with the result under "result"."""
+    start = time.perf_counter()
+    ctx = placed(ctx, device)
+    work = load(ref)(ctx)
+    did, result = work.run_shard(ctx, shard)
+    rows = shard.rows(work.unit, work.n_rows)
+    return {"shard": shard.index, "rows": [rows.start, rows.stop], "device": label, "host": socket.gethostname(),
+            "pid": os.getpid(), "seconds": round(time.perf_counter() - start, 3), **did, "result": result}
 
 
-ShardRunner = Callable[[StageContext, str, list[Shard]], list[dict]]  # -> each shard's `run_shard` report
+def records(reports: list[dict]) -> list[dict]:
+    """The shards' records for the manifest (their results left out)."""
+    return [{k: v for k, v in report.items() if k != "result"} for report in reports]
 
 
-def run_in_process(ctx: StageContext, stage: str, shards: list[Shard]) -> list[dict]:
-    """The default runner: prepare, then every shard one after another, here."""
-    prepare_shards(ctx, stage)
-    return [run_shard(ctx, stage, shard) for shard in shards]
+class ShardRunner(Protocol):
+    def workers(self, cfg) -> int | None:
+        """Shards to plan for a run of `cfg`; None = no worker processes: one device, in the stage's process."""
+
+    def __call__(self, ctx: StageContext, ref: str, shards: list[Shard]) -> list[dict]:
+        """Prepare, then run every shard (`run_shard`); return their reports, in shard order."""
 
 
-_RUNNER: ContextVar[ShardRunner] = ContextVar("solrl_shard_runner", default=run_in_process)
+class InProcess:
+    """The default runner: every shard here, one after another, each on its device (no process is pinned)."""
+
+    def workers(self, cfg) -> int | None:
+        count = len(resolve_devices(cfg))
+        return None if count == 1 else count
+
+    def __call__(self, ctx: StageContext, ref: str, shards: list[Shard]) -> list[dict]:
+        devices = resolve_devices(ctx.cfg)
+        prepare(ctx, ref, local_name(devices[0]))
+        return [run_shard(ctx, ref, shard, local_name(device), device) for shard, device in zip(shards, devices)]
+
+
+_RUNNER: ContextVar[ShardRunner] = ContextVar("solrl_shard_runner", default=InProcess())
 
 
 @contextlib.contextmanager
 def use_shard_runner(runner: ShardRunner) -> Iterator[None]:
-    """Run the shards of sharded stages started inside this block with `runner(ctx, stage, shards)`."""
+    """Run the shards of the stages started inside this block with `runner`."""
     token = _RUNNER.set(runner)
     try:
         yield
@@ -127,31 +138,60 @@ def use_shard_runner(runner: ShardRunner) -> Iterator[None]:
         _RUNNER.reset(token)
 
 
-def workers_for(ctx: StageContext, stage: str) -> int:
-    return int(ctx.cfg.orchestration.workers.get(stage, 1))
+def current_shard_runner() -> ShardRunner:
+    return _RUNNER.get()
 
 
-def sample_sharded(ctx: StageContext, stage: str, workers: int) -> tuple[CandidateWriter, list[dict]]:
-    """Fill the stage's pool in `workers` shards with the current runner; return the complete pool's writer and
-    the shards' reports (`run_shard`)."""
-    args = sharding(stage).pool(ctx)
-    shards = plan_shards(len(args["seeds"]), args["batch_size"], workers)
-    writer = _complete_pool(args)
-    reports = [] if writer is not None else _RUNNER.get()(ctx, stage, shards)
-    writer = CandidateWriter(zarr.open_group(zarr_store(args["path"]), mode="r+"))
-    if writer.sync_committed() < writer.n_rows:
-        left = writer.pending()
-        raise SolrlError(f"{stage} of iteration {ctx.iteration}: {len(left)} of {writer.n_batches} batches are not "
-                         f"done after its {len(shards)} shards ran (first: batch {left[0]}); run the stage again "
-                         "to finish them")
-    return writer, reports
+def shard_workers(ctx: StageContext) -> int | None:
+    """How many shards the current runner splits work into (None: one device, in this process)."""
+    return _RUNNER.get().workers(ctx.cfg)
 
 
-def _complete_pool(args: dict) -> CandidateWriter | None:
-    """The stage's pool when an earlier attempt already finished every batch of it (nothing to start), else None."""
-    try:
-        writer = CandidateWriter(zarr.open_group(zarr_store(args["path"]), mode="r+"))
-    except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
-        return None
-    same = writer.n_rows == len(args["seeds"]) and writer.batch_size == args["batch_size"]
-    return writer if same and not writer.pending() else None
+@contextlib.contextmanager
+def one_device(ctx: StageContext, ref: str) -> Iterator[tuple[StageContext, Any, list[dict]]]:
+    """The in-process path: (the context placed on the one device, the work, the one record, filled in when the
+    block ends)."""
+    device = resolve_devices(ctx.cfg)[0]
+    ctx = placed(ctx, local_name(device))
+    work = load(ref)(ctx)
+    record: list[dict] = []
+    start = time.perf_counter()
+    yield ctx, work, record
+    record.append({"shard": 0, "rows": [0, work.n_rows], "device": device, "host": socket.gethostname(),
+                   "pid": os.getpid(), "seconds": round(time.perf_counter() - start, 3)})
+
+
+def run_split(ctx: StageContext, ref: str, workers: int) -> tuple[Any, list[dict]]:
+    """Split the work `ref` into `workers` shards, run them with the current runner and collect the result;
+    return it with the shards' records (none when an earlier attempt had already finished the work)."""
+    work = load(ref)(ctx)
+    shards = plan_shards(work.n_rows, work.unit, workers)
+    reports = [] if work.finished() else _RUNNER.get()(ctx, ref, shards)
+    return work.collect(ctx, reports), records(reports)
+
+
+def split_or_whole(ctx: StageContext, ref: str) -> tuple[Any, list[dict]]:
+    """The work `ref`'s result and its shards' records: split over the devices, or whole here on the one device
+    (`work.whole(ctx)`)."""
+    workers = shard_workers(ctx)
+    if workers is not None:
+        return run_split(ctx, ref, workers)
+    with one_device(ctx, ref) as (placed_ctx, work, record):
+        result = work.whole(placed_ctx)
+    return result, record
+
+
+def sample_pool(ctx: StageContext, ref: str, overlap: bool | None = None):
+    """Fill the pool of the sampling work `ref` (a `PoolSampling`); return its writer and the shards' records.
+
+    Split over the devices, the pool is scored afterwards (by the score stage, split too); whole here on the one
+    device, each batch is scored while the next samples when `score.overlap` (or `overlap`) says so."""
+    workers = shard_workers(ctx)
+    if workers is not None:
+        job = load(ref)(ctx)
+        with scoring_while_sampling(ctx, job.path, job.row_prompts, job.seeds, overlap=False):  # clears stale scores
+            return run_split(ctx, ref, workers)
+    with one_device(ctx, ref) as (placed_ctx, job, record):
+        with scoring_while_sampling(placed_ctx, job.path, job.row_prompts, job.seeds, overlap=overlap) as on_commit:
+            writer = job.sample(placed_ctx, load_backbone(placed_ctx.cfg), on_commit=on_commit)
+    return writer, record

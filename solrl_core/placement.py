@@ -1,0 +1,100 @@
+"""Where sampling and scoring run: the devices of `orchestration.devices`, and one worker process pinned to each.
+
+A worker for `cuda:k` starts with CUDA_VISIBLE_DEVICES set to that GPU alone (before torch initialises CUDA), so the
+process sees one GPU, `cuda`, and puts its model and rewards there; a worker for `cpu` sees no GPU. A worker of a
+Dask cluster started by hand declares its device the same way (its environment), plus the `device` resource that
+routes shards to it (see the README). `SOLRL_DEVICE` names the device in the manifests when it is set; otherwise
+the name is derived from CUDA_VISIBLE_DEVICES.
+
+With one device the stages run in the calling process as they always did; its model and rewards go on that device.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+
+from solrl_core.errors import SolrlError
+
+RESOURCE = "device"  # the Dask worker resource a shard needs one of (each worker has exactly one)
+LABEL_ENV = "SOLRL_DEVICE"
+_DEVICE = re.compile(r"^(cpu|cuda:\d+)$")
+
+
+def check_device_list(devices: list[str]) -> None:
+    """A ValueError naming the first entry of `orchestration.devices` that is not `cpu` or `cuda:N`."""
+    if not devices:
+        raise ValueError("orchestration.devices: list at least one device, or use auto")
+    for device in devices:
+        if not _DEVICE.match(str(device)):
+            raise ValueError(f"orchestration.devices: '{device}' is not a device (use cpu or cuda:N, e.g. "
+                             "[cuda:0, cuda:1])")
+    cuda = [d for d in devices if d != "cpu"]
+    if len(set(cuda)) != len(cuda):
+        raise ValueError(f"orchestration.devices: a GPU is listed twice ({devices}); one worker per GPU")
+
+
+def resolve_devices(cfg) -> list[str]:
+    """The devices of `cfg.orchestration.devices`: the list as given, or for `auto` every visible CUDA device when
+    `model.device` is a CUDA device and CUDA is available, else `model.device` alone."""
+    devices = cfg.orchestration.devices
+    if devices != "auto":
+        return list(devices)
+    import torch
+
+    if torch.device(cfg.model.device).type == "cuda" and torch.cuda.is_available():
+        return [f"cuda:{k}" for k in range(torch.cuda.device_count())]
+    return [cfg.model.device]
+
+
+def worker_env(device: str) -> dict[str, str]:
+    """The environment of the worker process pinned to `device` (`cpu` or `cuda:k`, k counted among the GPUs this
+    process sees: under CUDA_VISIBLE_DEVICES=4,5 `cuda:1` is GPU 5)."""
+    if device == "cpu":
+        return {"CUDA_VISIBLE_DEVICES": "", LABEL_ENV: "cpu"}
+    index = int(device.split(":")[1])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if index >= len(ids):
+            raise SolrlError(f"orchestration.devices: {device} is not visible here (CUDA_VISIBLE_DEVICES={visible})")
+        gpu = ids[index]
+    else:
+        gpu = str(index)
+    return {"CUDA_VISIBLE_DEVICES": gpu, LABEL_ENV: f"cuda:{gpu}"}
+
+
+def pinned_device() -> tuple[str, str]:
+    """(torch device, name for the manifests) of this worker process: its one GPU, or the CPU when it sees none.
+
+    A worker that sees several GPUs is refused: its shards would all land on the first one."""
+    import torch
+
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if count > 1:
+            raise SolrlError(f"the worker process {os.getpid()} on {socket.gethostname()} sees {count} GPUs; start "
+                             "one Dask worker per GPU with CUDA_VISIBLE_DEVICES=k (see the README)")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() or "0"
+        return "cuda", os.environ.get(LABEL_ENV) or f"cuda:{visible}"
+    return "cpu", os.environ.get(LABEL_ENV) or "cpu"
+
+
+def local_name(device: str) -> str:
+    """How a process that sees every listed device names `device` for torch (`cuda:0` is `cuda`, which is also what
+    a pinned worker calls its GPU: the text cache and reward fingerprints then agree)."""
+    return "cuda" if device == "cuda:0" else device
+
+
+def placed_config(cfg, device: str):
+    """`cfg` with the model and every reward it scores with on `device` (a torch device of this process)."""
+    rewards = set(cfg.rewards) | set(cfg.eval.rewards or {})
+    models = {name: dict(spec or {}) for name, spec in cfg.reward_models.items()}
+    for name in sorted(rewards):
+        spec = models.get(name) or {}
+        if spec.get("device", "cpu") != device:
+            models[name] = {**spec, "device": device}
+    if cfg.model.device == device and models == cfg.reward_models:
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"device": device}), "reward_models": models})

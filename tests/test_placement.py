@@ -1,0 +1,105 @@
+"""Placement: which devices `orchestration.devices` names, the environment that pins each worker process to its
+device (on a faked 4-GPU machine, and in real worker processes), the stage table, and the config errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import TINY
+from solrl_core.config import load_config
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.placement import pinned_device, placed_config, resolve_devices, worker_env
+
+
+@pytest.fixture
+def four_gpus(monkeypatch):
+    """A machine that says it has 4 CUDA devices (nothing here touches one)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_auto_is_every_gpu_of_a_cuda_model_else_the_model_device(four_gpus):
+    assert resolve_devices(load_config(TINY, ["model.device=cuda"])) == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert resolve_devices(load_config(TINY)) == ["cpu"]  # model.device: cpu
+    assert resolve_devices(load_config(TINY, ["orchestration.devices=[cuda:2, cuda:0]"])) == ["cuda:2", "cuda:0"]
+    assert resolve_devices(load_config(TINY, ["orchestration.devices=[cpu, cpu, cpu]"])) == ["cpu"] * 3
+
+
+def test_shard_k_sees_only_gpu_k(four_gpus, monkeypatch):
+    devices = resolve_devices(load_config(TINY, ["model.device=cuda"]))
+    assert [worker_env(d)["CUDA_VISIBLE_DEVICES"] for d in devices] == ["0", "1", "2", "3"]
+    assert worker_env("cpu")["CUDA_VISIBLE_DEVICES"] == ""  # a CPU worker sees no GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")  # this process was itself given GPUs 4-7
+    assert [worker_env(d)["CUDA_VISIBLE_DEVICES"] for d in devices] == ["4", "5", "6", "7"]
+    assert worker_env("cuda:1")["SOLRL_DEVICE"] == "cuda:5"
+    with pytest.raises(SolrlError, match="cuda:4 is not visible"):
+        worker_env("cuda:4")
+
+
+def test_worker_processes_start_pinned_to_their_gpu(four_gpus):
+    """The local cluster's worker processes for [cuda:0 .. cuda:3] each start with only their GPU visible."""
+    from distributed import Client
+
+    from tasks.shards import local_cluster
+
+    devices = resolve_devices(load_config(TINY, ["model.device=cuda"]))
+    with local_cluster(devices, preload=[]) as address, Client(address) as client:
+        names = {addr: w["name"] for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        seen = client.run(lambda: (os.environ["CUDA_VISIBLE_DEVICES"], os.environ["SOLRL_DEVICE"], os.getpid()))
+        resources = {names[a]: w["resources"] for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+    by_name = {names[addr]: value for addr, value in seen.items()}
+    assert {name: v[:2] for name, v in by_name.items()} == {f"device-{k}": (str(k), f"cuda:{k}") for k in range(4)}
+    assert len({v[2] for v in by_name.values()} | {os.getpid()}) == 5  # four processes besides this one
+    assert all(r == {"device": 1} for r in resources.values())
+
+
+def test_a_worker_that_sees_several_gpus_is_refused(four_gpus):
+    with pytest.raises(SolrlError, match="sees 4 GPUs; start one Dask worker per GPU"):
+        pinned_device()
+
+
+def test_rewards_follow_the_model_onto_the_shard_device():
+    cfg = load_config(TINY, ["eval.rewards={embedded: 1.0, jpeg: 0.5}", "reward_models.jpeg.batch_size=3"])
+    placed = placed_config(cfg, "cuda")
+    assert placed.model.device == "cuda"
+    assert placed.reward_models == {"embedded": {"device": "cuda"}, "jpeg": {"batch_size": 3, "device": "cuda"}}
+    assert placed_config(cfg, "cpu") is cfg  # already there: nothing changes
+
+
+def test_stage_table_is_what_every_list_reads():
+    from solrl_core.rundir import STAGES
+    from solrl_core.stages.registry import missing_inputs
+    from solrl_core.stages.table import BY_NAME, SPLITTABLE, TABLE, load
+    from tasks.registry import STAGE_TASKS
+
+    assert STAGES == ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
+    assert tuple(STAGE_TASKS) == STAGES and all(STAGE_TASKS[s].name == s for s in STAGES)
+    assert set(SPLITTABLE) == {"explore", "score_explore", "regenerate", "score_final", "audit"}
+    for stage in TABLE:  # every named function exists
+        assert callable(load(stage.run)) and all(callable(load(ref)) for ref in stage.split)
+        assert set(stage.requires) <= set(BY_NAME)
+    assert BY_NAME["update"].needs_previous_checkpoint and not BY_NAME["explore"].needs_previous_checkpoint
+
+    class Empty:
+        def is_complete(self, iteration, stage):
+            return False
+
+    assert missing_inputs(Empty(), 3, "regenerate") == [(3, "select"), (3, "quantize")]
+    assert missing_inputs(Empty(), 3, "quantize") == [(2, "update")]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("orchestration.devices=[gpu0]", "'gpu0' is not a device"),
+    ("orchestration.devices=[cuda:0, cuda:0]", "a GPU is listed twice"),
+    ("orchestration.devices=[]", "at least one device"),
+    ("orchestration.workers={explore: 2}", "orchestration.workers was replaced by orchestration.devices"),
+    ("orchestration.dask_address=127.0.0.1:8786", "expected tcp://HOST:PORT"),
+])
+def test_bad_placement_settings_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(TINY, [override])
