@@ -17,6 +17,10 @@ from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.storage import local_file, location, save_image
 
 POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
+THUMBNAIL = 64  # pixels, longest side of the images in the pool table's `thumbnail` column
+# The experiment tag by which the MLflow UI (3.x) picks the experiment's view: model training (metric charts),
+# not the GenAI view it infers for an experiment without it.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def tracking_uri(cfg: RunConfig) -> str:
@@ -33,20 +37,32 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _experiment_id(name: str, uri: str) -> str:
+    """The id of experiment `name` at the current tracking URI `uri`, created if missing (artifacts beside a sqlite
+    store go to ./mlartifacts), tagged with EXPERIMENT_KIND if it is not yet."""
+    import mlflow
+
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is None:
+        artifacts = (Path.cwd() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+        return mlflow.create_experiment(name, artifact_location=artifacts, tags=EXPERIMENT_KIND)
+    for key, value in EXPERIMENT_KIND.items():
+        if key not in experiment.tags:  # made before solrl set it, or by someone else
+            mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, key, value)
+    return experiment.experiment_id
+
+
 def ensure_mlflow_run(run: RunDir, cfg: RunConfig) -> dict:
-    """Create the run's MLflow run once; later calls (resumes) return the recorded one."""
+    """Create the run's MLflow run once, at `tracking_uri(cfg)`, and record it in the run directory's run.json; later
+    calls (resumes, from any folder) return the recorded one: the default store follows the working directory, so
+    the run directory, not the folder a command runs from, says where its MLflow run is."""
     if run.run_json.is_file():
         return read_json(run.run_json)
     import mlflow
 
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    experiment = mlflow.get_experiment_by_name(cfg.tracking.experiment)
-    if experiment is None:
-        artifacts = (Path.cwd() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
-        experiment_id = mlflow.create_experiment(cfg.tracking.experiment, artifact_location=artifacts)
-    else:
-        experiment_id = experiment.experiment_id
+    experiment_id = _experiment_id(cfg.tracking.experiment, uri)
     with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
         mlflow.set_tags({"family": cfg.family, "run_dir": location(run.root)})
         mlflow.log_params(_flatten(cfg.model_dump(mode="json")))
@@ -139,7 +155,8 @@ def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: d
     """Log an iteration's pool into the active MLflow run, under `pool/iter_NNNN/`; return that path.
 
     - `candidates.json`: MLflow table, one row per explore candidate (prompt, seed, proxy reward, final reward where
-      a training sample was made from the seed, selected; solrl_core.inspect.pool_table);
+      a training sample was made from the seed, selected; solrl_core.inspect.pool_table) and a `thumbnail` image
+      column (the candidate, at most THUMBNAIL px; MLflow stores each under `table_images/`);
     - `top_bottom/prompt_NNNN.png`: per prompt, its top-K and bottom-K candidates by proxy reward (K = select.k/2);
     - `proxy_vs_final.png`: final against proxy reward of the selected seeds, with the ranking fidelity;
     - `quantize_report.json`: the quantize stage's report: the explore precision and why, and per Linear layer
@@ -150,9 +167,10 @@ def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: d
 
     path = pool_artifact_path(iteration)
     table = pool_table(run, iteration)
-    if f"{path}/candidates.json" not in {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, path)}:
-        _log_table(run_id, {k: v.tolist() for k, v in table.items()}, f"{path}/candidates.json")
     pool = run.stage_dir(iteration, "explore") / "pool.zarr"
+    if f"{path}/candidates.json" not in {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, path)}:
+        _log_table(run_id, {**{k: v.tolist() for k, v in table.items()}, "thumbnail": _thumbnails(pool)},
+                   f"{path}/candidates.json")
     k = max(1, cfg.select.k // 2)
     for prompt, grid in top_bottom_grids(pool, table["proxy_reward"], k, tile=POOL_TILE).items():
         mlflow.log_image(grid, artifact_file=f"{path}/top_bottom/prompt_{prompt:04d}.png")
@@ -166,11 +184,24 @@ def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: d
     return path
 
 
+def _thumbnails(pool: Path) -> list:
+    """The pool's images as PIL images of at most THUMBNAIL px on the longer side (smaller ones as they are)."""
+    from PIL import Image
+
+    out = []
+    for array in read_table(pool, ["image"])[0]["image"]:
+        image = Image.fromarray(array)
+        image.thumbnail((THUMBNAIL, THUMBNAIL))
+        out.append(image)
+    return out
+
+
 def _log_table(run_id: str, data: dict[str, list], artifact_file: str) -> None:
     """`MlflowClient.log_table`, as long as the run's list of tables has room. MLflow lists a run's tables in one
     tag (`mlflow.loggedArtifacts`) and silently cuts tag values at MAX_TAG_VAL_LENGTH characters (8000, ~130 pool
     tables), after which every log_table fails; later tables are written in the same JSON format, not listed
-    (read them with `pandas.read_json(path, orient="split")`)."""
+    (read them with `pandas.read_json(path, orient="split")`), without image columns (the UI shows only listed
+    tables)."""
     import mlflow
     import pandas as pd
     from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
@@ -182,7 +213,8 @@ def _log_table(run_id: str, data: dict[str, list], artifact_file: str) -> None:
     if len(listed) + len(entry) + 2 <= MAX_TAG_VAL_LENGTH:
         client.log_table(run_id, data, artifact_file)
     else:
-        client.log_text(run_id, pd.DataFrame(data).to_json(orient="split", index=False), artifact_file)
+        plain = {k: v for k, v in data.items() if not (v and hasattr(v[0], "resize"))}  # PIL images: not JSON
+        client.log_text(run_id, pd.DataFrame(plain).to_json(orient="split", index=False), artifact_file)
 
 
 def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
@@ -249,12 +281,7 @@ def log_bench_report(root: Path, uri: str, experiment: str, report: dict, files:
     mlflow.set_tracking_uri(uri)
     info = read_json(record) if record.is_file() else None
     if info is None or info.get("tracking_uri") != uri:
-        experiment_obj = mlflow.get_experiment_by_name(experiment)
-        if experiment_obj is None:
-            artifacts = (Path.cwd() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
-            experiment_id = mlflow.create_experiment(experiment, artifact_location=artifacts)
-        else:
-            experiment_id = experiment_obj.experiment_id
+        experiment_id = _experiment_id(experiment, uri)
         with mlflow.start_run(experiment_id=experiment_id, run_name=f"bench-{Path(root).name}") as active:
             info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
         write_json_atomic(record, info)

@@ -1,5 +1,6 @@
-"""Each iteration's candidate pool in MLflow (table, top/bottom grids, proxy-vs-final plot, quantization report),
-and the MLflow link that `solrl inspect` prints."""
+"""Each iteration's candidate pool in MLflow (table with thumbnails, top/bottom grids, proxy-vs-final plot,
+quantization report), the experiment's view, and the MLflow link that `solrl inspect` prints. The run is trained
+without a tracking URI from one folder and inspected from another: the run directory's run.json leads to it."""
 
 from __future__ import annotations
 
@@ -10,22 +11,26 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import TINY, tracking_set
+from conftest import TINY
 from solrl_core.config import load_config
 from solrl_core.inspect import mlflow_pool_link
 from solrl_core.pool import read_table
 from solrl_core.rundir import RunDir, write_json_atomic
 
-COLUMNS = {"candidate", "prompt_index", "prompt", "seed", "proxy_reward", "final_reward", "selected"}
+COLUMNS = {"candidate", "prompt_index", "prompt", "seed", "proxy_reward", "final_reward", "selected", "thumbnail"}
 
 
 @pytest.fixture(scope="module")
 def trained(session_env, tmp_path_factory):
+    """The tiny run, trained from its own folder with `tracking.uri` unset (so ./mlruns.db there)."""
     from conftest import solrl
 
-    run_dir = tmp_path_factory.mktemp("pools") / "tiny"
-    solrl(session_env, "train", str(TINY), "--run-dir", str(run_dir), "--no-progress", *tracking_set(session_env))
+    base = tmp_path_factory.mktemp("pools")
+    (base / "trained_here").mkdir()
+    run_dir = base / "tiny"
+    solrl(session_env, "train", str(TINY), "--run-dir", str(run_dir), "--no-progress", cwd=base / "trained_here")
     info = json.loads((run_dir / "run.json").read_text())
+    assert info["tracking_uri"] == f"sqlite:///{base / 'trained_here' / 'mlruns.db'}"
     mlflow.set_tracking_uri(info["tracking_uri"])
     return RunDir(run_dir), info
 
@@ -76,6 +81,13 @@ def test_every_iteration_has_its_pool_in_mlflow(trained, iteration, tmp_path):
         np.testing.assert_array_equal(grid[:, :tile], best.repeat(4, 0).repeat(4, 1))
         np.testing.assert_array_equal(grid[:, -tile:], worst.repeat(4, 0).repeat(4, 1))
 
+    # each row's thumbnail is a stored image of that candidate (32 px pool images: under 64 px, kept as they are)
+    for row, cell in enumerate(table["thumbnail"]):
+        assert cell["type"] == "image" and cell["filepath"].startswith("table_images/")
+        thumb = np.asarray(Image.open(_download(run_id, cell["filepath"], tmp_path / "thumbs")).convert("RGB"))
+        np.testing.assert_array_equal(thumb, images[row])
+        assert Image.open(_download(run_id, cell["compressed_filepath"], tmp_path / "thumbs")).format == "WEBP"
+
     scatter = Image.open(_download(run_id, f"{base}/proxy_vs_final.png", tmp_path))
     assert scatter.format == "PNG" and min(scatter.size) > 200
 
@@ -98,6 +110,30 @@ def test_inspect_prints_the_mlflow_link_of_the_pool(trained, run_cli):
     # the artifact path of the link holds the pool
     listed = {a.path for a in mlflow.MlflowClient().list_artifacts(info["mlflow_run_id"], link["artifact_path"])}
     assert "pool/iter_0001/candidates.json" in listed
+
+
+def test_experiment_opens_in_the_model_training_view(trained):
+    run, info = trained
+    tags = mlflow.MlflowClient().get_experiment(info["experiment_id"]).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_the_run_directory_finds_its_mlflow_run_from_any_folder(trained, run_cli, tmp_path):
+    """`tracking.uri` unset: status, inspect and a resumed train elsewhere use the URI run.json recorded."""
+    run, info = trained
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    status = json.loads(run_cli("status", "--run-dir", str(run.root), "--json", cwd=elsewhere).stdout)
+    assert (status["mlflow_run_id"], status["tracking_uri"]) == (info["mlflow_run_id"], info["tracking_uri"])
+    link = json.loads(run_cli("inspect", "--run-dir", str(run.root), "--iteration", "0", "--json",
+                              cwd=elsewhere).stdout)["mlflow"]
+    assert (link["run_id"], link["tracking_uri"], link["logged"]) == (info["mlflow_run_id"], info["tracking_uri"], True)
+    out = run_cli("train", str(TINY), "--run-dir", str(run.root), "--no-progress", cwd=elsewhere).stdout
+    assert f"--backend-store-uri {info['tracking_uri']} " in out
+    assert json.loads((run.root / "run.json").read_text()) == info
+    assert not (elsewhere / "mlruns.db").exists() and not (elsewhere / "mlartifacts").exists()
+    runs = mlflow.search_runs([info["experiment_id"]], output_format="list")
+    assert [r.info.run_id for r in runs] == [info["mlflow_run_id"]]
 
 
 def test_link_to_a_tracking_server_opens_its_ui(tmp_path):
