@@ -34,13 +34,14 @@ bench: setup
 
 # Local servers for `solrl deploy` and work pools: Prefect (UI + API) and MLflow (UI + tracking, artifacts proxied),
 # both on loopback, in the foreground until Ctrl-C. The MLflow store is the one `solrl train` uses without a server.
+# flows/servers.py starts Prefect so that its UI calls the API on PREFECT_PORT.
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
 MLFLOW_STORE ?= sqlite:///$(CURDIR)/mlruns.db
 MLFLOW_ARTIFACTS ?= $(CURDIR)/mlartifacts
 
 server: setup
-	@PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT) & \
+	@$(BIN)/python -m flows.servers prefect $(PREFECT_PORT) & \
 	prefect_pid=$$!; \
 	$(BIN)/mlflow server --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1 \
 		--backend-store-uri $(MLFLOW_STORE) --artifacts-destination $(MLFLOW_ARTIFACTS) & \
