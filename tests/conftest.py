@@ -39,30 +39,37 @@ def session_env(tmp_path_factory) -> dict[str, str]:
     }
     env.pop("PREFECT_API_URL", None)
     port = free_port()
-    log = open(base / "prefect-server.log", "w")
+    server = start_prefect_server(env, port, base / "prefect-server.log")
+    env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    env["SOLRL_TEST_TRACKING_URI"] = f"sqlite:///{base / 'mlruns.db'}"
+    yield env
+    stop(server)
+
+
+def start_prefect_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    """The Prefect server of `make server` (flows/servers.py) on 127.0.0.1:`port`, once its API answers."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [sys.executable, "-m", "flows.servers", "prefect", str(port)],
+        env=env, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}/api"
     deadline = time.time() + 180
     while True:
         try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)
+            return server
         except OSError:
             if server.poll() is not None or time.time() > deadline:
                 server.kill()
-                pytest.fail(f"prefect server did not start; see {base / 'prefect-server.log'}")
+                pytest.fail(f"prefect server did not start; see {log}")
             time.sleep(1)
-    env["PREFECT_API_URL"] = url
-    env["SOLRL_TEST_TRACKING_URI"] = f"sqlite:///{base / 'mlruns.db'}"
-    yield env
-    server.terminate()
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
     try:
-        server.wait(timeout=20)
+        process.wait(timeout=20)
     except subprocess.TimeoutExpired:
-        server.kill()
+        process.kill()
 
 
 def solrl(env: dict[str, str], *args: str, cwd: Path | None = None, check: bool = True, timeout: float = 600):

@@ -6,12 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 
-import pytest
-
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, start_prefect_server, stop
 
 
 def test_make_server_starts_prefect_through_flows_servers():
@@ -25,31 +22,16 @@ def test_make_server_starts_prefect_through_flows_servers():
 def test_prefect_ui_calls_the_api_of_its_own_port(tmp_path):
     port = free_port()
     assert port != 4200
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_UI_API_URL", None)
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "flows.servers", "prefect", str(port)], cwd=tmp_path, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = start_prefect_server(env, port, tmp_path / "server.log")
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/health", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"prefect server did not start:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
-                time.sleep(1)
         settings = json.loads(urllib.request.urlopen(f"{base}/ui-settings", timeout=10).read())
         assert settings["api_url"] == f"{base}/api"
         # the page the browser loads comes from the same server
         page = urllib.request.urlopen(urllib.request.Request(base + "/", headers={"Accept": "text/html"}), timeout=10)
         assert "<html" in page.read().decode().lower()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
