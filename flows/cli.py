@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from solrl_core.errors import SolrlError
+from solrl_core.wording import plural
 
 DESCRIPTION = """\
 solrl: RL post-training of text-to-image flow models with 4-bit exploration.
@@ -81,8 +82,8 @@ def cmd_train(args) -> int:
         info = ensure_mlflow_run(run, cfg)
         history = training_flow(str(run.root), cfg.iterations, progress=not args.no_progress)
     train = [h["reward/train_mean"] for h in history]
-    print(f"\ntrained {cfg.iterations} iterations; reward/train_mean by iteration (depends on the prompts drawn): "
-          + " ".join(f"{r:.2f}" for r in train))
+    print(f"\ntrained {plural(cfg.iterations, 'iteration')}; reward/train_mean by iteration "
+          "(depends on the prompts drawn): " + " ".join(f"{r:.2f}" for r in train))
     evals = _eval_history(run)
     if evals:
         print("held-out eval reward (EMA weights, fixed prompts and seeds) after N iterations: "
@@ -156,7 +157,7 @@ def cmd_deploy(args) -> int:
         print(f"stage    : {name}")
     for pool in info["pools"]:
         made = " (created)" if pool in info["created_pools"] else ""
-        print(f"pool     : {pool}{made}, {info['workers'][pool]} worker(s) online; "
+        print(f"pool     : {pool}{made}, {plural(info['workers'][pool], 'worker')} online; "
               f"start one with: prefect worker start --pool {pool}")
     auto = info["heartbeat_automation"]
     print(f"automation: '{auto['name']}' ({auto['status']}): runs without heartbeat for {auto['timeout']:g} s "
@@ -250,7 +251,7 @@ def cmd_eval(args) -> int:
     from flows.evaluation import evaluation_flow
 
     evaluation = evaluation_flow(str(run.root), step)
-    print(f"evaluation after {step} iterations ({'EMA' if evaluation['ema'] else 'policy'} weights, "
+    print(f"evaluation after {plural(step, 'iteration')} ({'EMA' if evaluation['ema'] else 'policy'} weights, "
           f"{evaluation['samples']} samples):")
     for name, value in evaluation["metrics"].items():
         print(f"  eval/{name:<24} {value:.4f}")
@@ -354,8 +355,8 @@ def cmd_bench(args) -> int:
 
             report = bench_flow(str(args.config), overrides, args.run_dir, progress=not args.no_progress,
                                 command=command)
-    print(f"\nbenchmark '{bench.name}': {len(runs)} runs ({bench.seeds} seed(s) x "
-          f"{len(report['families'])} families, {bench.iterations} iterations)")
+    print(f"\nbenchmark '{bench.name}': {plural(len(runs), 'run')} ({plural(bench.seeds, 'seed')} x "
+          f"{plural(len(report['families']), 'family', 'families')}, {plural(bench.iterations, 'iteration')})")
     print(f"{'family':<16} {'final eval reward':>22}   modeled GPU-s to target (speed-up vs {bench.baseline})")
     for fam, d in report["families"].items():
         std = d.get("final_reward_std")
