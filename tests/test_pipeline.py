@@ -37,7 +37,7 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     cfg = load_config(ROOT / "configs" / "demo.yaml")
     st = status(run_cli, run_dir)
     assert [it["stages"] for it in st["iterations"]] == [{s: "complete" for s in STAGES}]
-    assert st["mlflow_run_id"] and st["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
+    assert st["mlflow"]["run_id"] and st["mlflow"]["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
 
     n, p, k = cfg.explore.seeds_per_prompt, cfg.prompts.per_iteration, cfg.select.k
     pool, attrs = table(run_dir, 0, "explore", "pool.zarr", ["prompt_index", "seed", "image"])
