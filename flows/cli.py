@@ -53,6 +53,7 @@ def _prefect_env() -> None:
     # On 2 cores a fresh ephemeral Prefect server needs longer than the 20 s default to start.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here; avoid telemetry errors
+    os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's side of the same (and no telemetry notice on a terminal)
 
 
 def _default_run_dir(cfg) -> Path:
