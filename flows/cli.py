@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from solrl_core.errors import SolrlError
+from solrl_core.wording import plural
 
 DESCRIPTION = """\
 solrl: RL post-training of text-to-image flow models with 4-bit exploration.
@@ -29,10 +30,30 @@ def _quiet_libraries() -> None:
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 
+# Prefect's console handler (its API handler still receives every line, so the Prefect UI keeps them) and MLflow.
+_LOG_LEVEL_VARIABLES = ("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "MLFLOW_LOGGING_LEVEL")
+
+
+def _terminal(args) -> None:
+    """What the terminal shows, set before Prefect and MLflow are imported: their own log lines only from WARNING up
+    (unless set in the environment), ERROR with --quiet, INFO with --verbose."""
+    level = "INFO" if getattr(args, "verbose", False) else "ERROR" if getattr(args, "quiet", False) else None
+    for name in _LOG_LEVEL_VARIABLES:
+        if level:
+            os.environ[name] = level
+        else:
+            os.environ.setdefault(name, "WARNING")
+
+
+def _progress(args) -> bool:
+    return not (args.no_progress or args.quiet)
+
+
 def _prefect_env() -> None:
     # On 2 cores a fresh ephemeral Prefect server needs longer than the 20 s default to start.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here; avoid telemetry errors
+    os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's side of the same (and no telemetry notice on a terminal)
 
 
 def _default_run_dir(cfg) -> Path:
@@ -53,14 +74,6 @@ def _preflight(cfg) -> None:
     load_backbone(cfg)
 
 
-def _eval_history(run) -> list[tuple[int, float]]:
-    out = []
-    for path in sorted((run.root / "eval").glob("step_[0-9]*/metrics.json")):
-        data = json.loads(path.read_text())
-        out.append((data["step"], data["metrics"]["reward"]))
-    return out
-
-
 def cmd_train(args) -> int:
     from solrl_core.config import load_config
     from solrl_core.rundir import RunDir
@@ -79,14 +92,18 @@ def cmd_train(args) -> int:
         from flows.tracking import ensure_mlflow_run
 
         info = ensure_mlflow_run(run, cfg)
-        history = training_flow(str(run.root), cfg.iterations, progress=not args.no_progress)
+        history = training_flow(str(run.root), cfg.iterations, progress=_progress(args))
     train = [h["reward/train_mean"] for h in history]
-    print(f"\ntrained {cfg.iterations} iterations; reward/train_mean by iteration (depends on the prompts drawn): "
-          + " ".join(f"{r:.2f}" for r in train))
-    evals = _eval_history(run)
+    if args.quiet:
+        print(f"trained {plural(cfg.iterations, 'iteration')} in {run.root}; reward/train_mean by iteration: "
+              + " ".join(f"{r:.2f}" for r in train))
+        return 0
+    print(f"\ntrained {plural(cfg.iterations, 'iteration')}; reward/train_mean by iteration "
+          "(depends on the prompts drawn): " + " ".join(f"{r:.2f}" for r in train))
+    evals = run.evaluations()
     if evals:
         print("held-out eval reward (EMA weights, fixed prompts and seeds) after N iterations: "
-              + ", ".join(f"{step}: {value:.4f}" for step, value in evals))
+              + ", ".join(f"{e['step']}: {e['metrics']['reward']:.4f}" for e in evals))
     print(f"run directory : {run.root}")
     print(f"best/worst    : {run.iteration_dir(cfg.iterations - 1) / 'best_worst.png'}")
     print(f"status        : solrl status --run-dir {run.root}")
@@ -119,7 +136,7 @@ def cmd_stage(args) -> int:
         _prefect_env()
         from flows.stage import stage_flow
 
-        manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force)
+        manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force, progress=not args.quiet)
     print(json.dumps(manifest["summary"], indent=2))
     return 0
 
@@ -156,7 +173,7 @@ def cmd_deploy(args) -> int:
         print(f"stage    : {name}")
     for pool in info["pools"]:
         made = " (created)" if pool in info["created_pools"] else ""
-        print(f"pool     : {pool}{made}, {info['workers'][pool]} worker(s) online; "
+        print(f"pool     : {pool}{made}, {plural(info['workers'][pool], 'worker')} online; "
               f"start one with: prefect worker start --pool {pool}")
     auto = info["heartbeat_automation"]
     print(f"automation: '{auto['name']}' ({auto['status']}): runs without heartbeat for {auto['timeout']:g} s "
@@ -165,35 +182,12 @@ def cmd_deploy(args) -> int:
     return 0
 
 
-def _status_data(run) -> dict:
-    from solrl_core.rundir import STAGES, read_json
-    from solrl_core.runs import load_run_config
-
-    cfg = load_run_config(run)
-    info = read_json(run.run_json) if run.run_json.is_file() else {}
-    count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
-    return {
-        "run_dir": str(run.root),
-        "tracking_uri": info.get("tracking_uri"),
-        "mlflow_run_id": info.get("mlflow_run_id"),
-        "iterations": [
-            {"iteration": i, "stages": {s: run.stage_status(i, s) for s in STAGES}} for i in range(count)
-        ],
-    }
-
-
 def cmd_status(args) -> int:
-    from solrl_core.rundir import STAGES, RunDir
+    from solrl_core.rundir import RunDir
+    from solrl_core.status import run_status, status_text
 
-    data = _status_data(RunDir(args.run_dir))
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0
-    mark = {"complete": "done", "partial": "part", "pending": "-"}
-    print(f"run {data['run_dir']}  (MLflow run {data['mlflow_run_id']} at {data['tracking_uri']})")
-    print("iter  " + "  ".join(f"{s:>13}" for s in STAGES))
-    for row in data["iterations"]:
-        print(f"{row['iteration']:>4}  " + "  ".join(f"{mark[row['stages'][s]]:>13}" for s in STAGES))
+    data = run_status(RunDir(args.run_dir))
+    print(json.dumps(data, indent=2) if args.json else status_text(data))
     return 0
 
 
@@ -249,8 +243,8 @@ def cmd_eval(args) -> int:
     _prefect_env()
     from flows.evaluation import evaluation_flow
 
-    evaluation = evaluation_flow(str(run.root), step)
-    print(f"evaluation after {step} iterations ({'EMA' if evaluation['ema'] else 'policy'} weights, "
+    evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)
+    print(f"evaluation after {plural(step, 'iteration')} ({'EMA' if evaluation['ema'] else 'policy'} weights, "
           f"{evaluation['samples']} samples):")
     for name, value in evaluation["metrics"].items():
         print(f"  eval/{name:<24} {value:.4f}")
@@ -352,10 +346,10 @@ def cmd_bench(args) -> int:
             _prefect_env()
             from flows.bench import bench_flow
 
-            report = bench_flow(str(args.config), overrides, args.run_dir, progress=not args.no_progress,
+            report = bench_flow(str(args.config), overrides, args.run_dir, progress=_progress(args),
                                 command=command)
-    print(f"\nbenchmark '{bench.name}': {len(runs)} runs ({bench.seeds} seed(s) x "
-          f"{len(report['families'])} families, {bench.iterations} iterations)")
+    print(f"\nbenchmark '{bench.name}': {plural(len(runs), 'run')} ({plural(bench.seeds, 'seed')} x "
+          f"{plural(len(report['families']), 'family', 'families')}, {plural(bench.iterations, 'iteration')})")
     print(f"{'family':<16} {'final eval reward':>22}   modeled GPU-s to target (speed-up vs {bench.baseline})")
     for fam, d in report["families"].items():
         std = d.get("final_reward_std")
@@ -368,6 +362,16 @@ def cmd_bench(args) -> int:
     print(f"report        : {root.root / 'report.md'}")
     print(f"MLflow run    : {report['mlflow']['mlflow_run_id']} at {report['mlflow']['tracking_uri']}")
     return 0
+
+
+def _output_options(p: argparse.ArgumentParser, no_progress: bool = False) -> None:
+    """--verbose / --quiet (and --no-progress) for the commands that run flows."""
+    if no_progress:
+        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("--verbose", action="store_true", help="also show Prefect's INFO log lines (flow and task runs)")
+    loud.add_argument("--quiet", action="store_true",
+                      help="for scripts: no progress bars, no log lines but errors, only the final result")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -383,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, help="number of iterations (overrides the config's `iterations`)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config key, e.g. --set train.optimizer.lr=1e-4 (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _output_options(p, no_progress=True)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("stage", help="run one stage of one iteration alone",
@@ -393,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="an existing run directory")
     p.add_argument("--iteration", type=int, required=True, help="iteration number (from 0)")
     p.add_argument("--force", action="store_true", help="discard the stage's artifact and compute it again")
+    _output_options(p)
     p.set_defaults(func=cmd_stage)
 
     p = sub.add_parser("update-node", help="take part in a multi-node update from another training machine",
@@ -422,29 +427,40 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--interval", type=float, metavar="SECONDS", help="schedule it every SECONDS")
     p.set_defaults(func=cmd_deploy)
 
-    p = sub.add_parser("status", help="which stages of which iterations are complete")
-    p.add_argument("--run-dir", required=True)
+    p = sub.add_parser("status", help="where a run stands: iterations done of the target, evaluation, MLflow run",
+                       description="Print a run's target and completed iterations, each stage of each iteration "
+                       "(done, part = interrupted: an artifact without its manifest, - = not started), the last "
+                       "held-out evaluation (step and rewards) and where to look: the run directory and its MLflow "
+                       "run (tracking URI, run id, UI address).")
+    p.add_argument("--run-dir", required=True, help="the run directory")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("inspect", help="an iteration's candidate pool: counts, reward statistics, selected seeds")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--iteration", type=int, required=True)
+    p = sub.add_parser("inspect", help="an iteration's candidate pool: counts, reward statistics, selected seeds",
+                       description="Print one iteration's explore pool: how many candidates and prompts, the explore "
+                       "copy's quantization, where each shard ran, per prompt the proxy reward's mean, min and max "
+                       "and the selected seeds with their proxy and final rewards, and where the pool table is in "
+                       "MLflow.")
+    p.add_argument("--run-dir", required=True, help="the run directory")
+    p.add_argument("--iteration", type=int, required=True, help="iteration number (from 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("eval", help="held-out rewards of a run's policy (EMA weights, fixed prompts and seeds)",
                        description="Evaluate the policy after STEP iterations (default: the latest checkpoint; 0 = "
-                       "before training) on the eval prompts and seeds of the run's config, with every eval reward.")
-    p.add_argument("--run-dir", required=True)
+                       "before training) on the eval prompts and seeds of the run's config, with every eval reward, "
+                       "and print each reward's mean and the path of the sample grid. Stored in "
+                       "<run-dir>/eval/step_NNNN/ (computed once) and logged to the run's MLflow run.")
+    p.add_argument("--run-dir", required=True, help="the run directory")
     p.add_argument("--step", type=int, default=None, help="iterations done (default: latest)")
+    _output_options(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("rewards", help="the registered rewards; check a config's reward weights and scores",
                        description="list: the registered rewards, what each needs and whether its files are found. "
                        "check --config CONFIG: for each reward of the config (training and eval), whether its "
                        "weights are found, and its scores on a small sample batch. Exit 1 if any reward fails.")
-    p.add_argument("action", choices=["list", "check"])
+    p.add_argument("action", choices=["list", "check"], help="list the registered rewards, or check a config's")
     p.add_argument("--config", help="YAML config whose rewards / reward_models to use")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.set_defaults(func=cmd_rewards)
@@ -491,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a bench config key, e.g. --set iterations=4 or --set seeds=1 (repeatable)")
     p.add_argument("--report-only", action="store_true",
                    help="do not train: rebuild the report from the runs already in the run directory")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _output_options(p, no_progress=True)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("pretrain", help="pretrain the embedded default model (reproduces the shipped weights)",
@@ -499,9 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "drawn shapes. The defaults reproduce the weights shipped in solrl_core/embedded/pretrained/.")
     p.add_argument("--out", required=True, help="output directory (diffusers/transformers layout)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the shipped weights' count)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=None, help="images per step (default: the shipped weights')")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the shipped weights')")
+    p.add_argument("--seed", type=int, default=0, help="random seed (shapes drawn, initial weights)")
     p.set_defaults(func=cmd_pretrain)
     return parser
 
@@ -509,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
+    _terminal(args)
     try:
         return args.func(args)
     except SolrlError as exc:

@@ -73,7 +73,7 @@ def sample_grid(images: np.ndarray, per_row: int, scale: int = 3) -> np.ndarray:
 
 def eval_dir(run, step: int) -> Path:
     """Where the evaluation after `step` updates lives (step 0 = the initial policy)."""
-    return run.root / "eval" / f"step_{step:04d}"
+    return run.eval_dir(step)
 
 
 def _partial(ctx: StageContext) -> Path:

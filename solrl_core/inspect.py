@@ -144,27 +144,30 @@ def mlflow_pool_link(run: RunDir, iteration: int) -> dict | None:
     URI (sqlite, file, a local path, a database) has no UI of its own: `ui_command` is the `mlflow ui` command that
     serves it on 127.0.0.1, and the link is the address that command serves.
     """
+    link = mlflow_run_link(run)
+    if link is None:
+        return None
+    path = pool_artifact_path(iteration)
+    return {**link, "artifact_path": path, "url": f"{link['url']}/artifactPath/{path}",
+            "logged": logged_marker(run, iteration).is_file()}
+
+
+def mlflow_run_link(run: RunDir) -> dict | None:
+    """The run's MLflow run (from run.json; None before it exists): tracking_uri, run_id, experiment_id, the UI
+    address of the run (`url`) and, for a tracking URI without a UI of its own, the `mlflow ui` command that serves
+    that address (`ui_command`, else None)."""
     if not run.run_json.is_file():
         return None
     info = read_json(run.run_json)
     uri = info["tracking_uri"]
-    path = pool_artifact_path(iteration)
-    scheme = urlparse(uri).scheme
-    if scheme in ("http", "https"):
+    if urlparse(uri).scheme in ("http", "https"):
         base, command = uri.rstrip("/"), None
     else:
         base = f"http://{UI_HOST}:{UI_PORT}"
         command = f"mlflow ui --backend-store-uri {uri} --host {UI_HOST} --port {UI_PORT}"
     experiment = info.get("experiment_id", "0")
-    return {
-        "tracking_uri": uri,
-        "run_id": info["mlflow_run_id"],
-        "experiment_id": experiment,
-        "artifact_path": path,
-        "url": f"{base}/#/experiments/{experiment}/runs/{info['mlflow_run_id']}/artifactPath/{path}",
-        "ui_command": command,
-        "logged": logged_marker(run, iteration).is_file(),
-    }
+    return {"tracking_uri": uri, "run_id": info["mlflow_run_id"], "experiment_id": experiment,
+            "url": f"{base}/#/experiments/{experiment}/runs/{info['mlflow_run_id']}", "ui_command": command}
 
 
 def mlflow_link_text(link: dict | None, iteration: int) -> str:

@@ -7,6 +7,7 @@ Layout:
     <run>/init/                       initial adapters (iteration 0's "previous checkpoint")
     <run>/iter_0003/<stage>/          a stage's artifact directory (written as <stage>.partial, then moved)
     <run>/iter_0003/manifests/<stage>.json   completion manifest, written last (atomically)
+    <run>/eval/step_0003/             held-out evaluation after 3 iterations (metrics.json written last)
 
 A stage is complete exactly when its manifest exists. The run directory is a local path or any fsspec URL
 (s3://bucket/run, ...): see solrl_core/storage.py for what changes on object stores.
@@ -55,6 +56,15 @@ class RunDir:
 
     def manifest_path(self, iteration: int, stage: str) -> Path:
         return self.iteration_dir(iteration) / "manifests" / f"{stage}.json"
+
+    def eval_dir(self, step: int) -> Path:
+        """The held-out evaluation after `step` iterations (step 0 = the initial policy): solrl_core/evaluate.py."""
+        return self.root / "eval" / f"step_{step:04d}"
+
+    def evaluations(self) -> list[dict]:
+        """The finished evaluations' metrics.json records, by step."""
+        files = [p / "metrics.json" for p in self.root.glob("eval/step_[0-9]*")]
+        return sorted((read_json(f) for f in files if f.is_file()), key=lambda e: e["step"])
 
     def checkpoint_dir(self, iteration: int) -> Path:
         """The policy state after `iteration`'s update; iteration -1 is the initial state."""

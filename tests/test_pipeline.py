@@ -37,7 +37,7 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     cfg = load_config(ROOT / "configs" / "demo.yaml")
     st = status(run_cli, run_dir)
     assert [it["stages"] for it in st["iterations"]] == [{s: "complete" for s in STAGES}]
-    assert st["mlflow_run_id"] and st["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
+    assert st["mlflow"]["run_id"] and st["mlflow"]["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
 
     n, p, k = cfg.explore.seeds_per_prompt, cfg.prompts.per_iteration, cfg.select.k
     pool, attrs = table(run_dir, 0, "explore", "pool.zarr", ["prompt_index", "seed", "image"])
@@ -70,16 +70,16 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     assert any(not np.array_equal(init[key], after[key]) for key in init if key.startswith("default."))
     assert json.loads((ckpt / "state.json").read_text())["step"] == cfg.train.optimizer_steps
 
-    mlflow.set_tracking_uri(st["tracking_uri"])
+    mlflow.set_tracking_uri(st["mlflow"]["tracking_uri"])
     client = mlflow.tracking.MlflowClient()
-    history = client.get_metric_history(st["mlflow_run_id"], "reward/train_mean")
+    history = client.get_metric_history(st["mlflow"]["run_id"], "reward/train_mean")
     assert [m.step for m in history] == [0]
     assert history[0].value == pytest.approx(float(final["reward"].mean()), rel=1e-5)
     for key in ("reward/explore_mean", "fidelity/spearman", "fidelity/kendall", "loss/total", "train/grad_norm",
                 "loss/kl_to_reference", "time/explore_s"):
-        assert client.get_metric_history(st["mlflow_run_id"], key), key
+        assert client.get_metric_history(st["mlflow"]["run_id"], key), key
 
-    evals = client.get_metric_history(st["mlflow_run_id"], "eval/embedded")
+    evals = client.get_metric_history(st["mlflow"]["run_id"], "eval/embedded")
     assert sorted(m.step for m in evals) == [0, 1]  # before training and after the last iteration
     stored = json.loads((run_dir / "eval" / "step_0001" / "metrics.json").read_text())
     assert stored["ema"] is True and stored["samples"] == cfg.eval.num_prompts * cfg.eval.seeds_per_prompt
@@ -92,7 +92,7 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     assert set(inspect["shards"]) == {"explore", "score_explore", "regenerate", "score_final"}
     assert all(len(s) == 1 and s[0]["device"] == "cpu" for s in inspect["shards"].values())
     assert len({s[0]["pid"] for s in inspect["shards"].values()}) == 1
-    assert client.get_metric_history(st["mlflow_run_id"], "shards/explore_devices")[0].value == 1
+    assert client.get_metric_history(st["mlflow"]["run_id"], "shards/explore_devices")[0].value == 1
     text = run_cli("inspect", "--run-dir", str(run_dir), "--iteration", "0").stdout
     assert f"explore          cpu (pid {inspect['shards']['explore'][0]['pid']} on " in text
 

@@ -161,7 +161,7 @@ class InlineScorer:
         self.store = ScoreStore(n, rewards, pool_path.parent / SCORES)
         self.store.truncate(_pool_committed(pool_path))
         self.bar = tqdm(total=n * len(rewards), initial=n * len(rewards) - self.store.missing(), desc=desc,
-                        unit="score", disable=not progress, leave=False)
+                        unit="score", disable=not progress or not n, leave=False)
         self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images, self.bar)
         self._buffer = np.zeros((0,), np.uint8)
         self._buffer_start = 0
@@ -259,7 +259,8 @@ def score_pool(ctx: StageContext, pool_path: Path, desc: str, weights: Mapping[s
         store.adopt(pool_path.parent / SCORES)
     what, _ = _names(ctx, pool_path)
     images = group["image"]
-    with tqdm(total=store.missing(), desc=desc, unit="score", disable=not ctx.progress, leave=False) as bar:
+    todo = store.missing()  # 0 when every row was scored while sampling: then no bar at all
+    with tqdm(total=todo, desc=desc, unit="score", disable=not ctx.progress or not todo, leave=False) as bar:
         RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]), bar).run(len(seeds))
     return _totals(store.values, weights)
 

@@ -111,7 +111,7 @@ def sample_into_pool(
     todo = writer.pending(batches)
     mine = batches if batches is not None else range(writer.n_batches)
     total, left = (sum(len(range(writer.n_rows)[writer.batch_rows(k)]) for k in ks) for ks in (mine, todo))
-    bar = tqdm(total=total, initial=total - left, desc=desc, unit="img", disable=not progress)
+    bar = tqdm(total=total, initial=total - left, desc=desc, unit="img", disable=not progress or not left)
     for k in todo:
         rows = writer.batch_rows(k)
         batch_prompts = [prompts[i] for i in prompt_index[rows]]

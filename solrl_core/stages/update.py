@@ -111,6 +111,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     row_prompts = [attrs["prompts"][i] for i in prompt_index]  # conditioning from the run's text cache
 
     history = []
+    bar = None  # one bar for all optimizer steps (their micro-batches), made once the count is known
     for inner in range(tc.optimizer_steps):
         gen_t = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_T, inner)
         gen_eps = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_NOISE, inner)
@@ -123,7 +124,10 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         chunks = range(0, len(pairs), tc.micro_batch)
-        for start in tqdm(chunks, desc=f"update it{ctx.iteration}", leave=False, disable=not ctx.progress):
+        if bar is None:
+            bar = tqdm(total=tc.optimizer_steps * len(chunks), desc=f"update it{ctx.iteration}", unit="batch",
+                       leave=False, disable=not ctx.progress)
+        for start in chunks:
             idx, tix = pairs[start : start + tc.micro_batch].unbind(1)
             x0, t = x0_all[idx], times[tix]
             x_t = forward_noise(x0, t, eps_all[start : start + tc.micro_batch])
@@ -142,6 +146,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
             (loss * weight).backward()
             for key, value in terms.items():
                 totals[key] = totals.get(key, 0.0) + float(value) * weight
+            bar.update(1)
         sync.all_reduce_gradients(params)
         totals = sync.all_reduce_totals(totals)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
@@ -153,6 +158,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         policy.soft_update_old(eta)
         ema.update(policy, step)
         history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(n_pairs)})
+    bar.close()
 
     if sync.is_writer:
         _save_checkpoint(ctx, policy, ema, optimizer, step, history)

@@ -1,0 +1,73 @@
+"""Where a run stands, as `solrl status` prints it: target and completed iterations, each stage of each iteration,
+stages left half-done, the last held-out evaluation and where to look (run directory, MLflow run)."""
+
+from __future__ import annotations
+
+from solrl_core.inspect import mlflow_run_link
+from solrl_core.rundir import STAGES, RunDir
+from solrl_core.runs import load_run_config
+from solrl_core.wording import plural
+
+MARKS = {"complete": "done", "partial": "part", "pending": "-"}
+
+
+def run_status(run: RunDir) -> dict:
+    """The run's state. `completed_iterations`: iterations from 0 whose update is complete, without a gap.
+    `interrupted`: stages with an artifact but no manifest (a crash or a failure inside the stage; the next
+    `solrl train` or `solrl stage` resumes or redoes them)."""
+    cfg = load_run_config(run)
+    count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
+    stages = [{s: run.stage_status(i, s) for s in STAGES} for i in range(count)]
+    completed = next((i for i, row in enumerate(stages) if row["update"] != "complete"), count)
+    evaluations = run.evaluations()
+    last = evaluations[-1] if evaluations else None
+    return {
+        "run_dir": str(run.root),
+        "name": cfg.name,
+        "target_iterations": cfg.iterations,
+        "completed_iterations": completed,
+        "interrupted": [{"iteration": i, "stage": s} for i, row in enumerate(stages) for s, st in row.items()
+                        if st == "partial"],
+        "last_evaluation": None if last is None else {
+            "step": last["step"], "metrics": last["metrics"], "ema": last.get("ema"),
+            "samples": str(run.eval_dir(last["step"]) / "samples.png")},
+        "evaluations": [{"step": e["step"], "reward": e["metrics"]["reward"]} for e in evaluations],
+        "eval_every": cfg.eval.every,
+        "mlflow": mlflow_run_link(run),
+        "iterations": [{"iteration": i, "stages": row} for i, row in enumerate(stages)],
+    }
+
+
+def status_text(data: dict) -> str:
+    """`run_status` as lines for the terminal."""
+    lines = [f"run          : {data['run_dir']}  (config '{data['name']}')",
+             f"iterations   : {data['completed_iterations']} of {data['target_iterations']} complete"]
+    for item in data["interrupted"]:
+        lines.append(f"interrupted  : {item['stage']} of iteration {item['iteration']} (artifact without manifest; "
+                     f"`solrl train` resumes it, or: solrl stage {item['stage']} --run-dir {data['run_dir']} "
+                     f"--iteration {item['iteration']} --force)")
+    last = data["last_evaluation"]
+    if last is None:
+        why = "eval.every is 0" if not data["eval_every"] else f"every {plural(data['eval_every'], 'iteration')}"
+        lines.append(f"evaluation   : none yet ({why}; `solrl eval --run-dir {data['run_dir']}` runs one)")
+    else:
+        metrics = {"reward": last["metrics"]["reward"], **last["metrics"]}  # the weighted total first
+        lines.append(f"evaluation   : after {plural(last['step'], 'iteration')}: "
+                     + ", ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+        lines.append(f"               samples {last['samples']}")
+        if len(data["evaluations"]) > 1:
+            lines.append("               reward after N iterations: "
+                         + ", ".join(f"{e['step']}: {e['reward']:.4f}" for e in data["evaluations"]))
+    link = data["mlflow"]
+    if link is None:
+        lines.append("MLflow       : no MLflow run yet (`solrl train` creates it)")
+    else:
+        lines.append(f"MLflow       : run {link['run_id']} at {link['tracking_uri']}")
+        if link["ui_command"]:
+            lines.append(f"               start the UI: {link['ui_command']}")
+        lines.append(f"               open: {link['url']}")
+    lines.append("")
+    lines.append("iter  " + "  ".join(f"{s:>13}" for s in STAGES))
+    for row in data["iterations"]:
+        lines.append(f"{row['iteration']:>4}  " + "  ".join(f"{MARKS[row['stages'][s]]:>13}" for s in STAGES))
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""What the terminal shows: counts in words, every command's --help, `solrl status`, quiet and default output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TINY, solrl, tracking_set
+from solrl_core.wording import plural
+
+
+def test_plural_agrees_with_the_count():
+    assert plural(1, "iteration") == "1 iteration"
+    assert plural(0, "iteration") == "0 iterations"
+    assert plural(2, "iteration") == "2 iterations"
+    assert plural(1, "family", "families") == "1 family"
+    assert plural(4, "family", "families") == "4 families"
+
+
+def subcommands() -> dict:
+    import argparse
+
+    from flows.cli import build_parser
+
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_every_command_says_what_it_does():
+    commands = subcommands()
+    assert {"train", "status", "inspect", "eval"} <= set(commands)
+    for name, parser in commands.items():
+        assert parser.description and len(parser.description.split()) >= 8, name
+        text = " ".join(parser.format_help().split())  # the description as --help prints it
+        assert " ".join(parser.description.split()[:8]) in text, name
+        undocumented = [a.dest for a in parser._actions if not a.help]
+        assert not undocumented, f"{name}: options without help: {undocumented}"
+
+
+@pytest.fixture(scope="module")
+def quiet_run(session_env, tmp_path_factory):
+    """One tiny iteration with an evaluation after it, trained with --quiet."""
+    run_dir = tmp_path_factory.mktemp("terminal") / "run"
+    proc = solrl(session_env, "train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir), "--quiet",
+                 "--set", "eval.every=1", "--set", "eval.num_prompts=1", "--set", "eval.seeds_per_prompt=2",
+                 *tracking_set(session_env))
+    return run_dir, proc
+
+
+def test_quiet_train_prints_no_bars_and_the_summary(quiet_run):
+    run_dir, proc = quiet_run
+    assert "\r" not in proc.stderr and "%|" not in proc.stderr, proc.stderr
+    assert "INFO" not in proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"trained 1 iteration in {run_dir};"), proc.stdout
+
+
+def test_status_shows_target_done_evaluation_and_where_to_look(quiet_run, run_cli, session_env):
+    run_dir, _ = quiet_run
+    data = json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)
+    assert data["target_iterations"] == 1 and data["completed_iterations"] == 1
+    assert data["interrupted"] == []
+    metrics = json.loads((run_dir / "eval" / "step_0001" / "metrics.json").read_text())["metrics"]
+    assert data["last_evaluation"]["step"] == 1 and data["last_evaluation"]["metrics"] == metrics
+    assert [e["step"] for e in data["evaluations"]] == [0, 1]  # before training and after the iteration
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert data["mlflow"]["run_id"] == run_json["mlflow_run_id"]
+    assert data["mlflow"]["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
+
+    text = run_cli("status", "--run-dir", str(run_dir)).stdout
+    assert "1 of 1 complete" in text and f"after 1 iteration: reward {metrics['reward']:.4f}" in text
+    assert run_json["mlflow_run_id"] in text and str(run_dir) in text
+
+
+def test_status_names_an_interrupted_stage(quiet_run, run_cli, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(quiet_run[0], run_dir, ignore=shutil.ignore_patterns(".lock"))
+    (run_dir / "iter_0001" / "quantize.partial").mkdir(parents=True)  # a stage that died before its manifest
+    data = json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)
+    assert data["interrupted"] == [{"iteration": 1, "stage": "quantize"}]
+    assert data["completed_iterations"] == 1 and data["iterations"][1]["stages"]["quantize"] == "partial"
+    assert "interrupted  : quantize of iteration 1" in run_cli("status", "--run-dir", str(run_dir)).stdout
+
+
+def test_prefect_info_lines_only_with_verbose(quiet_run, session_env):
+    env = {k: v for k, v in session_env.items() if not k.startswith(("PREFECT_LOGGING", "MLFLOW_LOGGING"))}
+    run_dir = str(quiet_run[0])
+    default = solrl(env, "stage", "select", "--run-dir", run_dir, "--iteration", "0", "--force")
+    assert "| INFO" not in default.stderr, default.stderr
+    verbose = solrl(env, "stage", "select", "--run-dir", run_dir, "--iteration", "0", "--force", "--verbose")
+    assert "| INFO" in verbose.stderr and "Finished in state Completed" in verbose.stderr
