@@ -124,7 +124,8 @@ def test_the_run_directory_finds_its_mlflow_run_from_any_folder(trained, run_cli
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     status = json.loads(run_cli("status", "--run-dir", str(run.root), "--json", cwd=elsewhere).stdout)
-    assert (status["mlflow_run_id"], status["tracking_uri"]) == (info["mlflow_run_id"], info["tracking_uri"])
+    link = status["mlflow"]
+    assert (link["run_id"], link["tracking_uri"]) == (info["mlflow_run_id"], info["tracking_uri"])
     link = json.loads(run_cli("inspect", "--run-dir", str(run.root), "--iteration", "0", "--json",
                               cwd=elsewhere).stdout)["mlflow"]
     assert (link["run_id"], link["tracking_uri"], link["logged"]) == (info["mlflow_run_id"], info["tracking_uri"], True)
