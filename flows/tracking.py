@@ -56,8 +56,9 @@ def ensure_mlflow_run(run: RunDir, cfg: RunConfig) -> dict:
     """Create the run's MLflow run once, at `tracking_uri(cfg)`, and record it in the run directory's run.json; later
     calls (resumes, from any folder) return the recorded one: the default store follows the working directory, so
     the run directory, not the folder a command runs from, says where its MLflow run is."""
-    if run.run_json.is_file():
-        return read_json(run.run_json)
+    info = run.run_info()
+    if info is not None:
+        return info
     import mlflow
 
     uri = tracking_uri(cfg)

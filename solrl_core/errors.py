@@ -15,3 +15,7 @@ class MissingInputError(SolrlError):
 
 class RunDirLockedError(SolrlError):
     """Another process holds the run directory."""
+
+
+class DamagedArtifactError(SolrlError):
+    """A file of the run directory is missing, truncated or altered since its producer recorded it."""

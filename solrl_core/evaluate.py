@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from solrl_core.config import RunConfig
+from solrl_core.integrity import FILES_KEY, evaluation_record, inventory, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
 from solrl_core.rundir import write_json_atomic
@@ -119,15 +120,14 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
 
     Samples (`eval.steps`, `guidance.eval`, the run's solver) into `pool.zarr` and scores it with `eval.rewards`,
     each split over the devices like the sampling and score stages; `metrics` are the rewards' means."""
-    import json
-
     from PIL import Image
 
     out = eval_dir(run, step)
     if (out / "metrics.json").is_file():
-        return json.loads((out / "metrics.json").read_text())
+        return evaluation_record(run, step)
     ctx = StageContext(run, cfg, step, progress)
     ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
+    verify_checkpoint(run, step - 1)
     partial = _partial(ctx)
     partial.mkdir(parents=True, exist_ok=True)  # an interrupted evaluation resumes its pool
     writer, sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)
@@ -139,6 +139,6 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     summary = {"step": step, "metrics": metrics, "ema": ema_used, "samples": int(len(images)),
                "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
                "shards": sample_shards, "score_shards": score_shards}
-    write_json_atomic(partial / "metrics.json", summary)
+    write_json_atomic(partial / "metrics.json", {**summary, FILES_KEY: inventory(partial)})
     replace_dir(partial, out)
     return summary

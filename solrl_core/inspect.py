@@ -9,7 +9,7 @@ import numpy as np
 
 from solrl_core.errors import MissingInputError
 from solrl_core.pool import read_table
-from solrl_core.rundir import RunDir, read_json
+from solrl_core.rundir import RunDir
 
 UI_HOST, UI_PORT = "127.0.0.1", 5000
 
@@ -156,9 +156,9 @@ def mlflow_run_link(run: RunDir) -> dict | None:
     """The run's MLflow run (from run.json; None before it exists): tracking_uri, run_id, experiment_id, the UI
     address of the run (`url`) and, for a tracking URI without a UI of its own, the `mlflow ui` command that serves
     that address (`ui_command`, else None)."""
-    if not run.run_json.is_file():
+    info = run.run_info()
+    if info is None:
         return None
-    info = read_json(run.run_json)
     uri = info["tracking_uri"]
     if urlparse(uri).scheme in ("http", "https"):
         base, command = uri.rstrip("/"), None

@@ -6,7 +6,8 @@ Layout:
     <run>/.lock                       flock held by the process that runs (a lease object on object stores)
     <run>/init/                       initial adapters (iteration 0's "previous checkpoint")
     <run>/iter_0003/<stage>/          a stage's artifact directory (written as <stage>.partial, then moved)
-    <run>/iter_0003/manifests/<stage>.json   completion manifest, written last (atomically)
+    <run>/iter_0003/manifests/<stage>.json   completion manifest, written last (atomically), listing the artifact's
+                                             files (size, digest) that consumers check: solrl_core/integrity.py
     <run>/eval/step_0003/             held-out evaluation after 3 iterations (metrics.json written last)
 
 A stage is complete exactly when its manifest exists. The run directory is a local path or any fsspec URL
@@ -21,6 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from solrl_core import integrity
 from solrl_core.errors import RunDirLockedError
 from solrl_core.stages.table import STAGES
 from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, replace_dir, write_json_atomic
@@ -63,8 +65,14 @@ class RunDir:
 
     def evaluations(self) -> list[dict]:
         """The finished evaluations' metrics.json records, by step."""
-        files = [p / "metrics.json" for p in self.root.glob("eval/step_[0-9]*")]
-        return sorted((read_json(f) for f in files if f.is_file()), key=lambda e: e["step"])
+        steps = [int(p.name[5:]) for p in self.root.glob("eval/step_[0-9]*") if (p / "metrics.json").is_file()]
+        return [self._evaluation_metrics(step) for step in sorted(steps)]
+
+    def _evaluation_metrics(self, step: int) -> dict:
+        path = self.eval_dir(step) / "metrics.json"
+        record = integrity.read_record(path, integrity.relative_name(self, path), integrity.eval_remedy(self, step))
+        record.pop(integrity.FILES_KEY, None)
+        return record
 
     def checkpoint_dir(self, iteration: int) -> Path:
         """The policy state after `iteration`'s update; iteration -1 is the initial state."""
@@ -75,7 +83,17 @@ class RunDir:
         return self.manifest_path(iteration, stage).is_file()
 
     def manifest(self, iteration: int, stage: str) -> dict:
-        return read_json(self.manifest_path(iteration, stage))
+        path = self.manifest_path(iteration, stage)
+        return integrity.read_record(path, integrity.relative_name(self, path),
+                                     integrity.stage_remedy(self, iteration, stage))
+
+    def run_info(self) -> dict | None:
+        """run.json (the run's MLflow run), None when not written yet."""
+        if not self.run_json.is_file():
+            return None
+        return integrity.read_record(self.run_json, "run.json", (
+            f"it only records this run's MLflow run: delete {self.run_json} and the next solrl train starts a new "
+            "MLflow run for the run directory (its artifacts are kept)"))
 
     def stage_status(self, iteration: int, stage: str) -> str:
         if self.is_complete(iteration, stage):
@@ -113,8 +131,13 @@ class RunDir:
 
     def complete(self, iteration: int, stage: str, summary: dict | None = None) -> dict:
         manifest = {"stage": stage, "iteration": iteration, "completed_at": time.time(), "summary": summary or {}}
+        self._record_files(iteration, stage, manifest)
         write_json_atomic(self.manifest_path(iteration, stage), manifest)
         return manifest
+
+    def _record_files(self, iteration: int, stage: str, manifest: dict) -> None:
+        """The artifact's inventory, checked by every consumer before it reads (solrl_core/integrity.py)."""
+        manifest[integrity.FILES_KEY] = integrity.inventory(self.stage_dir(iteration, stage))
 
     # ---- ownership ----------------------------------------------------------------------------------------------
     @contextmanager

@@ -5,7 +5,8 @@ from __future__ import annotations
 import yaml
 
 from solrl_core.config import RunConfig, dump_config, validate_config
-from solrl_core.errors import SolrlError
+from solrl_core.errors import DamagedArtifactError, SolrlError
+from solrl_core.integrity import config_body, config_text
 from solrl_core.rundir import RunDir
 from solrl_core.storage import write_text_atomic
 
@@ -32,7 +33,7 @@ def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
                 "use the same config to resume, or another --run-dir"
             )
     run.root.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run.config_path, dump_config(cfg))
+    write_text_atomic(run.config_path, config_text(dump_config(cfg)))
     return cfg
 
 
@@ -50,4 +51,14 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> set[str]:
 def load_run_config(run: RunDir) -> RunConfig:
     if not run.config_path.is_file():
         raise SolrlError(f"{run.root} is not a run directory (no config.yaml); start one with: solrl train CONFIG")
-    return validate_config(yaml.safe_load(run.config_path.read_text()), source=str(run.config_path))
+    path = run.config_path
+    remedy = (f"the run cannot be resumed from it: with the config it was started with, delete {path} and run "
+              f"solrl train THAT_CONFIG --run-dir {run.root} (another config would not match the finished stages); "
+              "otherwise start a new --run-dir")
+    try:
+        data = yaml.safe_load(config_body(path.read_text(), str(path), remedy))
+    except UnicodeDecodeError:
+        raise DamagedArtifactError(f"{path} is damaged (not UTF-8 text); {remedy}") from None
+    except yaml.YAMLError:
+        raise DamagedArtifactError(f"{path} is damaged (not valid YAML); {remedy}") from None
+    return validate_config(data, source=str(path))

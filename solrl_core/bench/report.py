@@ -35,7 +35,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
+from solrl_core.rundir import STAGES, RunDir, write_json_atomic
 
 EVAL_KEY = "reward"  # the weighted total of the eval rewards (metrics.json "metrics" -> "reward")
 AXES = ("iteration", "cpu", "gpu")
@@ -148,16 +148,14 @@ def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
         })
         if run.is_complete(i, "audit"):
             hist.audits[i] = run.manifest(i, "audit")["summary"]
-    eval_root = run.root / "eval"
-    if eval_root.is_dir():
-        for path in sorted(eval_root.glob("step_[0-9][0-9][0-9][0-9]/metrics.json")):
-            data = read_json(path)
-            step = int(data["step"])
-            if step <= len(hist.iterations):
-                hist.evals[step] = float(data["metrics"][EVAL_KEY])
-                hist.eval_metrics[step] = {k: float(v) for k, v in data["metrics"].items()}
-    if run.run_json.is_file():
-        hist.mlflow_run_id = read_json(run.run_json).get("mlflow_run_id")
+    for data in run.evaluations():
+        step = int(data["step"])
+        if step <= len(hist.iterations):
+            hist.evals[step] = float(data["metrics"][EVAL_KEY])
+            hist.eval_metrics[step] = {k: float(v) for k, v in data["metrics"].items()}
+    info = run.run_info()
+    if info is not None:
+        hist.mlflow_run_id = info.get("mlflow_run_id")
     return hist
 
 

@@ -12,6 +12,7 @@ import torch
 from solrl_core.backbones.base import Backbone
 from solrl_core.config import RunConfig
 from solrl_core.errors import SolrlError
+from solrl_core.integrity import FILES_KEY, inventory
 from solrl_core.prompts import prompt_set, train_prompt_set  # noqa: F401  (re-exported)
 from solrl_core.rundir import RunDir
 from solrl_core.seeds import derived_generator
@@ -140,7 +141,8 @@ def ensure_initial_checkpoint(ctx: StageContext) -> Path:
     tmp = init.with_name("init.partial")
     tmp.mkdir(parents=True, exist_ok=True)
     save_adapters(policy, tmp)
-    write_json_atomic(tmp / STATE_FILE, {"step": 0, "iteration": -1})
+    # state.json, written last, lists the adapters' files for the consumers to check (solrl_core/integrity.py)
+    write_json_atomic(tmp / STATE_FILE, {"step": 0, "iteration": -1, FILES_KEY: inventory(tmp)})
     remove_tree(init)
     replace_dir(tmp, init)  # on object stores too, state.json (what marks it complete) lands last
     return init

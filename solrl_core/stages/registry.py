@@ -6,9 +6,10 @@ import time
 
 from solrl_core.config import RunConfig
 from solrl_core.errors import MissingInputError
+from solrl_core.integrity import verify_checkpoint, verify_stage
 from solrl_core.rundir import RunDir
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.table import BY_NAME, STAGES, load
+from solrl_core.stages.table import BY_NAME, STAGES, TABLE, load
 
 
 def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, str]]:
@@ -17,6 +18,23 @@ def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, s
     if spec.needs_previous_checkpoint and iteration > 0 and not run.is_complete(iteration - 1, "update"):
         missing.insert(0, (iteration - 1, "update"))
     return missing
+
+
+def upstream(stage: str) -> list[str]:
+    """The stages of the same iteration whose artifacts `stage` may read: its requirements and theirs, in order."""
+    needed = set(BY_NAME[stage].requires)
+    for name in reversed([s.name for s in TABLE]):
+        if name in needed:
+            needed |= set(BY_NAME[name].requires)
+    return [s.name for s in TABLE if s.name in needed]
+
+
+def verify_inputs(run: RunDir, iteration: int, stage: str) -> None:
+    """Refuse (naming the file and the command that rebuilds it) when an artifact `stage` reads is damaged."""
+    if BY_NAME[stage].needs_previous_checkpoint:
+        verify_checkpoint(run, iteration - 1)
+    for name in upstream(stage):
+        verify_stage(run, iteration, name)
 
 
 def run_stage(
@@ -34,7 +52,8 @@ def run_stage(
 def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, missing: list[tuple[int, str]],
                  force: bool, progress: bool, what: str) -> dict:
     """The one way a recorded step runs: return its manifest if complete (unless `force`), refuse when inputs are
-    missing (naming the stage to run first), otherwise run `func`, time it and write the manifest last."""
+    missing (naming the stage to run first) or damaged (solrl_core/integrity.py), otherwise run `func`, time it and
+    write the manifest last."""
     if run.is_complete(iteration, name) and not force:
         return run.manifest(iteration, name)
     if missing:
@@ -43,6 +62,7 @@ def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, m
             f"{what} of iteration {iteration} needs '{first}' of iteration {it} first: "
             f"solrl stage {first} --run-dir {run.root} --iteration {it}"
         )
+    verify_inputs(run, iteration, name)
     if force:
         run.invalidate(iteration, name)
     start = time.perf_counter()

@@ -1,0 +1,175 @@
+"""What a producer wrote, checked by every consumer before it reads: file inventories of run-directory artifacts.
+
+An inventory maps each file under an artifact directory (path relative to it, "/"-separated) to its size and a
+blake2b digest of its content, streamed in 1 MiB blocks. It is computed once, when the artifact is complete, and
+stored with the record that marks completion: a stage's manifest (key "files"), the initial adapters' state.json and
+an evaluation's metrics.json (both written last in their directory, so they list the other files). A consumer
+compares the files against it before reading; anything missing, of another size or with other content is a
+`DamagedArtifactError` naming the file (relative to the run directory) and the command that rebuilds it.
+
+Files added after completion are not checked (e.g. the MLflow "logged" marker in an evaluation directory). Records
+written before inventories existed (runs started by older versions) have none: they are accepted unchecked.
+
+The frozen config.yaml carries its own digest in its first line (`config_text` / `config_body`): a truncated or
+garbled copy would otherwise still parse, as a different config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from solrl_core.errors import DamagedArtifactError
+from solrl_core.storage import as_path, is_remote
+
+FILES_KEY = "files"  # where a completion record keeps its directory's inventory
+BLOCK = 1 << 20
+
+
+def _digest(chunks) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for chunk in chunks:
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _blocks(fh):
+    while block := fh.read(BLOCK):
+        yield block
+
+
+def _listing(directory) -> dict[str, int]:
+    """{relative path: size} of every file under `directory` (empty when it does not exist)."""
+    directory = as_path(directory)
+    if is_remote(directory):
+        fs, base = directory.fs, directory.path.rstrip("/")
+        if not fs.exists(base):
+            return {}
+        found = fs.find(base, detail=True)
+        return {key[len(base) + 1:]: int(info["size"]) for key, info in found.items() if info["type"] == "file"}
+    out = {}
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            path = Path(parent) / name
+            out[path.relative_to(directory).as_posix()] = path.stat().st_size
+    return out
+
+
+def _file_digest(directory, relative: str) -> str:
+    directory = as_path(directory)
+    if is_remote(directory):
+        with directory.fs.open(f"{directory.path.rstrip('/')}/{relative}", "rb") as fh:
+            return _digest(_blocks(fh))
+    with open(directory / relative, "rb") as fh:
+        return _digest(_blocks(fh))
+
+
+def inventory(directory, exclude: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """{relative path: {"size", "blake2b"}} of every file under `directory` but `exclude`."""
+    return {rel: {"size": size, "blake2b": _file_digest(directory, rel)}
+            for rel, size in sorted(_listing(directory).items()) if rel not in exclude}
+
+
+def damage(directory, recorded: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
+    """The first file under `directory` that differs from its `recorded` inventory, as (relative path, what is
+    wrong); None when every recorded file is there with its size and content."""
+    present = _listing(directory)
+    for rel, expected in sorted(recorded.items()):
+        if rel not in present:
+            return rel, "missing"
+        if present[rel] != expected["size"]:
+            return rel, f"size {present[rel]} != recorded {expected['size']}"
+    for rel, expected in sorted(recorded.items()):  # sizes first: a missing chunk is found without hashing
+        if _file_digest(directory, rel) != expected["blake2b"]:
+            return rel, "content changed since it was written"
+    return None
+
+
+def verify(directory, recorded: dict | None, name: str, remedy: str) -> None:
+    """Refuse when a file under `directory` differs from `recorded` (an inventory; None: nothing recorded, nothing
+    checked). `name` is how the user knows `directory` (relative to the run directory), `remedy` what to do."""
+    if recorded is None:
+        return
+    found = damage(directory, recorded)
+    if found is not None:
+        rel, what = found
+        raise DamagedArtifactError(f"{name}/{rel} is damaged ({what}); {remedy}")
+
+
+def read_record(path, name: str, remedy: str) -> Any:
+    """A JSON record of the run directory (manifest, state.json, metrics.json, run.json), or a one-line refusal
+    naming it when it is not valid JSON (truncated, garbled)."""
+    try:
+        return json.loads(as_path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedArtifactError(f"{name} is damaged (not valid JSON: {exc}); {remedy}") from None
+
+
+# ---- the frozen config -------------------------------------------------------------------------------------------
+CONFIG_MARK = "# solrl frozen config, blake2b of the lines below: "
+
+
+def config_text(body: str) -> str:
+    """The frozen config.yaml: a first comment line with the digest of `body`, then `body`."""
+    return f"{CONFIG_MARK}{_digest([body.encode()])}\n{body}"
+
+
+def config_body(text: str, name: str, remedy: str) -> str:
+    """The YAML of a frozen config.yaml, refused when it no longer matches its digest. A file without the digest
+    line (frozen by an older version, or written by hand) is taken as it is."""
+    first, _, body = text.partition("\n")
+    if not first.startswith(CONFIG_MARK):
+        return text
+    if first[len(CONFIG_MARK):].strip() != _digest([body.encode()]):
+        raise DamagedArtifactError(f"{name} is damaged (content changed since the run froze it); {remedy}")
+    return body
+
+
+# ---- the run directory's artifacts (`run` is a solrl_core.rundir.RunDir) -----------------------------------------
+def relative_name(run, path) -> str:
+    """How a file or directory of the run is named in messages: relative to the run directory."""
+    root, text = str(run.root).rstrip("/"), str(path)
+    return text[len(root) + 1:] if text.startswith(root + "/") else text
+
+
+def stage_remedy(run, iteration: int, stage: str) -> str:
+    return f"rebuild it: solrl stage {stage} --run-dir {run.root} --iteration {iteration} --force"
+
+
+def init_remedy(run) -> str:
+    return (f"delete {run.init_dir} and run the command again: the initial adapters are recreated, identical, from "
+            "the run seed")
+
+
+def eval_remedy(run, step: int) -> str:
+    return f"delete {run.eval_dir(step)} and run: solrl eval --run-dir {run.root} --step {step}"
+
+
+def verify_stage(run, iteration: int, stage: str) -> None:
+    """Refuse when the complete stage's manifest or a file of its artifact is damaged (nothing when incomplete)."""
+    if run.is_complete(iteration, stage):
+        recorded = run.manifest(iteration, stage).get(FILES_KEY)
+        verify(run.stage_dir(iteration, stage), recorded, relative_name(run, run.stage_dir(iteration, stage)),
+               stage_remedy(run, iteration, stage))
+
+
+def verify_checkpoint(run, iteration: int) -> None:
+    """The policy state after `iteration` (-1: the initial adapters, checked once written)."""
+    if iteration >= 0:
+        verify_stage(run, iteration, "update")
+        return
+    state = run.init_dir / "state.json"
+    if state.is_file():
+        recorded = read_record(state, relative_name(run, state), init_remedy(run)).get(FILES_KEY)
+        verify(run.init_dir, recorded, relative_name(run, run.init_dir), init_remedy(run))
+
+
+def evaluation_record(run, step: int) -> dict:
+    """A finished evaluation's metrics.json, after checking the files it lists."""
+    out = run.eval_dir(step)
+    record = read_record(out / "metrics.json", relative_name(run, out / "metrics.json"), eval_remedy(run, step))
+    verify(out, record.pop(FILES_KEY, None), relative_name(run, out), eval_remedy(run, step))
+    return record

@@ -1,0 +1,230 @@
+"""Damaged artifacts are refused by their consumers (one line: the file, what is wrong, the command that rebuilds
+it); after that command the run goes on to the checkpoint an undamaged run reaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from solrl_core.config import load_config
+from solrl_core.errors import DamagedArtifactError
+from solrl_core.evaluate import run_eval
+from solrl_core.integrity import FILES_KEY, inventory, verify
+from solrl_core.pool import read_table
+from solrl_core.rundir import STAGES, RunDir
+from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.stages.registry import run_stage, verify_inputs
+from solrl_core.storage import as_path
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+FAST = ["explore.precision=fp32", "explore.seeds_per_prompt=4", "select.k=2", "train.micro_batch=4"]
+CHECKPOINT_FILES = ("adapters.safetensors", "ema.safetensors", "optimizer.safetensors")
+
+
+def _config():
+    return load_config(TINY, FAST)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, one_torch_thread):
+    """An undamaged run: iteration 0, and the quantize stage of iteration 1 (a consumer of its checkpoint)."""
+    run = RunDir(tmp_path_factory.mktemp("integrity") / "reference")
+    cfg = prepare_run(run, _config())
+    for stage in STAGES:
+        run_stage(run, cfg, 0, stage, progress=False)
+    run_stage(run, cfg, 1, "quantize", progress=False)
+    return run
+
+
+def _copy(reference: RunDir, tmp_path: Path, *invalidate: tuple[int, str]) -> tuple[RunDir, object]:
+    shutil.copytree(reference.root, tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    for iteration, stage in invalidate:
+        run.invalidate(iteration, stage)
+    return run, load_run_config(run)
+
+
+def _refused(call, artifact: str, what: str, remedy: str) -> str:
+    with pytest.raises(DamagedArtifactError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and artifact in message and what in message and remedy in message, message
+    return message
+
+
+def _rebuild(run: RunDir, stage: str, iteration: int = 0) -> str:
+    return f"solrl stage {stage} --run-dir {run.root} --iteration {iteration} --force"
+
+
+def _assert_same_checkpoint(run: RunDir, reference: RunDir, iteration: int = 0) -> None:
+    for name in CHECKPOINT_FILES:
+        got = load_file(str(run.checkpoint_dir(iteration) / name))
+        want = load_file(str(reference.checkpoint_dir(iteration) / name))
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), name
+
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file())
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_intact_run_verifies_clean_and_every_file_is_recorded(reference):
+    for stage in STAGES:
+        verify_inputs(reference, 0, stage)
+        recorded = reference.manifest(0, stage)[FILES_KEY]
+        directory = reference.stage_dir(0, stage)
+        assert recorded and {p.relative_to(directory).as_posix(): p.stat().st_size for p in _files(directory)} == {
+            rel: entry["size"] for rel, entry in recorded.items()}, stage
+    verify_inputs(reference, 1, "quantize")
+    state = json.loads((reference.init_dir / "state.json").read_text())
+    assert set(state[FILES_KEY]) == {"adapters.safetensors"}
+
+
+def test_deleted_latent_chunk_of_the_regenerated_pool(reference, tmp_path, one_torch_thread):
+    run, cfg = _copy(reference, tmp_path, (0, "update"))
+    latent = [p for p in _files(run.stage_dir(0, "regenerate") / "samples.zarr" / "latent") if p.name != "zarr.json"]
+    latent[0].unlink()
+    # zarr reads a missing chunk as its fill value: without the inventory the update would train on zeros
+    rows = read_table(run.stage_dir(0, "regenerate") / "samples.zarr", ["latent"])[0]["latent"]
+    assert (rows.reshape(len(rows), -1) == 0).all(axis=1).any()
+    name = latent[0].relative_to(run.root).as_posix()
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), name, "missing", _rebuild(run, "regenerate"))
+    assert not run.stage_dir(0, "update").exists()
+    run_stage(run, cfg, 0, "regenerate", force=True, progress=False)
+    run_stage(run, cfg, 0, "update", progress=False)
+    _assert_same_checkpoint(run, reference)
+
+
+def test_truncated_image_chunk_of_the_explore_pool(reference, tmp_path, one_torch_thread):
+    run, cfg = _copy(reference, tmp_path)
+    image = [p for p in _files(run.stage_dir(0, "explore") / "pool.zarr" / "image") if p.name != "zarr.json"][0]
+    size = image.stat().st_size
+    image.write_bytes(image.read_bytes()[: size // 2])
+    _refused(lambda: run_stage(run, cfg, 0, "score_explore", force=True, progress=False),
+             image.relative_to(run.root).as_posix(), f"size {size // 2} != recorded {size}", _rebuild(run, "explore"))
+    assert run.is_complete(0, "score_explore")  # the refusal comes before the forced stage discards anything
+    run_stage(run, cfg, 0, "explore", force=True, progress=False)
+    for stage in STAGES[STAGES.index("score_explore"):]:
+        run_stage(run, cfg, 0, stage, force=True, progress=False)
+    _assert_same_checkpoint(run, reference)
+
+
+def test_altered_checkpoint_is_refused_by_the_next_iteration_and_the_evaluation(reference, tmp_path,
+                                                                                 one_torch_thread):
+    run, cfg = _copy(reference, tmp_path, (1, "quantize"))
+    adapters = run.checkpoint_dir(0) / "adapters.safetensors"
+    _flip(adapters)
+    name = adapters.relative_to(run.root).as_posix()
+    for consumer in (lambda: run_stage(run, cfg, 1, "quantize", progress=False), lambda: run_eval(run, cfg, 1)):
+        _refused(consumer, name, "content changed", _rebuild(run, "update"))
+    run_stage(run, cfg, 0, "update", force=True, progress=False)
+    run_stage(run, cfg, 1, "quantize", progress=False)
+    _assert_same_checkpoint(run, reference)
+    merged = "merged_old.safetensors"
+    got, want = (load_file(str(r.stage_dir(1, "quantize") / merged)) for r in (run, reference))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_altered_initial_adapters(reference, tmp_path, one_torch_thread):
+    run, cfg = _copy(reference, tmp_path, (0, "update"))
+    _flip(run.init_dir / "adapters.safetensors")
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "init/adapters.safetensors",
+             "content changed", f"delete {run.init_dir} and run the command again")
+    shutil.rmtree(run.init_dir)
+    run_stage(run, cfg, 0, "update", progress=False)  # recreates the initial adapters from the run seed
+    _assert_same_checkpoint(run, reference)
+
+
+def test_truncated_manifest(reference, tmp_path, one_torch_thread):
+    run, cfg = _copy(reference, tmp_path, (0, "update"))
+    manifest = run.manifest_path(0, "score_final")
+    manifest.write_text(manifest.read_text()[:100])
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "iter_0000/manifests/score_final.json",
+             "not valid JSON", _rebuild(run, "score_final"))
+    run_stage(run, cfg, 0, "score_final", force=True, progress=False)
+    run_stage(run, cfg, 0, "update", progress=False)
+    _assert_same_checkpoint(run, reference)
+
+
+def test_truncated_frozen_config(reference, tmp_path, one_torch_thread):
+    run, _ = _copy(reference, tmp_path, (0, "update"))
+    text = run.config_path.read_text()
+    run.config_path.write_text(text[: len(text) // 2])
+    remedy = f"delete {run.config_path} and run solrl train THAT_CONFIG --run-dir {run.root}"
+    _refused(lambda: load_run_config(run), str(run.config_path), "content changed", remedy)
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "stage", "update", "--run-dir", str(run.root),
+                           "--iteration", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "config.yaml is damaged" in proc.stderr
+    run.config_path.write_bytes(b"\xff\xfe" + text.encode()[2:])  # garbled: no longer UTF-8 text
+    _refused(lambda: load_run_config(run), str(run.config_path), "damaged", remedy)
+    run.config_path.unlink()  # the remedy: freeze the original config again
+    prepare_run(run, _config())
+    run_stage(run, load_run_config(run), 0, "update", progress=False)
+    _assert_same_checkpoint(run, reference)
+
+
+def test_records_without_inventory_are_accepted(reference, tmp_path, one_torch_thread):
+    """Runs started before inventories existed: their manifests, init state and config are taken as they are."""
+    run, _ = _copy(reference, tmp_path, (0, "update"))
+    for stage in STAGES[:-1]:
+        path = run.manifest_path(0, stage)
+        record = json.loads(path.read_text())
+        del record[FILES_KEY]
+        path.write_text(json.dumps(record))
+    state = json.loads((run.init_dir / "state.json").read_text())
+    del state[FILES_KEY]
+    (run.init_dir / "state.json").write_text(json.dumps(state))
+    run.config_path.write_text(run.config_path.read_text().split("\n", 1)[1])  # without its digest line
+    cfg = load_run_config(run)
+    run_stage(run, cfg, 0, "update", progress=False)
+    _assert_same_checkpoint(run, reference)
+    assert FILES_KEY in run.manifest(0, "update")  # what this version completes is recorded
+
+
+def test_inventory_on_an_object_store():
+    root = as_path(f"memory://integrity-{uuid.uuid4().hex[:8]}/artifact")
+    (root / "a.zarr" / "c").mkdir(parents=True, exist_ok=True)
+    (root / "a.zarr" / "c" / "0").write_bytes(np.arange(100, dtype=np.uint8).tobytes())
+    (root / "state.json").write_text('{"step": 1}')
+    recorded = inventory(root)
+    assert set(recorded) == {"a.zarr/c/0", "state.json"} and recorded["a.zarr/c/0"]["size"] == 100
+    verify(root, recorded, "iter_0000/x", "rebuild it")
+    (root / "a.zarr" / "c" / "0").write_bytes(np.arange(1, 101, dtype=np.uint8).tobytes())
+    with pytest.raises(DamagedArtifactError, match="iter_0000/x/a.zarr/c/0 is damaged .content changed"):
+        verify(root, recorded, "iter_0000/x", "rebuild it")
+    (root / "state.json").write_text("{")
+    with pytest.raises(DamagedArtifactError, match="state.json is damaged .size 1 != recorded 11"):
+        verify(root, recorded, "iter_0000/x", "rebuild it")
+    (root / "a.zarr" / "c" / "0").unlink()
+    with pytest.raises(DamagedArtifactError, match="a.zarr/c/0 is damaged .missing"):
+        verify(root, recorded, "iter_0000/x", "rebuild it")
+
+
+def test_truncated_run_json_and_evaluation_metrics(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.run_json.write_text('{"tracking_uri": "sqlite:///x.db", "mlflow_')
+    _refused(run.run_info, "run.json", "not valid JSON", f"delete {run.run_json}")
+    run.eval_dir(2).mkdir(parents=True)
+    (run.eval_dir(2) / "metrics.json").write_text('{"step": 2, "metr')
+    _refused(run.evaluations, "eval/step_0002/metrics.json", "not valid JSON",
+             f"delete {run.eval_dir(2)} and run: solrl eval --run-dir {run.root} --step 2")
