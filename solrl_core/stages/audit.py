@@ -26,7 +26,6 @@ import time
 import numpy as np
 
 from solrl_core.config import RunConfig
-from solrl_core.integrity import verify_stage
 from solrl_core.pool import read_table, write_table
 from solrl_core.rundir import RunDir, write_json_atomic
 from solrl_core.stages.context import StageContext, load_merged_transformer
@@ -127,7 +126,6 @@ def run_audit(ctx: StageContext) -> dict:
     proxy = read_table(ctx.artifact("score_explore", "rewards.zarr"), ["reward"])[0]["reward"]
     selected = None
     if ctx.run.is_complete(ctx.iteration, "select"):
-        verify_stage(ctx.run, ctx.iteration, "select")  # read when present: not among the inputs the registry checks
         selected = read_table(ctx.artifact("select", "selection.zarr"), ["candidate_index"])[0]["candidate_index"]
     k = cfg.explore.seeds_per_prompt if cfg.select.mode == "all" else cfg.select.k
     with ctx.run.stage_output(ctx.iteration, AUDIT, resume_partial=True) as out:

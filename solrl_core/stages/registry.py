@@ -9,7 +9,7 @@ from solrl_core.errors import MissingInputError
 from solrl_core.integrity import verify_checkpoint, verify_stage
 from solrl_core.rundir import RunDir
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.table import BY_NAME, STAGES, TABLE, load
+from solrl_core.stages.table import BY_NAME, STAGES, load
 
 
 def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, str]]:
@@ -20,20 +20,11 @@ def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, s
     return missing
 
 
-def upstream(stage: str) -> list[str]:
-    """The stages of the same iteration whose artifacts `stage` may read: its requirements and theirs, in order."""
-    needed = set(BY_NAME[stage].requires)
-    for name in reversed([s.name for s in TABLE]):
-        if name in needed:
-            needed |= set(BY_NAME[name].requires)
-    return [s.name for s in TABLE if s.name in needed]
-
-
 def verify_inputs(run: RunDir, iteration: int, stage: str) -> None:
     """Refuse (naming the file and the command that rebuilds it) when an artifact `stage` reads is damaged."""
     if BY_NAME[stage].needs_previous_checkpoint:
         verify_checkpoint(run, iteration - 1)
-    for name in upstream(stage):
+    for name in BY_NAME[stage].reads:
         verify_stage(run, iteration, name)
 
 

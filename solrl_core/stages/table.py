@@ -20,6 +20,12 @@ class Stage:
     needs_previous_checkpoint: bool = False  # the previous iteration's update (iteration 0: the initial adapters)
     split: tuple[str, ...] = ()  # "module:function"s, (StageContext) -> the stage's work split over the devices
     in_pipeline: bool = True  # one of the training STAGES of every iteration (the audit is optional)
+    also_reads: tuple[str, ...] = ()  # other stages of the same iteration whose artifacts it reads when complete
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The stages of the same iteration whose artifacts it reads: checked before it runs (integrity.py)."""
+        return self.requires + self.also_reads
 
     @property
     def splittable(self) -> bool:
@@ -35,12 +41,15 @@ TABLE: tuple[Stage, ...] = (
     Stage("quantize", "solrl_core.stages.quantize:run_quantize", needs_previous_checkpoint=True),
     Stage("explore", f"{_EXPLORE}:run_explore", ("quantize",), split=(f"{_EXPLORE}:sampling",)),
     Stage("score_explore", f"{_SCORE}:run_score_explore", ("explore",), split=(f"{_SCORE}:explore_scoring",)),
-    Stage("select", "solrl_core.stages.select:run_select", ("score_explore",)),
-    Stage("regenerate", f"{_REGENERATE}:run_regenerate", ("select", "quantize"), split=(f"{_REGENERATE}:sampling",)),
-    Stage("score_final", f"{_SCORE}:run_score_final", ("regenerate",), split=(f"{_SCORE}:final_scoring",)),
-    Stage("update", "solrl_core.stages.update:run_update", ("score_final",), needs_previous_checkpoint=True),
+    Stage("select", "solrl_core.stages.select:run_select", ("score_explore",), also_reads=("explore",)),
+    Stage("regenerate", f"{_REGENERATE}:run_regenerate", ("select", "quantize"), split=(f"{_REGENERATE}:sampling",),
+          also_reads=("explore",)),
+    Stage("score_final", f"{_SCORE}:run_score_final", ("regenerate",), split=(f"{_SCORE}:final_scoring",),
+          also_reads=("score_explore",)),
+    Stage("update", "solrl_core.stages.update:run_update", ("score_final",), needs_previous_checkpoint=True,
+          also_reads=("regenerate",)),
     Stage("audit", f"{_AUDIT}:run_audit", ("quantize", "explore", "score_explore"),
-          split=(f"{_AUDIT}:sampling", f"{_AUDIT}:scoring"), in_pipeline=False),
+          split=(f"{_AUDIT}:sampling", f"{_AUDIT}:scoring"), in_pipeline=False, also_reads=("select",)),
 )
 # The held-out evaluation is not a recorded stage (its artifact lives in <run>/eval/step_NNNN), but its work is split
 # the same way: sampling, then scoring.
