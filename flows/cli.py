@@ -116,7 +116,7 @@ def cmd_stage(args) -> int:
     from solrl_core.errors import MissingInputError
     from solrl_core.rundir import STAGES, RunDir
     from solrl_core.runs import load_run_config
-    from solrl_core.stages.registry import missing_inputs
+    from solrl_core.stages.registry import missing_inputs, verify_inputs
 
     if args.name not in STAGES:
         raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
@@ -132,6 +132,7 @@ def cmd_stage(args) -> int:
     if run.is_complete(args.iteration, args.name) and not args.force:
         print(f"{args.name} of iteration {args.iteration} is already complete (use --force to run it again)")
         return 0
+    verify_inputs(run, args.iteration, args.name)  # checked again by the stage; here before Prefect starts
     with run.hold():
         _prefect_env()
         from flows.stage import stage_flow

@@ -63,6 +63,16 @@ def _refused(call, artifact: str, what: str, remedy: str) -> str:
     return message
 
 
+def _cli_refusal(*args: str) -> str:
+    """The one line `solrl ARGS` exits with (code 2, no traceback)."""
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
 def _rebuild(run: RunDir, stage: str, iteration: int = 0) -> str:
     return f"solrl stage {stage} --run-dir {run.root} --iteration {iteration} --force"
 
@@ -118,6 +128,8 @@ def test_truncated_image_chunk_of_the_explore_pool(reference, tmp_path, one_torc
     image.write_bytes(image.read_bytes()[: size // 2])
     _refused(lambda: run_stage(run, cfg, 0, "score_explore", force=True, progress=False),
              image.relative_to(run.root).as_posix(), f"size {size // 2} != recorded {size}", _rebuild(run, "explore"))
+    line = _cli_refusal("stage", "score_explore", "--run-dir", str(run.root), "--iteration", "0", "--force")
+    assert image.relative_to(run.root).as_posix() in line and _rebuild(run, "explore") in line
     assert run.is_complete(0, "score_explore")  # the refusal comes before the forced stage discards anything
     run_stage(run, cfg, 0, "explore", force=True, progress=False)
     for stage in STAGES[STAGES.index("score_explore"):]:
@@ -168,12 +180,7 @@ def test_truncated_frozen_config(reference, tmp_path, one_torch_thread):
     run.config_path.write_text(text[: len(text) // 2])
     remedy = f"delete {run.config_path} and run solrl train THAT_CONFIG --run-dir {run.root}"
     _refused(lambda: load_run_config(run), str(run.config_path), "content changed", remedy)
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "stage", "update", "--run-dir", str(run.root),
-                           "--iteration", "0"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "config.yaml is damaged" in proc.stderr
+    assert "config.yaml is damaged" in _cli_refusal("stage", "update", "--run-dir", str(run.root), "--iteration", "0")
     run.config_path.write_bytes(b"\xff\xfe" + text.encode()[2:])  # garbled: no longer UTF-8 text
     _refused(lambda: load_run_config(run), str(run.config_path), "damaged", remedy)
     run.config_path.unlink()  # the remedy: freeze the original config again
