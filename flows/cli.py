@@ -232,6 +232,7 @@ def cmd_pretrain(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from solrl_core.integrity import verify_checkpoint
     from solrl_core.rundir import RunDir
     from solrl_core.runs import load_run_config
 
@@ -241,6 +242,7 @@ def cmd_eval(args) -> int:
     step = args.step if args.step is not None else max(done, default=0)
     if step and step not in done:
         raise SolrlError(f"no checkpoint after {step} iterations in {run.root} (finished: {done or 'none'})")
+    verify_checkpoint(run, step - 1)  # checked again by the evaluation; here before Prefect starts
     _prefect_env()
     from flows.evaluation import evaluation_flow
 

@@ -67,10 +67,10 @@ def _file_digest(directory, relative: str) -> str:
         return _digest(_blocks(fh))
 
 
-def inventory(directory, exclude: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
-    """{relative path: {"size", "blake2b"}} of every file under `directory` but `exclude`."""
+def inventory(directory) -> dict[str, dict[str, Any]]:
+    """{relative path: {"size", "blake2b"}} of every file under `directory`."""
     return {rel: {"size": size, "blake2b": _file_digest(directory, rel)}
-            for rel, size in sorted(_listing(directory).items()) if rel not in exclude}
+            for rel, size in sorted(_listing(directory).items())}
 
 
 def damage(directory, recorded: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
