@@ -14,6 +14,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.registry import run_stage
+from solrl_core.userfiles import user_os_errors
 
 
 def _retry_unless_user_error(task, task_run, state) -> bool:
@@ -40,7 +41,8 @@ def make_stage_task(stage: str, retries: int = 1):
         run = RunDir(run_dir)
         from tasks.shards import dask_shards  # splittable stages with several devices or a Dask cluster
 
-        with dask_shards():
+        # a full disk, missing permissions: one line naming the path (a SolrlError, so not retried)
+        with user_os_errors(f"stage {stage} of iteration {iteration}"), dask_shards():
             return run_stage(run, load_run_config(run), iteration, stage, force=force, progress=progress)
 
     stage_task.__doc__ = f"Run the '{stage}' stage of one iteration (skipped when its manifest exists)."

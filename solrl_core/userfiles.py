@@ -1,0 +1,92 @@
+"""Reading the files a user names (configs, prompt lists) and explaining failed file operations in one line.
+
+Everything here ends in a SolrlError (or its message) that names the path and says what to fix; the CLI prints it as
+one line and exits 2. Errors that are not the user's to fix are left alone (they keep their traceback).
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from solrl_core.errors import SolrlError
+
+# OSErrors a user causes or fixes wherever they happen: a full disk or quota, missing permissions, a read-only
+# filesystem. (A path that is a file where a directory belongs is checked where the path is given: RunDir.check.)
+USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the file `path` that the user named (`what` says where, e.g. 'prompts.train'). A directory,
+    an unreadable file or bytes that are not UTF-8 are a SolrlError naming the path. A missing file is the caller's
+    to report (it knows the hint to give)."""
+    if path.is_dir():
+        raise SolrlError(f"{what}: {path} is a directory; give a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise SolrlError(f"{what}: {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}); "
+                         "save it as UTF-8") from None
+    except OSError as exc:
+        raise SolrlError(f"{what}: cannot read {path} ({exc.strerror}); {_fix(exc)}") from None
+
+
+def _fix(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "check its permissions"
+    if exc.errno == errno.EROFS:
+        return "the filesystem is read-only; use a writable one"
+    return "check the path"
+
+
+def _existing(path: Path) -> Path:
+    """`path` or its closest existing ancestor (where disk usage can be asked)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def disk_full_message(path, where: str = "", needed: int | None = None) -> str:
+    """'no space left ...' naming `path`, the free space of its filesystem and, when known, the bytes `needed`."""
+    where = f"{where}: " if where else ""
+    free = shutil.disk_usage(_existing(Path(path))).free
+    need = f"; it needs about {_size(needed)}" if needed else ""
+    return f"{where}no space left on the device writing {path} ({_size(free)} free{need}); free some space or use " \
+           "another --run-dir"
+
+
+def user_os_error(exc: OSError, where: str = "") -> SolrlError | None:
+    """A one-line SolrlError for an OSError the user can fix (see USER_ERRNOS), naming its path; None for any other
+    error (a bug, which keeps its traceback)."""
+    if exc.errno not in USER_ERRNOS:
+        return None
+    path = exc.filename if exc.filename is not None else "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return SolrlError(disk_full_message(path, where))
+    prefix = f"{where}: " if where else ""
+    return SolrlError(f"{prefix}{path}: {exc.strerror}; {_fix(exc)} or use another path")
+
+
+@contextmanager
+def user_os_errors(where: str = ""):
+    """Turn an OSError the user can fix, raised inside the block, into its one-line SolrlError (see user_os_error);
+    `where` says what was running (e.g. 'stage explore of iteration 3')."""
+    try:
+        yield
+    except OSError as exc:
+        error = user_os_error(exc, where)
+        if error is None:
+            raise
+        raise error from None
