@@ -364,6 +364,7 @@ def cmd_bench(args) -> int:
             report["mlflow"] = log_bench_report(root.root, tracking_uri(done[0].cfg), bench.tracking.experiment,
                                                 report, [Path(p) for p in report["files"]])
     else:
+        root.check_writable()
         _prefect_env()
         check_services(runs[0].cfg)
         for label in dict.fromkeys(r.label for r in runs):

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from solrl_core.errors import SolrlError
+from solrl_core.userfiles import closest_existing, unwritable_reason
 
 HEALTH_TIMEOUT = 5.0  # seconds per health request
 # MLflow's defaults retry a dead server for minutes (7 retries, exponential backoff, 120 s per request).
@@ -71,19 +72,18 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
             return
         folder = Path(path).absolute().parent
     elif parsed.scheme in ("", "file"):
-        folder = Path(parsed.path if parsed.scheme else uri).absolute()
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
+        folder = closest_existing(parsed.path if parsed.scheme else uri)
     else:
         return
     if not folder.is_dir():
         raise SolrlError(f"{setting} = {uri}: the folder {folder} does not exist; create it or set {setting} to "
                          "a writable place")
     database = Path(uri[len("sqlite:///"):]).absolute() if parsed.scheme == "sqlite" else None
-    writable = os.access(database, os.W_OK) if database is not None and database.exists() else True
-    if not (writable and os.access(folder, os.W_OK | os.X_OK)):
-        raise SolrlError(f"{setting} = {uri}: cannot write to {folder} (permission denied or read-only); set "
-                         f"{setting} to a writable place")
+    why = unwritable_reason(folder)
+    if why is None and database is not None and database.exists() and not os.access(database, os.W_OK):
+        folder, why = database, "permission denied"
+    if why:
+        raise SolrlError(f"{setting} = {uri}: cannot write to {folder} ({why}); set {setting} to a writable place")
 
 
 def check_services(cfg, run=None, tracking: bool = True) -> None:

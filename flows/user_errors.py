@@ -50,7 +50,7 @@ def _names_pattern() -> re.Pattern:
 
 class _HideUserErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR:
+        if record.levelno < logging.ERROR or " - Retry " in record.getMessage():  # a retry is news, not the end
             return True
         if record.exc_info and record.exc_info[1] is not None:
             return as_user_error(record.exc_info[1]) is None

@@ -24,7 +24,7 @@ from pathlib import Path
 from solrl_core.errors import RunDirLockedError, SolrlError
 from solrl_core.stages.table import STAGES
 from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, replace_dir, write_json_atomic
-from solrl_core.userfiles import user_os_errors
+from solrl_core.userfiles import closest_existing, unwritable_reason, user_os_errors
 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
 
@@ -126,13 +126,11 @@ class RunDir:
         root = Path(self.root).absolute()
         if root.exists() and not root.is_dir():
             raise SolrlError(f"--run-dir {self.root} is a file, not a directory; give a directory (made if missing)")
-        folder = root
-        while not folder.exists():
-            folder = folder.parent
+        folder = closest_existing(root)
         if not folder.is_dir():
             raise SolrlError(f"--run-dir {self.root}: {folder} is a file, not a directory; give another path")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            why = "the filesystem is read-only" if _read_only(folder) else "permission denied"
+        why = unwritable_reason(folder)
+        if why:
             raise SolrlError(f"--run-dir {self.root}: cannot write to {folder} ({why}); make it writable or give "
                              "another --run-dir")
 
@@ -171,7 +169,3 @@ class RunDir:
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
             fh.close()
-
-
-def _read_only(folder: Path) -> bool:
-    return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)

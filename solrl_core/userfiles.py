@@ -7,6 +7,7 @@ one line and exits 2. Errors that are not the user's to fix are left alone (they
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,12 +43,19 @@ def _fix(exc: OSError) -> str:
     return "check the path"
 
 
-def _existing(path: Path) -> Path:
-    """`path` or its closest existing ancestor (where disk usage can be asked)."""
+def closest_existing(path) -> Path:
+    """`path` (made absolute) or its closest existing ancestor."""
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why files cannot be made in the existing folder `folder` (read-only filesystem, permissions); None if they can."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return "the filesystem is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "permission denied"
 
 
 def _size(n: float) -> str:
@@ -61,7 +69,7 @@ def _size(n: float) -> str:
 def disk_full_message(path, where: str = "", needed: int | None = None) -> str:
     """'no space left ...' naming `path`, the free space of its filesystem and, when known, the bytes `needed`."""
     where = f"{where}: " if where else ""
-    free = shutil.disk_usage(_existing(Path(path))).free
+    free = shutil.disk_usage(closest_existing(path)).free
     need = f"; it needs about {_size(needed)}" if needed else ""
     return f"{where}no space left on the device writing {path} ({_size(free)} free{need}); free some space or use " \
            "another --run-dir"

@@ -275,3 +275,63 @@ def test_sqlite_store_in_read_only_folder(tmp_path, monkeypatch):
     finally:
         folder.chmod(0o755)
     assert str(folder) in str(info.value) and "tracking.uri" in str(info.value)
+
+
+# ---- the error boundary -----------------------------------------------------------------------------------------
+def test_main_maps_user_os_errors_and_keeps_bugs(capsys, monkeypatch, tmp_path):
+    """main() turns a full disk or a permission error anywhere into one line naming the path; any other OSError (a
+    bug, or nothing the user can fix) keeps its traceback."""
+    import flows.cli
+
+    def failing(error):
+        def command(args):
+            raise error
+        return command
+
+    target = tmp_path / "iter_0000" / "pool.zarr"
+    monkeypatch.setattr(flows.cli, "cmd_status", failing(OSError(errno.ENOSPC, "No space left on device",
+                                                                 str(target))))
+    code, err = run_main(capsys, "status", "--run-dir", str(tmp_path))
+    assert_one_line(code, err, "no space left", str(target), "free")
+    monkeypatch.setattr(flows.cli, "cmd_status", failing(PermissionError(errno.EACCES, "Permission denied",
+                                                                         str(target))))
+    code, err = run_main(capsys, "status", "--run-dir", str(tmp_path))
+    assert_one_line(code, err, "Permission denied", str(target))
+    monkeypatch.setattr(flows.cli, "cmd_status", failing(OSError(errno.EIO, "Input/output error", str(target))))
+    with pytest.raises(OSError, match="Input/output"):
+        run_main(capsys, "status", "--run-dir", str(tmp_path))
+
+
+def test_prefect_logs_of_user_errors_are_hidden_and_others_kept():
+    """Prefect's records of a run that failed with a user error are dropped (main() prints the one line); a retry
+    and any other failure keep theirs."""
+    import logging
+
+    from flows.user_errors import _HideUserErrors
+    from solrl_core.errors import MissingInputError
+
+    def record(message, exc=None):
+        return logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, message, None,
+                                 (type(exc), exc, None) if exc else None)
+
+    keep = _HideUserErrors().filter
+    assert not keep(record("Encountered exception during execution", MissingInputError("x")))
+    assert not keep(record("Finished in state Failed('Task run encountered an exception MissingInputError: x')"))
+    assert not keep(record("Finished in state Failed(\"OSError: [Errno 28] No space left on device: 'a'\")"))
+    assert keep(record("Encountered exception during execution", RuntimeError("a bug")))
+    assert keep(record("Finished in state Failed('Task run encountered an exception RuntimeError: a bug')"))
+    assert keep(record("Task run failed with exception: MissingInputError('x') - Retry 1/1 will start now",
+                       MissingInputError("x")))
+
+
+def test_fewer_gpus_than_the_device_named(monkeypatch):
+    """A machine with 2 GPUs (as torch reports them) and model.device cuda:3: the line lists what is present."""
+    from solrl_core.errors import SolrlError
+    from solrl_core.placement import check_present
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_present("cuda:1", "model.device")
+    check_present("cuda", "model.device")
+    with pytest.raises(SolrlError, match=r"model.device is cuda:3, .* 2 CUDA device\(s\), cuda:0 to cuda:1"):
+        check_present("cuda:3", "model.device")
