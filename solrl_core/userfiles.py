@@ -52,49 +52,55 @@ def closest_existing(path) -> Path:
 
 
 def unwritable_reason(folder: Path) -> str | None:
-    """Why files cannot be made in the existing folder `folder` (read-only filesystem, permissions); None if they can."""
+    """Why files cannot be made in the existing `folder` (read-only filesystem, permissions); None if they can."""
     if os.access(folder, os.W_OK | os.X_OK):
         return None
     return "the filesystem is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "permission denied"
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+def format_bytes(n: float) -> str:
+    """`n` bytes for a person: 512 B, 3.0 MiB, 71.8 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
 
 
-def disk_full_message(path, where: str = "", needed: int | None = None) -> str:
-    """'no space left ...' naming `path`, the free space of its filesystem and, when known, the bytes `needed`."""
+def tree_size(path: Path) -> int:
+    """Bytes of the files under the local folder `path` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def disk_full_message(path, where: str = "", needed: str | None = None) -> str:
+    """'no space left ...' naming `path`, the free space of its filesystem and, when known, what is `needed`."""
     where = f"{where}: " if where else ""
     free = shutil.disk_usage(closest_existing(path)).free
-    need = f"; it needs about {_size(needed)}" if needed else ""
-    return f"{where}no space left on the device writing {path} ({_size(free)} free{need}); free some space or use " \
-           "another --run-dir"
+    need = f"; it needs about {needed}" if needed else ""
+    return (f"{where}no space left on the device writing {path} ({format_bytes(free)} free{need}); free some space "
+            "or use another --run-dir")
 
 
-def user_os_error(exc: OSError, where: str = "") -> SolrlError | None:
+def user_os_error(exc: OSError, where: str = "", needed=None) -> SolrlError | None:
     """A one-line SolrlError for an OSError the user can fix (see USER_ERRNOS), naming its path; None for any other
-    error (a bug, which keeps its traceback)."""
+    error (a bug, which keeps its traceback). `needed`: a function saying how much space the work needs, or None."""
     if exc.errno not in USER_ERRNOS:
         return None
     path = exc.filename if exc.filename is not None else "a file"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return SolrlError(disk_full_message(path, where))
+        return SolrlError(disk_full_message(path, where, needed() if needed else None))
     prefix = f"{where}: " if where else ""
     return SolrlError(f"{prefix}{path}: {exc.strerror}; {_fix(exc)} or use another path")
 
 
 @contextmanager
-def user_os_errors(where: str = ""):
+def user_os_errors(where: str = "", needed=None):
     """Turn an OSError the user can fix, raised inside the block, into its one-line SolrlError (see user_os_error);
-    `where` says what was running (e.g. 'stage explore of iteration 3')."""
+    `where` says what was running (e.g. 'stage explore of iteration 3'), `needed` as in user_os_error."""
     try:
         yield
     except OSError as exc:
-        error = user_os_error(exc, where)
+        error = user_os_error(exc, where, needed)
         if error is None:
             raise
         raise error from None

@@ -335,3 +335,24 @@ def test_fewer_gpus_than_the_device_named(monkeypatch):
     check_present("cuda", "model.device")
     with pytest.raises(SolrlError, match=r"model.device is cuda:3, .* 2 CUDA device\(s\), cuda:0 to cuda:1"):
         check_present("cuda:3", "model.device")
+
+
+def test_disk_full_says_what_the_stage_needs(tmp_path):
+    """Past iteration 0 the stage's previous artifact is the estimate of what it needs."""
+    from solrl_core.errors import SolrlError
+    from solrl_core.rundir import RunDir
+    from tasks.stage_task import _space_needed
+    from solrl_core.userfiles import user_os_errors
+
+    run = RunDir(tmp_path)
+    previous = run.stage_dir(0, "explore")
+    previous.mkdir(parents=True)
+    (previous / "pool.bin").write_bytes(b"\0" * 3 * 1024 * 1024)
+    run.complete(0, "explore")
+    assert _space_needed(run, 0, "explore") is None
+    with pytest.raises(SolrlError) as info, user_os_errors("stage explore of iteration 1",
+                                                           lambda: _space_needed(run, 1, "explore")):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run.partial_dir(1, "explore") / "x"))
+    message = str(info.value)
+    assert "stage explore of iteration 1: no space left" in message and "explore.partial/x" in message
+    assert "needs about 3.0 MiB (as iteration 0's)" in message and " free" in message
