@@ -3,7 +3,7 @@ naming the URL and the setting to fix, within seconds (not after minutes of the 
 
 Checked: an HTTP server (Prefect's API, an MLflow server) answers GET <url>/health within HEALTH_TIMEOUT seconds; a
 sqlite or file store's folder exists and is writable. MLflow's own HTTP retries are bounded too (MLFLOW_HTTP_*
-defaults below), so a server that dies during a run fails the command in about a minute.
+defaults below, also given to flow runs on workers), so a server that dies during a run fails it in about a minute.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from solrl_core.errors import SolrlError
 from solrl_core.userfiles import closest_existing, unwritable_reason
 
 HEALTH_TIMEOUT = 5.0  # seconds per health request
-# MLflow's defaults retry a dead server for minutes (7 retries, exponential backoff, 120 s per request).
+# MLflow's defaults retry a dead server for minutes (7 retries, backoff factor 2, 120 s per request); these give up
+# after about 7 s on a refused connection, about a minute on a server that hangs (4 x 15 s + backoff). An environment
+# variable of the same name wins.
 MLFLOW_HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
 }
 
 
