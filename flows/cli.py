@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from flows.preflight import check_services
+from flows.user_errors import as_user_error, hide_user_error_logs, report
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -61,11 +63,13 @@ def _default_run_dir(cfg) -> Path:
 
 
 def _preflight(cfg) -> None:
-    """Fail fast, before any flow starts, on what a user can fix: prompts and model weights."""
+    """Fail fast, before any flow starts, on what a user can fix: devices, prompts and model weights."""
+    from solrl_core.placement import check_devices
     from solrl_core.quant.backends import resolve_backend
     from solrl_core.rewards.registry import preflight_rewards
     from solrl_core.stages.context import load_backbone, train_prompt_set
 
+    check_devices(cfg)
     preflight_rewards(cfg.rewards, cfg.reward_models)
     if cfg.eval.every and cfg.eval.rewards:
         preflight_rewards(cfg.eval.rewards, cfg.reward_models)
@@ -81,13 +85,17 @@ def cmd_train(args) -> int:
 
     overrides = list(args.set or [])
     if args.iterations is not None:
+        if args.iterations < 1:
+            raise SolrlError(f"--iterations {args.iterations} is out of range: give 1 or more")
         overrides.append(f"iterations={args.iterations}")
     cfg = load_config(args.config, overrides)
     run = RunDir(args.run_dir or _default_run_dir(cfg))
+    run.check_writable()
+    _prefect_env()
+    check_services(cfg, run)
     _preflight(cfg)
     with run.hold():
         prepare_run(run, cfg)
-        _prefect_env()
         from flows.training import training_flow
         from flows.tracking import ensure_mlflow_run
 
@@ -115,13 +123,16 @@ def cmd_train(args) -> int:
 def cmd_stage(args) -> int:
     from solrl_core.errors import MissingInputError
     from solrl_core.rundir import STAGES, RunDir
-    from solrl_core.runs import load_run_config
+    from solrl_core.placement import check_devices
+    from solrl_core.runs import check_iteration, load_run_config
     from solrl_core.stages.registry import missing_inputs, verify_inputs
 
     if args.name not in STAGES:
         raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
     run = RunDir(args.run_dir)
-    load_run_config(run)
+    cfg = load_run_config(run)
+    check_iteration(cfg, args.iteration)
+    check_devices(cfg)
     missing = missing_inputs(run, args.iteration, args.name)
     if missing:
         it, first = missing[0]
@@ -135,6 +146,7 @@ def cmd_stage(args) -> int:
     verify_inputs(run, args.iteration, args.name)  # checked again by the stage; here before Prefect starts
     with run.hold():
         _prefect_env()
+        check_services(cfg, tracking=False)
         from flows.stage import stage_flow
 
         manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force, progress=not args.quiet)
@@ -144,9 +156,13 @@ def cmd_stage(args) -> int:
 
 def cmd_update_node(args) -> int:
     from solrl_core.rundir import RunDir
+    from solrl_core.runs import check_iteration, load_run_config
     from solrl_core.stages.update_node import join_updates
 
-    summaries = join_updates(RunDir(args.run_dir), args.iteration, force=args.force,
+    run = RunDir(args.run_dir)
+    if args.iteration is not None:
+        check_iteration(load_run_config(run), args.iteration)
+    summaries = join_updates(run, args.iteration, force=args.force,
                              say=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps({str(it): summary for it, summary in summaries.items()}, indent=2))
     return 0
@@ -195,8 +211,11 @@ def cmd_status(args) -> int:
 def cmd_inspect(args) -> int:
     from solrl_core.inspect import mlflow_link_text, pool_summary, shards_text
     from solrl_core.rundir import RunDir
+    from solrl_core.runs import check_iteration, load_run_config
 
-    summary = pool_summary(RunDir(args.run_dir), args.iteration)
+    run = RunDir(args.run_dir)
+    check_iteration(load_run_config(run), args.iteration)
+    summary = pool_summary(run, args.iteration)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -234,16 +253,21 @@ def cmd_pretrain(args) -> int:
 def cmd_eval(args) -> int:
     from solrl_core.integrity import verify_checkpoint
     from solrl_core.rundir import RunDir
-    from solrl_core.runs import load_run_config
+    from solrl_core.placement import check_devices
+    from solrl_core.runs import check_step, load_run_config
 
     run = RunDir(args.run_dir)
-    load_run_config(run)
+    cfg = load_run_config(run)
+    if args.step is not None:
+        check_step(cfg, args.step)
     done = [i + 1 for i in run.iterations_present() if run.is_complete(i, "update")]
     step = args.step if args.step is not None else max(done, default=0)
     if step and step not in done:
         raise SolrlError(f"no checkpoint after {step} iterations in {run.root} (finished: {done or 'none'})")
     verify_checkpoint(run, step - 1)  # checked again by the evaluation; here before Prefect starts
+    check_devices(cfg)
     _prefect_env()
+    check_services(cfg, run)
     from flows.evaluation import evaluation_flow
 
     evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)
@@ -343,10 +367,12 @@ def cmd_bench(args) -> int:
             report["mlflow"] = log_bench_report(root.root, tracking_uri(done[0].cfg), bench.tracking.experiment,
                                                 report, [Path(p) for p in report["files"]])
     else:
+        root.check_writable()
+        _prefect_env()
+        check_services(runs[0].cfg)
         for label in dict.fromkeys(r.label for r in runs):
             _preflight(next(r.cfg for r in runs if r.label == label))
         with root.hold():
-            _prefect_env()
             from flows.bench import bench_flow
 
             report = bench_flow(str(args.config), overrides, args.run_dir, progress=_progress(args),
@@ -529,11 +555,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     _terminal(args)
+    hide_user_error_logs()
     try:
         return args.func(args)
-    except SolrlError as exc:
-        print(f"solrl: error: {exc}", file=sys.stderr)
-        return 2
+    except (SolrlError, OSError) as exc:  # an OSError only when the user can fix it (full disk, permissions)
+        error = as_user_error(exc)
+        if error is None:
+            raise
+        return report(error)
     except KeyboardInterrupt:
         print("solrl: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

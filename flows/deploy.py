@@ -37,6 +37,7 @@ from prefect.events.actions import ChangeFlowRunState
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 
+from flows.preflight import MLFLOW_HTTP_DEFAULTS
 from solrl_core.config import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import STAGES
@@ -50,13 +51,15 @@ TAG = "solrl"  # every solrl deployment, so every run of one, carries it
 HEARTBEAT_SECONDS = 30  # Prefect's shortest flow-run heartbeat interval (its default is 180)
 HEARTBEAT_AUTOMATION = "solrl: crash flow runs without heartbeat"
 # The flow-run processes a worker starts: what the CLI sets for itself before torch loads (idle OpenMP threads that
-# spin stall badly on shared cores), quiet library logs, and heartbeats often enough for HEARTBEAT_AUTOMATION.
+# spin stall badly on shared cores), quiet library logs, heartbeats often enough for HEARTBEAT_AUTOMATION, bounded
+# MLflow retries.
 FLOW_RUN_ENV = {
     "OMP_WAIT_POLICY": "PASSIVE",
     "DIFFUSERS_VERBOSITY": "error",
     "TRANSFORMERS_VERBOSITY": "error",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS),
+    **MLFLOW_HTTP_DEFAULTS,  # a dead MLflow server fails the run in about a minute, not after minutes of retries
 }
 # Job variables of every solrl deployment: the environment above, and the worker's own directory as the flow run's
 # working directory (a process worker's default is a new temporary directory per run).

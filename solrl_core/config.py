@@ -19,7 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from solrl_core.errors import ConfigError
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.userfiles import read_text
 
 SelectMode = Literal["best_worst", "random", "top", "all", "extremes_random"]
 Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
@@ -310,16 +311,22 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: 'extends' forms a cycle")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(read_text(path, "config"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} is not valid YAML") from None
+    except SolrlError as exc:
+        raise ConfigError(str(exc)) from None
+    if data is None:
+        raise ConfigError(f"config file {path} is empty; write the settings to change (e.g. extends: demo.yaml "
+                          "plus the keys that differ)")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+        raise ConfigError(f"{path}: the top level must be a mapping of keys (key: value lines), not a "
+                          f"{_yaml_kind(data)}")
     parents = data.pop("extends", None)
     if parents is None:
         return data
@@ -331,6 +338,10 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     for parent in parents:  # in order: later files win
         base = _deep_merge(base, _read_yaml(path.parent / parent, seen + (path,)))
     return _deep_merge(base, data)
+
+
+def _yaml_kind(value: Any) -> str:
+    return "list" if isinstance(value, list) else f"single value ({value!r:.40})"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -35,6 +35,31 @@ def check_device_list(devices: list[str]) -> None:
         raise ValueError(f"orchestration.devices: a GPU is listed twice ({devices}); one worker per GPU")
 
 
+def check_present(device: str, setting: str) -> None:
+    """A SolrlError naming `setting` and the devices this machine has when `device` is not one of them."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise SolrlError(f"{setting}: '{device}' is not a device (use cpu, cuda or cuda:N)") from None
+    if dev.type != "cuda":
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if (dev.index or 0) < count:
+        return
+    here = "no CUDA device (cpu only)" if count == 0 else f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    raise SolrlError(f"{setting} is {device}, but this machine has {here}; set {setting} to a device it has")
+
+
+def check_devices(cfg) -> None:
+    """`check_present` for `model.device` and, without a Dask cluster of its own, `orchestration.devices`."""
+    check_present(cfg.model.device, "model.device")
+    if cfg.orchestration.dask_address is None and cfg.orchestration.devices != "auto":
+        for device in cfg.orchestration.devices:
+            check_present(device, "orchestration.devices")
+
+
 def resolve_devices(cfg) -> list[str]:
     """The devices of `cfg.orchestration.devices`: the list as given, or for `auto` every visible CUDA device when
     `model.device` is a CUDA device and CUDA is available, else `model.device` alone."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from solrl_core.errors import SolrlError
+from solrl_core.userfiles import read_text
 
 BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test")
 CALIBRATION_PROMPT = "a red circle"  # the quantize stage's fixed calibration forward
@@ -35,7 +36,7 @@ def load_prompt_set(spec: str, key: str, split: str | None = None) -> PromptSet:
     stamp = None
     if not spec.startswith("builtin:"):
         path = Path(spec)
-        if not path.is_file():
+        if not path.exists():
             from solrl_core.presets import missing_prompts_hint
 
             raise SolrlError(f"{key}: file not found: {path}{missing_prompts_hint(path)}")
@@ -51,7 +52,7 @@ def _load(spec: str, key: str, split: str | None, stamp) -> PromptSet:
     elif spec.endswith(".jsonl"):
         rows = _read_jsonl(Path(spec), key)
     else:
-        rows = _read_text(Path(spec))
+        rows = _read_text(Path(spec), key)
     if not rows:
         raise SolrlError(f"{key}: the prompt list '{spec}' is empty")
     if split is not None:
@@ -74,14 +75,14 @@ def _builtin(spec: str, key: str) -> list[tuple[str, dict]]:
     return [(p, {}) for p in sets[spec]()]
 
 
-def _read_text(path: Path) -> list[tuple[str, dict]]:
-    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+def _read_text(path: Path, key: str) -> list[tuple[str, dict]]:
+    lines = (line.strip() for line in read_text(path, key).splitlines())
     return [(line, {}) for line in lines if line and not line.startswith("#")]
 
 
 def _read_jsonl(path: Path, key: str) -> list[tuple[str, dict]]:
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text(path, key).splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from solrl_core import integrity
-from solrl_core.errors import RunDirLockedError
+from solrl_core.errors import RunDirLockedError, SolrlError
 from solrl_core.stages.table import STAGES
 from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, replace_dir, write_json_atomic
+from solrl_core.userfiles import closest_existing, unwritable_reason, user_os_errors
 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
 
@@ -140,6 +141,22 @@ class RunDir:
         manifest[integrity.FILES_KEY] = integrity.inventory(self.stage_dir(iteration, stage))
 
     # ---- ownership ----------------------------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        """A SolrlError naming the path when a local run directory is a file, or cannot be created or written
+        (its closest existing folder is not writable: permissions, a read-only filesystem)."""
+        if is_remote(self.root):
+            return
+        root = Path(self.root).absolute()
+        if root.exists() and not root.is_dir():
+            raise SolrlError(f"--run-dir {self.root} is a file, not a directory; give a directory (made if missing)")
+        folder = closest_existing(root)
+        if not folder.is_dir():
+            raise SolrlError(f"--run-dir {self.root}: {folder} is a file, not a directory; give another path")
+        why = unwritable_reason(folder)
+        if why:
+            raise SolrlError(f"--run-dir {self.root}: cannot write to {folder} ({why}); make it writable or give "
+                             "another --run-dir")
+
     @contextmanager
     def hold(self):
         """Hold the run directory exclusively (an OS file lock: released even when the process is killed; on object
@@ -152,9 +169,11 @@ class RunDir:
             finally:
                 lease.release()
             return
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.check_writable()
         lock_path = self.root / ".lock"
-        fh = open(lock_path, "a+")
+        with user_os_errors(f"--run-dir {self.root}"):  # what check_writable cannot see (a full disk, root's access)
+            self.root.mkdir(parents=True, exist_ok=True)
+            fh = open(lock_path, "a+")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -9,6 +9,7 @@ from solrl_core.errors import DamagedArtifactError, SolrlError
 from solrl_core.integrity import config_body, config_text
 from solrl_core.rundir import RunDir
 from solrl_core.storage import write_text_atomic
+from solrl_core.wording import plural
 
 # Keys that may differ when a run is continued (extending a run is the point of passing them again; where stages
 # run, and whether scoring overlaps sampling, do not change what they compute).
@@ -46,6 +47,19 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> set[str]:
         elif va != vb:
             out.add(prefix + key)
     return out
+
+
+def check_iteration(cfg: RunConfig, iteration: int, flag: str = "--iteration") -> None:
+    """A SolrlError giving the valid range unless `iteration` is one of the run's: 0 to iterations - 1."""
+    if not 0 <= iteration < cfg.iterations:
+        raise SolrlError(f"{flag} {iteration} is out of range: the run has {plural(cfg.iterations, 'iteration')}, "
+                         f"numbered 0 to {cfg.iterations - 1} (more with: solrl train CONFIG --iterations N)")
+
+
+def check_step(cfg: RunConfig, step: int, flag: str = "--step") -> None:
+    """A SolrlError giving the valid range unless `step` (iterations done) is 0 to the run's iterations."""
+    if not 0 <= step <= cfg.iterations:
+        raise SolrlError(f"{flag} {step} is out of range: iterations done, 0 (before training) to {cfg.iterations}")
 
 
 def load_run_config(run: RunDir) -> RunConfig:

@@ -14,6 +14,8 @@ from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.registry import run_stage
+from solrl_core.storage import is_remote
+from solrl_core.userfiles import format_bytes, tree_size, user_os_errors
 
 
 def _retry_unless_user_error(task, task_run, state) -> bool:
@@ -24,6 +26,13 @@ def _retry_unless_user_error(task, task_run, state) -> bool:
     except BaseException:  # noqa: BLE001 - any other failure is worth a retry
         return True
     return True
+
+
+def _space_needed(run: RunDir, iteration: int, stage: str) -> str | None:
+    """What the stage needs on disk, about: the size of its artifact of the previous iteration (None without one)."""
+    if iteration == 0 or is_remote(run.root) or not run.is_complete(iteration - 1, stage):
+        return None
+    return f"{format_bytes(tree_size(run.stage_dir(iteration - 1, stage)))} (as iteration {iteration - 1}'s)"
 
 
 def make_stage_task(stage: str, retries: int = 1):
@@ -40,7 +49,9 @@ def make_stage_task(stage: str, retries: int = 1):
         run = RunDir(run_dir)
         from tasks.shards import dask_shards  # splittable stages with several devices or a Dask cluster
 
-        with dask_shards():
+        # a full disk, missing permissions: one line naming the path (a SolrlError, so not retried)
+        with user_os_errors(f"stage {stage} of iteration {iteration}", lambda: _space_needed(run, iteration, stage)), \
+                dask_shards():
             return run_stage(run, load_run_config(run), iteration, stage, force=force, progress=progress)
 
     stage_task.__doc__ = f"Run the '{stage}' stage of one iteration (skipped when its manifest exists)."

@@ -1,0 +1,107 @@
+"""Before any work starts: the Prefect server of PREFECT_API_URL and the MLflow tracking store answer, or one line
+naming the URL and the setting to fix, within seconds (not after minutes of the clients' own retries).
+
+Checked: an HTTP server (Prefect's API, an MLflow server) answers GET <url>/health within HEALTH_TIMEOUT seconds; a
+sqlite or file store's folder exists and is writable. MLflow's own HTTP retries are bounded too (MLFLOW_HTTP_*
+defaults below, also given to flow runs on workers), so a server that dies during a run fails it in about a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+from solrl_core.errors import SolrlError
+from solrl_core.userfiles import closest_existing, unwritable_reason
+
+HEALTH_TIMEOUT = 5.0  # seconds per health request
+# MLflow's defaults retry a dead server for minutes (7 retries, backoff factor 2, 120 s per request); these give up
+# after about 7 s on a refused connection, about a minute on a server that hangs (4 x 15 s + backoff). An environment
+# variable of the same name wins.
+MLFLOW_HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+
+
+def _health_failure(url: str, headers: dict[str, str] | None = None) -> str | None:
+    """Why GET `url` did not answer 2xx within HEALTH_TIMEOUT seconds; None when it did."""
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=HEALTH_TIMEOUT):
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} from {url}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return "no answer within {:g} s".format(HEALTH_TIMEOUT) if "timed out" in str(reason) else str(reason)
+
+
+def check_prefect_api() -> None:
+    """PREFECT_API_URL (environment or Prefect profile), when set, answers; unset means a temporary server."""
+    url, key = os.environ.get("PREFECT_API_URL"), os.environ.get("PREFECT_API_KEY")
+    if url is None:  # not in the environment: Prefect's profile may set it (importing prefect takes seconds)
+        from prefect.settings import PREFECT_API_KEY, PREFECT_API_URL
+
+        url, key = PREFECT_API_URL.value(), PREFECT_API_KEY.value()
+    if not url:
+        return
+    failure = _health_failure(url.rstrip("/") + "/health", {"Authorization": f"Bearer {key}"} if key else None)
+    if failure:
+        raise SolrlError(f"PREFECT_API_URL={url}: no Prefect server answers ({failure}); start it (make server), "
+                         "fix PREFECT_API_URL, or unset it to use a temporary server")
+
+
+def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
+    """The MLflow store at `uri` can be used: an http(s) server answers /health; a sqlite or file store's folder
+    exists and is writable. Other stores (databases, Databricks) are left to MLflow. Bounds MLflow's HTTP retries."""
+    for name, value in MLFLOW_HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        failure = _health_failure(uri.rstrip("/") + "/health")
+        if failure:
+            raise SolrlError(f"{setting} = {uri}: no MLflow server answers ({failure}); start it (mlflow server "
+                             f"--host 127.0.0.1) or set {setting} to a server that runs")
+        return
+    if parsed.scheme == "sqlite":
+        path = uri[len("sqlite:///"):]
+        if not path or path == ":memory:":
+            return
+        folder = Path(path).absolute().parent
+    elif parsed.scheme in ("", "file"):
+        folder = closest_existing(parsed.path if parsed.scheme else uri)
+    else:
+        return
+    if not folder.is_dir():
+        raise SolrlError(f"{setting} = {uri}: the folder {folder} does not exist; create it or set {setting} to "
+                         "a writable place")
+    database = Path(uri[len("sqlite:///"):]).absolute() if parsed.scheme == "sqlite" else None
+    why = unwritable_reason(folder)
+    if why is None and database is not None and database.exists() and not os.access(database, os.W_OK):
+        folder, why = database, "permission denied"
+    if why:
+        raise SolrlError(f"{setting} = {uri}: cannot write to {folder} ({why}); set {setting} to a writable place")
+
+
+def check_services(cfg, run=None, tracking: bool = True) -> None:
+    """The Prefect API and (with `tracking`) the run's MLflow store answer: the store recorded in the run directory
+    when the run has one (a resumed run logs there), else the config's."""
+    from flows.tracking import tracking_uri
+    from solrl_core.rundir import read_json
+
+    check_prefect_api()
+    if not tracking:
+        return
+    uri = tracking_uri(cfg)
+    setting = "tracking.uri" if cfg.tracking.uri else "tracking.uri (default)"
+    if run is not None and run.run_json.is_file():
+        try:
+            uri, setting = read_json(run.run_json)["tracking_uri"], f"the tracking URI of {run.run_json}"
+        except (ValueError, KeyError, TypeError):  # a damaged run.json is reported where it is read
+            pass
+    check_tracking_store(uri, setting)

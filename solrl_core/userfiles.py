@@ -1,0 +1,106 @@
+"""Reading the files a user names (configs, prompt lists) and explaining failed file operations in one line.
+
+Everything here ends in a SolrlError (or its message) that names the path and says what to fix; the CLI prints it as
+one line and exits 2. Errors that are not the user's to fix are left alone (they keep their traceback).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from solrl_core.errors import SolrlError
+
+# OSErrors a user causes or fixes wherever they happen: a full disk or quota, missing permissions, a read-only
+# filesystem. (A path that is a file where a directory belongs is checked where the path is given: RunDir.check.)
+USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the file `path` that the user named (`what` says where, e.g. 'prompts.train'). A directory,
+    an unreadable file or bytes that are not UTF-8 are a SolrlError naming the path. A missing file is the caller's
+    to report (it knows the hint to give)."""
+    if path.is_dir():
+        raise SolrlError(f"{what}: {path} is a directory; give a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise SolrlError(f"{what}: {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}); "
+                         "save it as UTF-8") from None
+    except OSError as exc:
+        raise SolrlError(f"{what}: cannot read {path} ({exc.strerror}); {_fix(exc)}") from None
+
+
+def _fix(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "check its permissions"
+    if exc.errno == errno.EROFS:
+        return "the filesystem is read-only; use a writable one"
+    return "check the path"
+
+
+def closest_existing(path) -> Path:
+    """`path` (made absolute) or its closest existing ancestor."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why files cannot be made in the existing `folder` (read-only filesystem, permissions); None if they can."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return "the filesystem is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "permission denied"
+
+
+def format_bytes(n: float) -> str:
+    """`n` bytes for a person: 512 B, 3.0 MiB, 71.8 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files under the local folder `path` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def disk_full_message(path, where: str = "", needed: str | None = None) -> str:
+    """'no space left ...' naming `path`, the free space of its filesystem and, when known, what is `needed`."""
+    where = f"{where}: " if where else ""
+    free = shutil.disk_usage(closest_existing(path)).free
+    need = f"; it needs about {needed}" if needed else ""
+    return (f"{where}no space left on the device writing {path} ({format_bytes(free)} free{need}); free some space "
+            "or use another --run-dir")
+
+
+def user_os_error(exc: OSError, where: str = "", needed=None) -> SolrlError | None:
+    """A one-line SolrlError for an OSError the user can fix (see USER_ERRNOS), naming its path; None for any other
+    error (a bug, which keeps its traceback). `needed`: a function saying how much space the work needs, or None."""
+    if exc.errno not in USER_ERRNOS:
+        return None
+    path = exc.filename if exc.filename is not None else "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return SolrlError(disk_full_message(path, where, needed() if needed else None))
+    prefix = f"{where}: " if where else ""
+    return SolrlError(f"{prefix}{path}: {exc.strerror}; {_fix(exc)} or use another path")
+
+
+@contextmanager
+def user_os_errors(where: str = "", needed=None):
+    """Turn an OSError the user can fix, raised inside the block, into its one-line SolrlError (see user_os_error);
+    `where` says what was running (e.g. 'stage explore of iteration 3'), `needed` as in user_os_error."""
+    try:
+        yield
+    except OSError as exc:
+        error = user_os_error(exc, where, needed)
+        if error is None:
+            raise
+        raise error from None
