@@ -36,6 +36,7 @@ class Case:
     unprivileged: bool = False  # run without root's permission bypass (permission faults)
     locked: bool = False  # another process holds the run directory meanwhile
     gpu_absent: bool = False  # only meaningful on a machine without a CUDA GPU
+    disk_full: bool = False  # the run directory is on a disk that fills up ({run} is its copy there)
     then: tuple[str, ...] | None = None  # a second command after a successful first one
     recomputed: tuple[str, ...] = ()  # run-relative files that the commands must have rewritten
 
@@ -128,6 +129,8 @@ CASES: tuple[Case, ...] = (
          ("train", "{config}", "--run-dir", "{case}/new", "--set", "tracking.uri=sqlite:///{case}/ro/mlruns.db",
           "--no-progress"),
          (("mkdir", {"path": "{case}/ro"}), ("read_only", {"path": "{case}/ro"})), unprivileged=True),
+    Case("disk-full", "input", "the disk fills up while iteration 1 runs (a tmpfs with 2 MiB free)",
+         prepare=(("interrupt", {"iteration": LAST, "done": None}),), disk_full=True),
     # ---- damaged artifacts: the run stopped after a stage, its artifact was damaged, the user resumes ------------
     _damaged("explore-chunk-deleted", "explore pool: an image chunk deleted", (LAST, "explore"), "delete",
              f"{_POOL}/image/c/**/*"),

@@ -58,6 +58,28 @@ def unprivileged(argv: list[str]) -> list[str]:
     return [setpriv, "--bounding-set=-dac_override,-dac_read_search", *argv]
 
 
+_SMALL_DISK = """size=$1 mnt=$2 src=$3; shift 3
+mount -t tmpfs -o size=${size}k tmpfs "$mnt" && cp -a "$src" "$mnt/run" || exit 97
+"$@"; rc=$?
+rm -rf "$src" && cp -a "$mnt/run" "$src"
+exit $rc"""
+
+
+def small_disk_available() -> bool:
+    """Whether this machine lets us mount a small tmpfs in a private mount namespace (root, unshare)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+def on_small_disk(argv: list[str], run_dir: Path, mount: Path, free_kb: int) -> list[str]:
+    """`argv` run with a copy of `run_dir` at `mount`/run, on a tmpfs (private to the command) with `free_kb` KiB
+    left; afterwards the copy, as the command left it, replaces `run_dir`."""
+    used_kb = sum(-(-p.stat().st_size // 4096) * 4 for p in run_dir.rglob("*") if p.is_file())
+    return ["unshare", "-m", "bash", "-c", _SMALL_DISK, "bash", str(used_kb + free_kb), str(mount), str(run_dir),
+            *argv]
+
+
 def _environ_has(pid: str, needle: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:

@@ -23,6 +23,7 @@ from solrl_core.faults.catalogue import CASES, LAST, TRAIN, Case
 from solrl_core.wording import plural
 
 ITERATIONS = LAST + 1
+SMALL_DISK_FREE_KB = 2048  # less than one explore copy's weights (quantize writes ~9 MB at the reference's size)
 COUNTS = (("tried", "cases tried"), ("clean", "clean errors"), ("ok", "expected successes"),
           ("traceback", "tracebacks"), ("silent", "silent successes"), ("lost", "data lost"),
           ("orphan", "processes left"), ("hang", "hangs"), ("unclear", "unclear errors"),
@@ -173,6 +174,9 @@ def run_case(ctx: Context, case: Case) -> dict:
     if case.gpu_absent and _gpu_present():
         record.update(outcome="not tried", line="(a CUDA GPU is present)")
         return record
+    if case.disk_full and not procs.small_disk_available():
+        record.update(outcome="not tried", line="(no private tmpfs here: needs root and unshare)")
+        return record
     case_dir = ctx.out / "cases" / case.name
     if case_dir.exists():
         damage.undo_permissions(case_dir)
@@ -189,6 +193,10 @@ def run_case(ctx: Context, case: Case) -> dict:
     before = outcome.snapshot(run_dir)
     env = _env(ctx, case, values)
     argv = solrl(_fill(case.command, values))
+    if case.disk_full:
+        (case_dir / "disk").mkdir()
+        inner = solrl(_fill(case.command, {**values, "run": str(case_dir / "disk" / "run")}))
+        argv = procs.on_small_disk(inner, run_dir, case_dir / "disk", SMALL_DISK_FREE_KB)
     if case.unprivileged:
         argv = procs.unprivileged(argv)
     from solrl_core.rundir import RunDir
@@ -201,7 +209,7 @@ def run_case(ctx: Context, case: Case) -> dict:
     record.update(outcome=outcome.first_outcome(case.expect, done, lost), line=outcome.last_line(done.stderr)[:300],
                   exit=done.returncode, seconds=round(done.seconds, 1), signalled=done.signalled,
                   orphans=done.orphans, lost=lost[:10])
-    follow = record["outcome"] in ("clean", "ok") and (case.repair or case.expect != "error")
+    follow = record["outcome"] in ("clean", "ok") and (case.repair or case.disk_full or case.expect != "error")
     if follow:
         _follow_up(ctx, case, record, argv, values, case_dir, env, before)
     elif record["outcome"] == "silent" and case.kind == "damage":  # what the damage did to the results
