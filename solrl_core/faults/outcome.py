@@ -83,6 +83,11 @@ def inside(path: Path, folder: Path) -> bool:
 
 
 # ---- what was lost ------------------------------------------------------------------------------------------------
+def evaluations(files: dict[str, str]) -> list[str]:
+    """The evaluations' metrics.json among a snapshot's files."""
+    return [rel for rel in files if rel.startswith("eval/") and rel.endswith("/metrics.json")]
+
+
 def snapshot(run_dir: Path) -> dict[str, str]:
     """{run-relative path: blake2b digest} of every file of the run."""
     if not run_dir.is_dir():
@@ -107,9 +112,9 @@ def _tensors(path: Path) -> dict:
     return load_file(str(path))
 
 
-def differences(reference: Path, run_dir: Path, iterations: int) -> list[str]:
-    """How `run_dir` differs from the `reference` run: the final checkpoint's tensors and the evaluations' metrics
-    (empty when equal)."""
+def differences(reference: Path, run_dir: Path, iterations: int, evaluations: list[str]) -> list[str]:
+    """How `run_dir` differs from the `reference` run (empty when equal): the final checkpoint's tensors, and the
+    metrics of `evaluations` (run-relative metrics.json paths: those the case's run had before its commands)."""
     import json
 
     import torch
@@ -128,12 +133,12 @@ def differences(reference: Path, run_dir: Path, iterations: int) -> list[str]:
             continue
         if a.keys() != b.keys() or not all(torch.equal(a[k], b[k]) for k in a):
             out.append(f"{rel / ref_file.name} differs")
-    for ref_metrics in sorted(reference.glob("eval/step_*/metrics.json")):
-        mine = run_dir / ref_metrics.relative_to(reference)
+    for rel_metrics in evaluations:
+        ref_metrics, mine = reference / rel_metrics, run_dir / rel_metrics
         try:
             same = json.loads(mine.read_text())["metrics"] == json.loads(ref_metrics.read_text())["metrics"]
         except (OSError, ValueError, KeyError):
             same = False
         if not same:
-            out.append(f"{ref_metrics.relative_to(reference)} differs or is missing")
+            out.append(f"{rel_metrics} differs or is missing")
     return out

@@ -159,7 +159,7 @@ def _follow_up(ctx: Context, case: Case, record: dict, first_argv: list[str], va
     if stale:
         record.update(outcome="silent", after="not recomputed: " + ", ".join(stale))
         return
-    diffs = outcome.differences(ctx.reference, run_dir, ITERATIONS)
+    diffs = outcome.differences(ctx.reference, run_dir, ITERATIONS, outcome.evaluations(before))
     if diffs:
         record.update(outcome="silent", after="differs from the reference: " + "; ".join(diffs[:3]))
     else:
@@ -213,7 +213,7 @@ def run_case(ctx: Context, case: Case) -> dict:
     if follow:
         _follow_up(ctx, case, record, argv, values, case_dir, env, before)
     elif record["outcome"] == "silent" and case.kind == "damage":  # what the damage did to the results
-        diffs = outcome.differences(ctx.reference, run_dir, ITERATIONS)
+        diffs = outcome.differences(ctx.reference, run_dir, ITERATIONS, outcome.evaluations(before))
         record["after"] = ("differs from the reference: " + "; ".join(diffs[:3])) if diffs else "identical"
     record["case_seconds"] = round(time.monotonic() - start, 1)
     return record
