@@ -123,7 +123,7 @@ def _left_behind(token: str, grace_s: float) -> list[str]:
 
 def run(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float, sig: Signal | None = None) -> Finished:
     """Run `argv` to its end (or `timeout_s`, then kill its session), sending `sig` on the way; report what it left."""
-    if _STOPPING:
+    if stopping():
         raise RuntimeError("the fault catalogue is stopping")
     token = uuid.uuid4().hex
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -156,6 +156,10 @@ def run(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float, sig: 
         err.seek(0)
         return Finished(argv, proc.returncode, out.read().decode(errors="replace"),
                         err.read().decode(errors="replace"), seconds, timed_out, signalled, orphans)
+
+
+def stopping() -> bool:
+    return bool(_STOPPING)
 
 
 def kill_running() -> None:

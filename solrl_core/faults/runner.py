@@ -171,6 +171,9 @@ def run_case(ctx: Context, case: Case) -> dict:
     start = time.monotonic()
     record = {"case": case.name, "kind": case.kind, "fault": case.fault,
               "command": "solrl " + " ".join(case.command), "after": None}
+    if procs.stopping():
+        record.update(outcome="not tried", line="(the catalogue was stopped)")
+        return record
     if case.gpu_absent and _gpu_present():
         record.update(outcome="not tried", line="(a CUDA GPU is present)")
         return record
