@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 HOST = "127.0.0.1"
 
@@ -24,6 +25,27 @@ def prefect_server_env(port: int) -> dict[str, str]:
 
 def prefect_server_argv(port: int) -> list[str]:
     return [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
+
+
+def start_prefect(env: dict[str, str], port: int, log: Path, cwd: Path, timeout_s: float = 180):
+    """`python -m flows.servers prefect PORT` in a session of its own, returned once its API answers; None when it
+    exits or does not answer within `timeout_s` (then see `log`)."""
+    import subprocess
+    import time
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "flows.servers", "prefect", str(port)], env=env, cwd=cwd,
+                              stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"http://{HOST}:{port}/api/health", timeout=2)
+            return server
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                return None
+            time.sleep(1)
 
 
 def main(argv: list[str]) -> None:

@@ -6,11 +6,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from flows.servers import start_prefect
 
 # Before torch loads: OpenMP threads that spin while waiting stall badly on a shared 2-core machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -48,20 +48,10 @@ def session_env(tmp_path_factory) -> dict[str, str]:
 
 def start_prefect_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
     """The Prefect server of `make server` (flows/servers.py) on 127.0.0.1:`port`, once its API answers."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "flows.servers", "prefect", str(port)],
-        env=env, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.time() + 180
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2)
-            return server
-        except OSError:
-            if server.poll() is not None or time.time() > deadline:
-                server.kill()
-                pytest.fail(f"prefect server did not start; see {log}")
-            time.sleep(1)
+    server = start_prefect(env, port, log, ROOT)
+    if server is None:
+        pytest.fail(f"prefect server did not start; see {log}")
+    return server
 
 
 def stop(process: subprocess.Popen) -> None:
