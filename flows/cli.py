@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from flows.prefect_server import client_env, prefect_api
+from flows.signals import interrupted_exit_code, stop_on_sigterm
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -49,13 +51,6 @@ def _progress(args) -> bool:
     return not (args.no_progress or args.quiet)
 
 
-def _prefect_env() -> None:
-    # On 2 cores a fresh ephemeral Prefect server needs longer than the 20 s default to start.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here; avoid telemetry errors
-    os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's side of the same (and no telemetry notice on a terminal)
-
-
 def _default_run_dir(cfg) -> Path:
     return Path("runs") / cfg.name
 
@@ -84,15 +79,16 @@ def cmd_train(args) -> int:
         overrides.append(f"iterations={args.iterations}")
     cfg = load_config(args.config, overrides)
     run = RunDir(args.run_dir or _default_run_dir(cfg))
-    _preflight(cfg)
     with run.hold():
+        api = prefect_api()  # a temporary Prefect server boots while the model loads
+        _preflight(cfg)
         prepare_run(run, cfg)
-        _prefect_env()
         from flows.training import training_flow
         from flows.tracking import ensure_mlflow_run
 
         info = ensure_mlflow_run(run, cfg)
-        history = training_flow(str(run.root), cfg.iterations, progress=_progress(args))
+        with api.ready():
+            history = training_flow(str(run.root), cfg.iterations, progress=_progress(args))
     train = [h["reward/train_mean"] for h in history]
     if args.quiet:
         print(f"trained {plural(cfg.iterations, 'iteration')} in {run.root}; reward/train_mean by iteration: "
@@ -133,10 +129,12 @@ def cmd_stage(args) -> int:
         print(f"{args.name} of iteration {args.iteration} is already complete (use --force to run it again)")
         return 0
     with run.hold():
-        _prefect_env()
+        api = prefect_api()
         from flows.stage import stage_flow
 
-        manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force, progress=not args.quiet)
+        with api.ready():
+            manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force,
+                                  progress=not args.quiet)
     print(json.dumps(manifest["summary"], indent=2))
     return 0
 
@@ -159,7 +157,7 @@ def cmd_deploy(args) -> int:
     from solrl_core.storage import as_path, location
 
     run_dir = location(as_path(args.run_dir or _default_run_dir(cfg)))
-    _prefect_env()
+    client_env()
     from flows.deploy import check_schedule, deploy_all, require_api, train_command
 
     check_schedule(args.cron, args.interval)
@@ -235,15 +233,22 @@ def cmd_eval(args) -> int:
     from solrl_core.runs import load_run_config
 
     run = RunDir(args.run_dir)
-    load_run_config(run)
+    cfg = load_run_config(run)
     done = [i + 1 for i in run.iterations_present() if run.is_complete(i, "update")]
     step = args.step if args.step is not None else max(done, default=0)
     if step and step not in done:
         raise SolrlError(f"no checkpoint after {step} iterations in {run.root} (finished: {done or 'none'})")
-    _prefect_env()
-    from flows.evaluation import evaluation_flow
+    evaluation = run.evaluation(step)
+    if evaluation is not None:  # computed once: no flow, no Prefect server (logged to MLflow unless it already is)
+        from flows.tracking import log_evaluation
 
-    evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)
+        log_evaluation(run, cfg, evaluation)
+    else:
+        api = prefect_api()
+        from flows.evaluation import evaluation_flow
+
+        with api.ready():
+            evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)
     print(f"evaluation after {plural(step, 'iteration')} ({'EMA' if evaluation['ema'] else 'policy'} weights, "
           f"{evaluation['samples']} samples):")
     for name, value in evaluation["metrics"].items():
@@ -343,11 +348,12 @@ def cmd_bench(args) -> int:
         for label in dict.fromkeys(r.label for r in runs):
             _preflight(next(r.cfg for r in runs if r.label == label))
         with root.hold():
-            _prefect_env()
+            api = prefect_api()
             from flows.bench import bench_flow
 
-            report = bench_flow(str(args.config), overrides, args.run_dir, progress=_progress(args),
-                                command=command)
+            with api.ready():
+                report = bench_flow(str(args.config), overrides, args.run_dir, progress=_progress(args),
+                                    command=command)
     print(f"\nbenchmark '{bench.name}': {plural(len(runs), 'run')} ({plural(bench.seeds, 'seed')} x "
           f"{plural(len(report['families']), 'family', 'families')}, {plural(bench.iterations, 'iteration')})")
     print(f"{'family':<16} {'final eval reward':>22}   modeled GPU-s to target (speed-up vs {bench.baseline})")
@@ -526,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     _terminal(args)
+    stop_on_sigterm()
     try:
         return args.func(args)
     except SolrlError as exc:
@@ -533,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("solrl: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        return interrupted_exit_code()
 
 
 if __name__ == "__main__":

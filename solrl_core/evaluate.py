@@ -119,13 +119,12 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
 
     Samples (`eval.steps`, `guidance.eval`, the run's solver) into `pool.zarr` and scores it with `eval.rewards`,
     each split over the devices like the sampling and score stages; `metrics` are the rewards' means."""
-    import json
-
     from PIL import Image
 
+    stored = run.evaluation(step)
+    if stored is not None:
+        return stored
     out = eval_dir(run, step)
-    if (out / "metrics.json").is_file():
-        return json.loads((out / "metrics.json").read_text())
     ctx = StageContext(run, cfg, step, progress)
     ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
     partial = _partial(ctx)
