@@ -58,6 +58,7 @@ def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 600) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.timeout(1800)  # two runs of the tiny config (the SIGKILL one on two Dask workers), on a busy machine
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_signal_stops_train_and_every_child_then_it_resumes(session_env, tmp_path, how):
     env = no_server_env(session_env, tmp_path / "prefect")
