@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from flows.preflight import check_services
+from flows.prefect_server import client_env, prefect_api
+from flows.signals import interrupted_exit_code, stop_on_sigterm
 from flows.user_errors import as_user_error, hide_user_error_logs, report
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
@@ -51,13 +53,6 @@ def _progress(args) -> bool:
     return not (args.no_progress or args.quiet)
 
 
-def _prefect_env() -> None:
-    # On 2 cores a fresh ephemeral Prefect server needs longer than the 20 s default to start.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here; avoid telemetry errors
-    os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's side of the same (and no telemetry notice on a terminal)
-
-
 def _default_run_dir(cfg) -> Path:
     return Path("runs") / cfg.name
 
@@ -91,16 +86,18 @@ def cmd_train(args) -> int:
     cfg = load_config(args.config, overrides)
     run = RunDir(args.run_dir or _default_run_dir(cfg))
     run.check_writable()
-    _prefect_env()
+    client_env()
     check_services(cfg, run)
-    _preflight(cfg)
     with run.hold():
+        api = prefect_api()  # a temporary Prefect server boots while the model loads
+        _preflight(cfg)
         prepare_run(run, cfg)
         from flows.training import training_flow
         from flows.tracking import ensure_mlflow_run
 
         info = ensure_mlflow_run(run, cfg)
-        history = training_flow(str(run.root), cfg.iterations, progress=_progress(args))
+        with api.ready():
+            history = training_flow(str(run.root), cfg.iterations, progress=_progress(args))
     train = [h["reward/train_mean"] for h in history]
     if args.quiet:
         print(f"trained {plural(cfg.iterations, 'iteration')} in {run.root}; reward/train_mean by iteration: "
@@ -145,11 +142,14 @@ def cmd_stage(args) -> int:
         return 0
     verify_inputs(run, args.iteration, args.name)  # checked again by the stage; here before Prefect starts
     with run.hold():
-        _prefect_env()
+        client_env()
         check_services(cfg, tracking=False)
+        api = prefect_api()
         from flows.stage import stage_flow
 
-        manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force, progress=not args.quiet)
+        with api.ready():
+            manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force,
+                                  progress=not args.quiet)
     print(json.dumps(manifest["summary"], indent=2))
     return 0
 
@@ -176,7 +176,7 @@ def cmd_deploy(args) -> int:
     from solrl_core.storage import as_path, location
 
     run_dir = location(as_path(args.run_dir or _default_run_dir(cfg)))
-    _prefect_env()
+    client_env()
     from flows.deploy import check_schedule, deploy_all, require_api, train_command
 
     check_schedule(args.cron, args.interval)
@@ -265,12 +265,20 @@ def cmd_eval(args) -> int:
     if step and step not in done:
         raise SolrlError(f"no checkpoint after {step} iterations in {run.root} (finished: {done or 'none'})")
     verify_checkpoint(run, step - 1)  # checked again by the evaluation; here before Prefect starts
-    check_devices(cfg)
-    _prefect_env()
-    check_services(cfg, run)
-    from flows.evaluation import evaluation_flow
+    evaluation = run.evaluation(step)
+    if evaluation is not None:  # computed once: no flow, no Prefect server (logged to MLflow unless it already is)
+        from flows.tracking import log_evaluation
 
-    evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)
+        log_evaluation(run, cfg, evaluation)
+    else:
+        check_devices(cfg)
+        client_env()
+        check_services(cfg, run)
+        api = prefect_api()
+        from flows.evaluation import evaluation_flow
+
+        with api.ready():
+            evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)
     print(f"evaluation after {plural(step, 'iteration')} ({'EMA' if evaluation['ema'] else 'policy'} weights, "
           f"{evaluation['samples']} samples):")
     for name, value in evaluation["metrics"].items():
@@ -368,15 +376,17 @@ def cmd_bench(args) -> int:
                                                 report, [Path(p) for p in report["files"]])
     else:
         root.check_writable()
-        _prefect_env()
+        client_env()
         check_services(runs[0].cfg)
         for label in dict.fromkeys(r.label for r in runs):
             _preflight(next(r.cfg for r in runs if r.label == label))
         with root.hold():
+            api = prefect_api()
             from flows.bench import bench_flow
 
-            report = bench_flow(str(args.config), overrides, args.run_dir, progress=_progress(args),
-                                command=command)
+            with api.ready():
+                report = bench_flow(str(args.config), overrides, args.run_dir, progress=_progress(args),
+                                    command=command)
     print(f"\nbenchmark '{bench.name}': {plural(len(runs), 'run')} ({plural(bench.seeds, 'seed')} x "
           f"{plural(len(report['families']), 'family', 'families')}, {plural(bench.iterations, 'iteration')})")
     print(f"{'family':<16} {'final eval reward':>22}   modeled GPU-s to target (speed-up vs {bench.baseline})")
@@ -556,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     _terminal(args)
     hide_user_error_logs()
+    stop_on_sigterm()
     try:
         return args.func(args)
     except (SolrlError, OSError) as exc:  # an OSError only when the user can fix it (full disk, permissions)
@@ -565,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(error)
     except KeyboardInterrupt:
         print("solrl: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        return interrupted_exit_code()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from solrl_core.config import load_config
+from solrl_core.orphan_guard import guarded
 from solrl_core.rundir import STAGES, RunDir
 
 
@@ -33,7 +34,7 @@ def measure(config: str, devices: int, kind: str, root: Path, overrides: list[st
     for item in sets:
         command += ["--set", item]
     start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(guarded(command), check=True, stdout=subprocess.DEVNULL)  # stops if this process is killed
     wall = time.perf_counter() - start
     run = RunDir(run_dir)
     summaries = {stage: run.manifest(0, stage)["summary"] for stage in STAGES}

@@ -220,19 +220,17 @@ def _log_table(run_id: str, data: dict[str, list], artifact_file: str) -> None:
 
 def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
     """Log `eval/<reward>` at step = iterations done (0 = before training), and the samples grid."""
-    import mlflow
-
-    from solrl_core.evaluate import eval_dir
-
     step = evaluation["step"]
-    marker = eval_dir(run, step) / "logged.json"
+    marker = run.eval_dir(step) / "logged.json"
     if marker.is_file():
         return
+    import mlflow
+
     info = ensure_mlflow_run(run, cfg)
     mlflow.set_tracking_uri(info["tracking_uri"])
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         log_metrics_once(info["mlflow_run_id"], {f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step)
-        with local_file(eval_dir(run, step) / "samples.png") as samples:
+        with local_file(run.eval_dir(step) / "samples.png") as samples:
             mlflow.log_artifact(str(samples), artifact_path=f"eval/step_{step:04d}")
         mlflow.log_dict({key: evaluation.get(key, []) for key in ("shards", "score_shards")},
                         f"eval/step_{step:04d}/shards.json")

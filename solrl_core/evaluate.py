@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from solrl_core.config import RunConfig
-from solrl_core.integrity import FILES_KEY, evaluation_record, inventory, verify_checkpoint
+from solrl_core.integrity import FILES_KEY, inventory, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
 from solrl_core.rundir import write_json_atomic
@@ -122,9 +122,10 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     each split over the devices like the sampling and score stages; `metrics` are the rewards' means."""
     from PIL import Image
 
+    stored = run.evaluation(step)
+    if stored is not None:
+        return stored
     out = eval_dir(run, step)
-    if (out / "metrics.json").is_file():
-        return evaluation_record(run, step)
     ctx = StageContext(run, cfg, step, progress)
     ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
     verify_checkpoint(run, step - 1)

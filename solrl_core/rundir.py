@@ -64,6 +64,12 @@ class RunDir:
         """The held-out evaluation after `step` iterations (step 0 = the initial policy): solrl_core/evaluate.py."""
         return self.root / "eval" / f"step_{step:04d}"
 
+    def evaluation(self, step: int) -> dict | None:
+        """The finished evaluation after `step` iterations (its metrics.json record, its files checked against the
+        inventory it lists: solrl_core/integrity.py), None if there is none yet."""
+        record = self.eval_dir(step) / "metrics.json"
+        return integrity.evaluation_record(self, step) if record.is_file() else None
+
     def evaluations(self) -> list[dict]:
         """The finished evaluations' metrics.json records, by step."""
         steps = [int(p.name[5:]) for p in self.root.glob("eval/step_[0-9]*") if (p / "metrics.json").is_file()]

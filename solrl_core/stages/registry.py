@@ -8,7 +8,6 @@ from solrl_core.config import RunConfig
 from solrl_core.errors import MissingInputError
 from solrl_core.integrity import verify_checkpoint, verify_stage
 from solrl_core.rundir import RunDir
-from solrl_core.stages.context import StageContext
 from solrl_core.stages.table import BY_NAME, STAGES, load
 
 
@@ -56,6 +55,8 @@ def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, m
     verify_inputs(run, iteration, name)
     if force:
         run.invalidate(iteration, name)
+    from solrl_core.stages.context import StageContext  # torch: only when a stage really runs
+
     start = time.perf_counter()
     summary = func(StageContext(run, cfg, iteration, progress))
     summary["seconds"] = round(time.perf_counter() - start, 3)

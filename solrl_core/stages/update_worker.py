@@ -27,6 +27,7 @@ import yaml
 
 from solrl_core.config import RunConfig, dump_config
 from solrl_core.errors import SolrlError
+from solrl_core.orphan_guard import guarded
 from solrl_core.rl.distributed import check_setup, launch_command, launch_env, local_rendezvous, nodes_rendezvous
 from solrl_core.stages.context import StageContext
 
@@ -72,8 +73,9 @@ def launch_update(ctx: StageContext) -> dict:
 
 def _run_torchrun(cmd: list[str], env: dict[str, str]) -> int:
     """Run torchrun (its output streams through) and return its exit code. If this process is interrupted (Ctrl-C,
-    a cancelled flow), torchrun gets SIGTERM, on which it stops its workers; SIGKILL would leave them running."""
-    proc = subprocess.Popen(cmd, env=env)
+    a cancelled flow), torchrun gets SIGTERM, on which it stops its workers (SIGKILL would leave them running); if
+    this process is killed, torchrun gets SIGTERM from the kernel (orphan_guard)."""
+    proc = subprocess.Popen(guarded(cmd), env=env)
     try:
         return proc.wait()
     finally:
