@@ -113,10 +113,11 @@ def cmd_train(args) -> int:
 
 
 def cmd_stage(args) -> int:
-    from solrl_core.errors import MissingInputError
     from solrl_core.rundir import STAGES, RunDir
     from solrl_core.runs import load_run_config
-    from solrl_core.stages.registry import missing_inputs
+    from solrl_core.stages.registry import missing_input_error, missing_inputs
+    from solrl_core.staleness import is_current, recompute_command, stale_items, stale_where
+    from solrl_core.status import stale_lines
 
     if args.name not in STAGES:
         raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
@@ -124,20 +125,20 @@ def cmd_stage(args) -> int:
     load_run_config(run)
     missing = missing_inputs(run, args.iteration, args.name)
     if missing:
-        it, first = missing[0]
-        raise MissingInputError(
-            f"stage '{args.name}' of iteration {args.iteration} needs '{first}' of iteration {it} first: "
-            f"solrl stage {first} --run-dir {run.root} --iteration {it}"
-        )
-    if run.is_complete(args.iteration, args.name) and not args.force:
+        raise missing_input_error(run, args.iteration, f"stage '{args.name}'", missing)
+    if is_current(run, args.iteration, args.name) and not args.force:
         print(f"{args.name} of iteration {args.iteration} is already complete (use --force to run it again)")
         return 0
+    stale_before = {stale_where(item) for item in stale_items(run)}
     with run.hold():
         _prefect_env()
         from flows.stage import stage_flow
 
         manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force, progress=not args.quiet)
     print(json.dumps(manifest["summary"], indent=2))
+    made_stale = [item for item in stale_items(run) if stale_where(item) not in stale_before]
+    for line in stale_lines(made_stale, recompute_command(run), label="made stale"):
+        print(line, file=sys.stderr)
     return 0
 
 
