@@ -397,7 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="stage name")
     p.add_argument("--run-dir", required=True, help="an existing run directory")
     p.add_argument("--iteration", type=int, required=True, help="iteration number (from 0)")
-    p.add_argument("--force", action="store_true", help="discard the stage's artifact and compute it again")
+    p.add_argument("--force", action="store_true",
+                   help="compute the stage again (its artifact stays until the new one is complete); the stages that "
+                   "read it become stale (`solrl status` lists them, `solrl train` recomputes them)")
     _output_options(p)
     p.set_defaults(func=cmd_stage)
 

@@ -116,19 +116,21 @@ def log_metrics_once(run_id: str, metrics: dict[str, float], step: int) -> dict[
 
     client = mlflow.MlflowClient()
     new = {key: value for key, value in metrics.items()
-           if not _same(_last_value(client.get_metric_history(run_id, key), step), value)}
+           if not any(_same(last, value) for last in _last_values(client.get_metric_history(run_id, key), step))}
     if new:
         mlflow.log_metrics(new, step=step, run_id=run_id)
     return new
 
 
-def _last_value(history, step: int) -> float | None:
+def _last_values(history, step: int) -> list[float]:
+    """The values logged last at `step` (several when logged in the same millisecond)."""
     at_step = [m for m in history if m.step == step]
-    return max(at_step, key=lambda m: m.timestamp).value if at_step else None
+    last = max((m.timestamp for m in at_step), default=None)
+    return [m.value for m in at_step if m.timestamp == last]
 
 
-def _same(logged: float | None, value: float) -> bool:
-    return logged is not None and (logged == value or (math.isnan(logged) and math.isnan(value)))
+def _same(logged: float, value: float) -> bool:
+    return logged == value or (math.isnan(logged) and math.isnan(value))
 
 
 def _logged(marker, completion_id: str | None) -> bool:

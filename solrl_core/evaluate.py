@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from solrl_core import commit
 from solrl_core.config import RunConfig
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
-from solrl_core import commit
 from solrl_core.rundir import start_attempt, write_json_atomic
 from solrl_core.staleness import eval_dependencies, eval_stale_cause, input_ids, lineage
 from solrl_core.stages.context import (

@@ -216,8 +216,9 @@ def test_a_partial_is_resumed_only_by_an_attempt_from_the_same_inputs(tmp_path):
     assert not partial.exists()  # --force: started over
 
 
-def test_manifests_without_ids_count_as_fresh(tmp_path):
-    run = RunDir(tmp_path)
+@pytest.mark.parametrize("scheme", ["local", "memory"])
+def test_manifests_without_ids_count_as_fresh(tmp_path, scheme):
+    run = _stage_run(tmp_path, scheme)
     for stage in ("quantize", "explore", "score_explore"):
         path = run.manifest_path(0, stage)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,3 +232,20 @@ def test_manifests_without_ids_count_as_fresh(tmp_path):
     run.manifest_path(0, "score_explore").unlink()
     assert stale_items(run)[0]["cause_missing"]
     assert "(score_explore of iteration 0 is missing)" in stale_lines(stale_items(run), "solrl train")[0]
+
+
+def test_a_recomputed_value_is_logged_again_and_an_unchanged_one_is_not(tmp_path):
+    import mlflow
+
+    from flows.tracking import log_metrics_once
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    experiment = mlflow.create_experiment("stale", artifact_location=(tmp_path / "artifacts").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as active:
+        run_id = active.info.run_id
+    assert log_metrics_once(run_id, {"loss/total": 1.5, "reward/train_mean": 0.25}, 0) == \
+        {"loss/total": 1.5, "reward/train_mean": 0.25}
+    # the iteration computed again after a forced stage upstream: only what changed is logged
+    assert log_metrics_once(run_id, {"loss/total": 1.25, "reward/train_mean": 0.25}, 0) == {"loss/total": 1.25}
+    history = mlflow.MlflowClient().get_metric_history(run_id, "loss/total")
+    assert sorted(m.value for m in history if m.step == 0) == [1.25, 1.5]
