@@ -118,11 +118,12 @@ def cmd_train(args) -> int:
 
 
 def cmd_stage(args) -> int:
-    from solrl_core.errors import MissingInputError
     from solrl_core.rundir import STAGES, RunDir
     from solrl_core.placement import check_devices
     from solrl_core.runs import check_iteration, load_run_config
-    from solrl_core.stages.registry import missing_inputs, verify_inputs
+    from solrl_core.stages.registry import missing_input_error, missing_inputs, verify_inputs
+    from solrl_core.staleness import is_current, recompute_command, stale_items, stale_where
+    from solrl_core.status import stale_lines
 
     if args.name not in STAGES:
         raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
@@ -132,15 +133,12 @@ def cmd_stage(args) -> int:
     check_devices(cfg)
     missing = missing_inputs(run, args.iteration, args.name)
     if missing:
-        it, first = missing[0]
-        raise MissingInputError(
-            f"stage '{args.name}' of iteration {args.iteration} needs '{first}' of iteration {it} first: "
-            f"solrl stage {first} --run-dir {run.root} --iteration {it}"
-        )
-    if run.is_complete(args.iteration, args.name) and not args.force:
+        raise missing_input_error(run, args.iteration, f"stage '{args.name}'", missing)
+    if is_current(run, args.iteration, args.name) and not args.force:
         print(f"{args.name} of iteration {args.iteration} is already complete (use --force to run it again)")
         return 0
     verify_inputs(run, args.iteration, args.name)  # checked again by the stage; here before Prefect starts
+    stale_before = {stale_where(item) for item in stale_items(run)}
     with run.hold():
         client_env()
         check_services(cfg, tracking=False)
@@ -151,6 +149,9 @@ def cmd_stage(args) -> int:
             manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force,
                                   progress=not args.quiet)
     print(json.dumps(manifest["summary"], indent=2))
+    made_stale = [item for item in stale_items(run) if stale_where(item) not in stale_before]
+    for line in stale_lines(made_stale, recompute_command(run), label="made stale"):
+        print(line, file=sys.stderr)
     return 0
 
 
@@ -252,6 +253,7 @@ def cmd_pretrain(args) -> int:
 
 def cmd_eval(args) -> int:
     from solrl_core.integrity import verify_checkpoint
+    from solrl_core.staleness import eval_stale_cause
     from solrl_core.rundir import RunDir
     from solrl_core.placement import check_devices
     from solrl_core.runs import check_step, load_run_config
@@ -266,7 +268,8 @@ def cmd_eval(args) -> int:
         raise SolrlError(f"no checkpoint after {step} iterations in {run.root} (finished: {done or 'none'})")
     verify_checkpoint(run, step - 1)  # checked again by the evaluation; here before Prefect starts
     evaluation = run.evaluation(step)
-    if evaluation is not None:  # computed once: no flow, no Prefect server (logged to MLflow unless it already is)
+    if evaluation is not None and eval_stale_cause(run, step, evaluation) is None:
+        # computed once (and not stale): no flow, no Prefect server (logged to MLflow unless it already is)
         from flows.tracking import log_evaluation
 
         log_evaluation(run, cfg, evaluation)
@@ -435,7 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="stage name")
     p.add_argument("--run-dir", required=True, help="an existing run directory")
     p.add_argument("--iteration", type=int, required=True, help="iteration number (from 0)")
-    p.add_argument("--force", action="store_true", help="discard the stage's artifact and compute it again")
+    p.add_argument("--force", action="store_true",
+                   help="compute the stage again (its artifact stays until the new one is complete); the stages that "
+                   "read it become stale (`solrl status` lists them, `solrl train` recomputes them)")
     _output_options(p)
     p.set_defaults(func=cmd_stage)
 

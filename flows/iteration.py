@@ -14,6 +14,7 @@ from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, o
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.audit import AUDIT, audit_due
+from solrl_core.staleness import is_current
 from tasks.registry import STAGE_TASKS, audit_task
 from tasks.remote_stage import remote_stage_task
 from tasks.shards import dask_shards
@@ -29,7 +30,8 @@ def _deployment(stage: str, pool: str, heartbeat_timeout: int) -> str:
 
 @flow(name="solrl-iteration", flow_run_name="iteration-{iteration}", log_prints=True)
 def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[str, dict]:
-    """Run every stage of `iteration` in order; complete stages return their manifest at once (resume)."""
+    """Run every stage of `iteration` in order; complete stages return their manifest at once (resume), unless they
+    are stale (solrl_core/staleness.py): those are computed again."""
     run = RunDir(run_dir)
     cfg = load_run_config(run)
     audit = audit_due(cfg, iteration)
@@ -39,7 +41,7 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
             if stage == "update":
                 shards.close()  # its workers free their devices for the update
             pool = cfg.orchestration.pool_for(stage)
-            if pool and not run.is_complete(iteration, stage):
+            if pool and not is_current(run, iteration, stage):  # stale stages are computed again
                 manifests[stage] = remote_stage_task(run_dir, stage, iteration,
                                                      _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
             else:

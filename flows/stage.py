@@ -13,13 +13,14 @@ from tasks.registry import STAGE_TASKS
 @flow(name="solrl-stage", flow_run_name="{stage}-it{iteration}")
 def stage_flow(run_dir: str, stage: str, iteration: int, force: bool = False, progress: bool = True,
                hold: bool = False) -> dict:
-    """Run `stage` of `iteration` (skipped when complete unless `force`; refused when its inputs are missing).
+    """Run `stage` of `iteration` (skipped when complete and not stale, unless `force`; refused when its inputs are
+    missing or stale).
 
     Args:
         run_dir: the run directory (made by `solrl train`)
         stage: quantize, explore, score_explore, select, regenerate, score_final or update
         iteration: iteration number, from 0
-        force: discard the stage's artifact and compute it again
+        force: compute the stage again (its artifact stays until the new one is complete)
         progress: progress bars
         hold: take the run directory's lock for the stage, as `solrl stage` does (stage deployments default to
             true); false when the caller already holds it (`solrl stage`, the iteration flow that started it)

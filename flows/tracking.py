@@ -4,6 +4,7 @@ each iteration's candidate pool under `pool/iter_NNNN/` (see `log_pool`)."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -108,24 +109,43 @@ def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
 
 
 def log_metrics_once(run_id: str, metrics: dict[str, float], step: int) -> dict[str, float]:
-    """Log `metrics` at `step` into MLflow run `run_id`, except those its history already has at that step; return
-    what was logged. The marker files say what was logged too, but one is written only after all of an iteration's
-    logging, so a training stopped in between (or fired again by its schedule) would otherwise log metrics twice."""
+    """Log `metrics` at `step` into MLflow run `run_id`, except those whose last value at that step in its history
+    is the same; return what was logged. The marker files say what was logged too, but one is written only after
+    all of an iteration's logging, so a training stopped in between (or fired again by its schedule) would otherwise
+    log metrics twice. A value that changed (its stage was computed again: solrl_core/staleness.py) is logged."""
     import mlflow
 
     client = mlflow.MlflowClient()
     new = {key: value for key, value in metrics.items()
-           if all(m.step != step for m in client.get_metric_history(run_id, key))}
+           if not any(_same(last, value) for last in _last_values(client.get_metric_history(run_id, key), step))}
     if new:
         mlflow.log_metrics(new, step=step, run_id=run_id)
     return new
 
 
+def _last_values(history, step: int) -> list[float]:
+    """The values logged last at `step` (several when logged in the same millisecond)."""
+    at_step = [m for m in history if m.step == step]
+    last = max((m.timestamp for m in at_step), default=None)
+    return [m.value for m in at_step if m.timestamp == last]
+
+
+def _same(logged: float, value: float) -> bool:
+    return logged == value or (math.isnan(logged) and math.isnan(value))
+
+
+def _logged(marker, completion_id: str | None) -> bool:
+    """Whether `marker` says this completion (its id; None before completions had ids) was logged."""
+    return marker.is_file() and read_json(marker).get("id") == completion_id
+
+
 def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
-    """Log one finished iteration (once: a marker file records it) and save its best/worst grid PNG."""
+    """Log one finished iteration (once per completion of its update: a marker file records which) and save its
+    best/worst grid PNG."""
     marker = logged_marker(run, iteration)
     metrics = iteration_metrics(run, iteration)
-    if marker.is_file():
+    update_id = run.manifest(iteration, "update").get("id")
+    if _logged(marker, update_id):
         return metrics
     import mlflow
     from PIL import Image
@@ -148,7 +168,7 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
                 log_metrics_once(info["mlflow_run_id"], {"guardrail/level": event["to_level"]}, iteration)
         if cfg.tracking.grid_prompts:
             mlflow.log_image(grid, key="pool/best_worst", step=iteration)
-    write_json_atomic(marker, {"iteration": iteration})
+    write_json_atomic(marker, {"iteration": iteration, "id": update_id})
     return metrics
 
 
@@ -255,7 +275,8 @@ def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
                if summary.get(name) is not None and np.isfinite(summary[name])}
     metrics["time/audit_s"] = float(summary["seconds"])
     marker = run.iteration_dir(iteration) / "manifests" / "audit_logged.json"
-    if marker.is_file():
+    audit_id = run.manifest(iteration, "audit").get("id")
+    if _logged(marker, audit_id):
         return metrics
     import mlflow
 
@@ -264,7 +285,7 @@ def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         log_metrics_once(info["mlflow_run_id"], metrics, iteration)
         mlflow.log_dict(summary, f"audit/summary_iter{iteration:04d}.json")
-    write_json_atomic(marker, {"iteration": iteration})
+    write_json_atomic(marker, {"iteration": iteration, "id": audit_id})
     return metrics
 
 

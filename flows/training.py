@@ -1,4 +1,5 @@
-"""The training flow: iterations up to the configured count, each resumed from its first incomplete stage; and
+"""The training flow: iterations up to the configured count, each resumed from its first incomplete (or stale) stage,
+stale evaluations evaluated again; and
 `train_config_flow`, what `solrl train CONFIG` does as one flow (the entry point of the training deployment)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from solrl_core.config import load_config
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config, prepare_run
 from solrl_core.stages.audit import AUDIT
+from solrl_core.staleness import stale_items
 
 
 @flow(name="solrl-train", flow_run_name="train-{run_dir}")
@@ -41,6 +43,9 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
             evaluation = evaluate_task(run_dir, step, progress=progress)
             log_evaluation(run, cfg, evaluation)
             logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
+    for item in stale_items(run):  # evaluations off the schedule whose checkpoint was computed again
+        if item["stage"] == "eval" and item["step"] <= iterations:
+            log_evaluation(run, cfg, evaluate_task(run_dir, item["step"], progress=progress))
     return history
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from solrl_core import commit
 from solrl_core.config import RunConfig
 from solrl_core.integrity import FILES_KEY, inventory, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
-from solrl_core.rundir import write_json_atomic
+from solrl_core.rundir import start_attempt, write_json_atomic
+from solrl_core.staleness import eval_dependencies, eval_stale_cause, input_ids, lineage
 from solrl_core.stages.context import (
     EMA_FILE,
     StageContext,
@@ -30,7 +32,7 @@ from solrl_core.stages.context import (
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
-from solrl_core.storage import load_tensors, replace_dir, save_image
+from solrl_core.storage import load_tensors, save_image
 
 EVAL_SEED_BASE = 2_000_000_000
 
@@ -78,8 +80,7 @@ def eval_dir(run, step: int) -> Path:
 
 
 def _partial(ctx: StageContext) -> Path:
-    out = eval_dir(ctx.run, ctx.iteration)
-    return out.with_name(out.name + ".partial")
+    return ctx.run.eval_partial_dir(ctx.iteration)
 
 
 def _checkpoint(ctx: StageContext) -> Path:
@@ -116,21 +117,26 @@ def scoring(ctx: StageContext) -> PoolScoring:
 
 
 def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
-    """Evaluate the policy after `step` iterations once; later calls return the stored metrics.
+    """Evaluate the policy after `step` iterations once; later calls return the stored metrics, unless the checkpoint
+    was computed again since (the evaluation is stale: solrl_core/staleness.py), which evaluates it again.
 
     Samples (`eval.steps`, `guidance.eval`, the run's solver) into `pool.zarr` and scores it with `eval.rewards`,
-    each split over the devices like the sampling and score stages; `metrics` are the rewards' means."""
+    each split over the devices like the sampling and score stages; `metrics` are the rewards' means. The previous
+    evaluation stays complete until the new one is (RunDir.commit_evaluation)."""
     from PIL import Image
 
-    stored = run.evaluation(step)
-    if stored is not None:
-        return stored
-    out = eval_dir(run, step)
+    if commit.pending(run.eval_pending_path(step)) is not None:
+        run.finish_eval_commit(step)  # a commit a stopped process left under way
+    done = run.evaluation(step)
+    if done is not None and eval_stale_cause(run, step, done) is None:
+        return done
     ctx = StageContext(run, cfg, step, progress)
     ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
     verify_checkpoint(run, step - 1)
     partial = _partial(ctx)
-    partial.mkdir(parents=True, exist_ok=True)  # an interrupted evaluation resumes its pool
+    inputs = input_ids(run, eval_dependencies(step))
+    start_attempt(run.eval_pending_path(step), partial, inputs, resume=True, replacing=done is not None)
+    partial.mkdir(parents=True, exist_ok=True)  # an interrupted evaluation resumes its pool (of the same inputs)
     writer, sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)
     (total, per), score_shards = split_or_whole(ctx, f"{__name__}:scoring")
     pool = writer.group
@@ -139,7 +145,6 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     save_image(Image.fromarray(sample_grid(images, cfg.eval.seeds_per_prompt)), partial / "samples.png")
     summary = {"step": step, "metrics": metrics, "ema": ema_used, "samples": int(len(images)),
                "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
-               "shards": sample_shards, "score_shards": score_shards}
+               "shards": sample_shards, "score_shards": score_shards, **lineage(inputs=inputs)}
     write_json_atomic(partial / "metrics.json", {**summary, FILES_KEY: inventory(partial)})
-    replace_dir(partial, out)
-    return summary
+    return run.commit_evaluation(step)

@@ -8,10 +8,16 @@ Layout:
     <run>/iter_0003/<stage>/          a stage's artifact directory (written as <stage>.partial, then moved)
     <run>/iter_0003/manifests/<stage>.json   completion manifest, written last (atomically), listing the artifact's
                                              files (size, digest) that consumers check: solrl_core/integrity.py
+    <run>/iter_0003/manifests/<stage>.pending.json   what the attempt under way started from; the journal of its
+                                      commit (solrl_core/commit.py) once its artifact is finished
+    <run>/iter_0003/<stage>.old/      the artifact being replaced, while a re-run's artifact is moved in
     <run>/eval/step_0003/             held-out evaluation after 3 iterations (metrics.json written last)
 
-A stage is complete exactly when its manifest exists. The run directory is a local path or any fsspec URL
-(s3://bucket/run, ...): see solrl_core/storage.py for what changes on object stores.
+A stage is complete exactly when its manifest exists. Each completion has an id, and its manifest records the ids of
+the completions it read (`inputs`): solrl_core/staleness.py tells from them which stages a re-run made stale. A
+re-run keeps the old artifact and manifest until its own artifact is finished, then commits it (solrl_core/commit.py);
+whoever holds the run next finishes a commit that was interrupted. The run directory is a local path or any fsspec
+URL (s3://bucket/run, ...): see solrl_core/storage.py for what changes on object stores.
 """
 
 from __future__ import annotations
@@ -22,13 +28,27 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from solrl_core import integrity
+from solrl_core import commit, integrity
 from solrl_core.errors import RunDirLockedError, SolrlError
 from solrl_core.stages.table import STAGES
-from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, replace_dir, write_json_atomic
+from solrl_core.staleness import lineage, new_completion_id
+from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, write_json_atomic
 from solrl_core.userfiles import closest_existing, unwritable_reason, user_os_errors
 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
+
+
+def start_attempt(pending, partial, inputs: dict, resume: bool, replacing: bool) -> None:
+    """Keep `partial` (for the attempt to resume in) only when `resume` and the attempt that left it started from the
+    same `inputs`; record in `pending` what this attempt starts from. A partial left before attempts were recorded is
+    kept unless it would replace a complete artifact (`replacing`)."""
+    if pending.is_file():
+        keep = resume and read_json(pending).get("inputs") == inputs
+    else:
+        keep = resume and not replacing
+    if not keep:
+        remove_tree(partial)
+    write_json_atomic(pending, {"inputs": inputs})
 
 
 class RunDir:
@@ -60,9 +80,24 @@ class RunDir:
     def manifest_path(self, iteration: int, stage: str) -> Path:
         return self.iteration_dir(iteration) / "manifests" / f"{stage}.json"
 
+    def pending_path(self, iteration: int, stage: str) -> Path:
+        return self.iteration_dir(iteration) / "manifests" / f"{stage}.pending.json"
+
+    def aside_dir(self, iteration: int, stage: str) -> Path:
+        return self.iteration_dir(iteration) / f"{stage}.old"
+
     def eval_dir(self, step: int) -> Path:
         """The held-out evaluation after `step` iterations (step 0 = the initial policy): solrl_core/evaluate.py."""
         return self.root / "eval" / f"step_{step:04d}"
+
+    def eval_partial_dir(self, step: int) -> Path:
+        return self.root / "eval" / f"step_{step:04d}.partial"
+
+    def eval_pending_path(self, step: int) -> Path:
+        return self.root / "eval" / f"step_{step:04d}.pending.json"
+
+    def eval_aside_dir(self, step: int) -> Path:
+        return self.root / "eval" / f"step_{step:04d}.old"
 
     def evaluation(self, step: int) -> dict | None:
         """The finished evaluation after `step` iterations (its metrics.json record, its files checked against the
@@ -71,8 +106,9 @@ class RunDir:
         return integrity.evaluation_record(self, step) if record.is_file() else None
 
     def evaluations(self) -> list[dict]:
-        """The finished evaluations' metrics.json records, by step."""
-        steps = [int(p.name[5:]) for p in self.root.glob("eval/step_[0-9]*") if (p / "metrics.json").is_file()]
+        """The finished evaluations' metrics.json records, by step (read, not checked file by file)."""
+        steps = [int(p.name[5:]) for p in self.root.glob("eval/step_[0-9]*")
+                 if p.name[5:].isdigit() and (p / "metrics.json").is_file()]
         return [self._evaluation_metrics(step) for step in sorted(steps)]
 
     def _evaluation_metrics(self, step: int) -> dict:
@@ -80,6 +116,17 @@ class RunDir:
         record = integrity.read_record(path, integrity.relative_name(self, path), integrity.eval_remedy(self, step))
         record.pop(integrity.FILES_KEY, None)
         return record
+
+    def commit_evaluation(self, step: int) -> dict:
+        """Put the finished partial evaluation (its metrics.json included) in place of the previous one, journaled
+        like a stage (solrl_core/commit.py); return its metrics.json record."""
+        commit.begin(self.eval_pending_path(step), {})
+        return self.finish_eval_commit(step)
+
+    def finish_eval_commit(self, step: int) -> dict:
+        commit.finish(self.eval_pending_path(step), self.eval_partial_dir(step), self.eval_dir(step),
+                      self.eval_aside_dir(step))
+        return self.evaluation(step)
 
     def checkpoint_dir(self, iteration: int) -> Path:
         """The policy state after `iteration`'s update; iteration -1 is the initial state."""
@@ -117,28 +164,70 @@ class RunDir:
     def invalidate(self, iteration: int, stage: str) -> None:
         """Forget a stage's result: manifest first (so a crash never leaves a manifest without its artifact)."""
         self.manifest_path(iteration, stage).unlink(missing_ok=True)
-        for path in (self.stage_dir(iteration, stage), self.partial_dir(iteration, stage)):
+        self.pending_path(iteration, stage).unlink(missing_ok=True)
+        for path in (self.stage_dir(iteration, stage), self.partial_dir(iteration, stage),
+                     self.aside_dir(iteration, stage)):
             remove_tree(path)
+
+    def start_attempt(self, iteration: int, stage: str, inputs: dict, resume: bool) -> None:
+        """Before a stage runs: keep its `.partial` directory (for the stage to resume in) only when `resume` and the
+        attempt that left it started from the same `inputs`; record what this attempt starts from."""
+        start_attempt(self.pending_path(iteration, stage), self.partial_dir(iteration, stage), inputs,
+                      resume, replacing=self.is_complete(iteration, stage))
 
     @contextmanager
     def stage_output(self, iteration: int, stage: str, resume_partial: bool = False):
-        """Yield the `.partial` directory to write into; on success move it into place (a rename locally, a copy of
-        its objects on object stores).
-
-        The caller writes the manifest after this block (see `complete`). With `resume_partial` an existing partial
-        directory is kept (the stage resumes inside it); otherwise it is cleared first.
+        """Yield the `.partial` directory to write the stage's artifact into. It stays there until the stage is
+        committed (`commit`, by stages/registry.run_recorded): the stage's previous artifact, if any, stays complete
+        until then. With `resume_partial` an existing partial directory is kept (the stage resumes inside it);
+        otherwise it is cleared first.
         """
         partial = self.partial_dir(iteration, stage)
-        final = self.stage_dir(iteration, stage)
         if not resume_partial:
             remove_tree(partial)
         partial.mkdir(parents=True, exist_ok=True)
         yield partial
-        replace_dir(partial, final)
 
-    def complete(self, iteration: int, stage: str, summary: dict | None = None) -> dict:
+    def commit(self, iteration: int, stage: str, summary: dict, inputs: dict) -> dict:
+        """Put the finished `.partial` artifact in place of the stage's previous one (if any) and write its manifest,
+        journaled (solrl_core/commit.py); return the manifest."""
+        record = {"summary": summary, "id": new_completion_id(), "inputs": inputs}
+        commit.begin(self.pending_path(iteration, stage), record)
+        return self.finish_commit(iteration, stage)
+
+    def finish_commit(self, iteration: int, stage: str) -> dict:
+        """Carry an interrupted commit of the stage to its end; return the manifest."""
+        return commit.finish(
+            self.pending_path(iteration, stage), self.partial_dir(iteration, stage), self.stage_dir(iteration, stage),
+            self.aside_dir(iteration, stage),
+            lambda record: self.complete(iteration, stage, record["summary"], record["id"], record["inputs"]),
+        )
+
+    def recover(self) -> list[str]:
+        """Finish every commit a stopped process left under way (in stages and evaluations); return what it
+        finished, as paths of their journals."""
+        finished = []
+        for journal in sorted(self.root.glob("iter_[0-9]*/manifests/*.pending.json")):
+            if self.recover_stage(int(journal.parent.parent.name[5:]), journal.name.removesuffix(".pending.json")):
+                finished.append(str(journal))
+        for journal in sorted(self.root.glob("eval/step_[0-9]*.pending.json")):
+            if commit.pending(journal) is not None:
+                self.finish_eval_commit(int(journal.name[5:9]))
+                finished.append(str(journal))
+        return finished
+
+    def recover_stage(self, iteration: int, stage: str) -> bool:
+        """Finish the stage's commit if a stopped process left it under way; whether there was one."""
+        if commit.pending(self.pending_path(iteration, stage)) is None:
+            return False
+        self.finish_commit(iteration, stage)
+        return True
+
+    def complete(self, iteration: int, stage: str, summary: dict | None = None, completion_id: str | None = None,
+                 inputs: dict | None = None) -> dict:
         manifest = {"stage": stage, "iteration": iteration, "completed_at": time.time(), "summary": summary or {}}
         self._record_files(iteration, stage, manifest)
+        manifest.update(lineage(completion_id, inputs))  # solrl_core/staleness.py
         write_json_atomic(self.manifest_path(iteration, stage), manifest)
         return manifest
 
@@ -171,6 +260,7 @@ class RunDir:
             lease = Lease(self.root / ".lock")
             lease.acquire(str(self.root))
             try:
+                self.recover()
                 yield self
             finally:
                 lease.release()
@@ -194,6 +284,7 @@ class RunDir:
             fh.truncate()
             fh.write(f"pid {os.getpid()}")
             fh.flush()
+            self.recover()
             yield self
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

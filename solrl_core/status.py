@@ -1,23 +1,30 @@
 """Where a run stands, as `solrl status` prints it: target and completed iterations, each stage of each iteration,
-stages left half-done, the last held-out evaluation and where to look (run directory, MLflow run)."""
+stages left half-done, stages made stale by a re-run, the last held-out evaluation and where to look (run
+directory, MLflow run)."""
 
 from __future__ import annotations
 
 from solrl_core.inspect import mlflow_run_link
 from solrl_core.rundir import STAGES, RunDir
 from solrl_core.runs import load_run_config
+from solrl_core.staleness import describe, recompute_command, stale_items
 from solrl_core.wording import plural
 
-MARKS = {"complete": "done", "partial": "part", "pending": "-"}
+MARKS = {"complete": "done", "partial": "part", "pending": "-", "stale": "stale"}
 
 
 def run_status(run: RunDir) -> dict:
     """The run's state. `completed_iterations`: iterations from 0 whose update is complete, without a gap.
     `interrupted`: stages with an artifact but no manifest (a crash or a failure inside the stage; the next
-    `solrl train` or `solrl stage` resumes or redoes them)."""
+    `solrl train` or `solrl stage` resumes or redoes them). `stale`: completions computed from inputs that were
+    computed again since (solrl_core/staleness.py; `solrl train` recomputes them); their stages show "stale"."""
     cfg = load_run_config(run)
     count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
     stages = [{s: run.stage_status(i, s) for s in STAGES} for i in range(count)]
+    stale = stale_items(run)
+    for item in stale:
+        if item["stage"] in STAGES:
+            stages[item["iteration"]][item["stage"]] = "stale"
     completed = next((i for i, row in enumerate(stages) if row["update"] != "complete"), count)
     evaluations = run.evaluations()
     last = evaluations[-1] if evaluations else None
@@ -32,6 +39,8 @@ def run_status(run: RunDir) -> dict:
             "step": last["step"], "metrics": last["metrics"], "ema": last.get("ema"),
             "samples": str(run.eval_dir(last["step"]) / "samples.png")},
         "evaluations": [{"step": e["step"], "reward": e["metrics"]["reward"]} for e in evaluations],
+        "stale": stale,
+        "recompute": recompute_command(run),
         "eval_every": cfg.eval.every,
         "mlflow": mlflow_run_link(run),
         "iterations": [{"iteration": i, "stages": row} for i, row in enumerate(stages)],
@@ -46,6 +55,7 @@ def status_text(data: dict) -> str:
         lines.append(f"interrupted  : {item['stage']} of iteration {item['iteration']} (artifact without manifest; "
                      f"`solrl train` resumes it, or: solrl stage {item['stage']} --run-dir {data['run_dir']} "
                      f"--iteration {item['iteration']} --force)")
+    lines += stale_lines(data["stale"], data["recompute"])
     last = data["last_evaluation"]
     if last is None:
         why = "eval.every is 0" if not data["eval_every"] else f"every {plural(data['eval_every'], 'iteration')}"
@@ -71,3 +81,17 @@ def status_text(data: dict) -> str:
     for row in data["iterations"]:
         lines.append(f"{row['iteration']:>4}  " + "  ".join(f"{MARKS[row['stages'][s]]:>13}" for s in STAGES))
     return "\n".join(lines)
+
+
+def stale_lines(stale: list[dict], recompute: str, label: str = "stale") -> list[str]:
+    """One line per re-run that made completions stale (naming them), and the command that recomputes them."""
+    if not stale:
+        return []
+    by_cause: dict[tuple[str, bool], list[str]] = {}
+    for item in stale:
+        what = f"eval step {item['step']}" if item["stage"] == "eval" else f"{item['stage']} it{item['iteration']}"
+        by_cause.setdefault((item["cause"], item["cause_missing"]), []).append(what)
+    lines = [f"{label:<13}: {', '.join(names)} ("
+             + (f"{describe(cause)} is missing)" if missing else f"computed before {describe(cause)} was run again)")
+             for (cause, missing), names in by_cause.items()]
+    return lines + [f"               `{recompute}` recomputes them"]

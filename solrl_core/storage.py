@@ -182,6 +182,14 @@ def replace_dir(src, dst) -> None:
             shutil.rmtree(dst)
         os.replace(src, dst)
         return
+    copy_tree(src, dst)
+    remove_tree(src)
+
+
+def copy_tree(src, dst) -> None:
+    """Make `dst` a copy of directory `src` on an object store (its objects copied server-side, JSON objects last;
+    `dst` removed first); `src` stays as it is."""
+    src, dst = as_path(src), as_path(dst)
     remove_tree(dst)
     fs = src.fs
     source, target = src.path.rstrip("/"), dst.path.rstrip("/")
@@ -189,9 +197,6 @@ def replace_dir(src, dst) -> None:
     for batch in ([k for k in keys if not k.endswith(".json")], [k for k in keys if k.endswith(".json")]):
         if batch:  # server-side copies, issued concurrently by async filesystems (s3fs, gcsfs)
             fs.copy(batch, [target + k[len(source) :] for k in batch])
-    if keys:
-        fs.rm(source, recursive=True)
-    fs.invalidate_cache(source)
     fs.invalidate_cache(target)
 
 

@@ -12,17 +12,19 @@ from solrl_core.rundir import RunDir
 from solrl_core.seeds import noise_from_seed
 
 
-def test_stage_output_is_renamed_and_manifest_marks_completion(tmp_path):
+def test_stage_output_is_committed_and_manifest_marks_completion(tmp_path):
     run = RunDir(tmp_path)
     assert run.stage_status(0, "explore") == "pending"
     with run.stage_output(0, "explore") as out:
         (out / "a.txt").write_text("x")
         assert run.stage_status(0, "explore") == "partial"
-        assert not run.stage_dir(0, "explore").exists()
+    assert not run.stage_dir(0, "explore").exists()  # the artifact waits in .partial for its commit
+    assert not run.is_complete(0, "explore")
+    manifest = run.commit(0, "explore", {"n": 1}, {})
     assert (run.stage_dir(0, "explore") / "a.txt").read_text() == "x"
-    assert not run.is_complete(0, "explore")  # artifact without manifest is not complete
-    run.complete(0, "explore", {"n": 1})
-    assert run.is_complete(0, "explore") and run.manifest(0, "explore")["summary"] == {"n": 1}
+    assert not run.partial_dir(0, "explore").exists() and not run.pending_path(0, "explore").exists()
+    assert run.is_complete(0, "explore") and run.manifest(0, "explore") == manifest
+    assert manifest["summary"] == {"n": 1} and manifest["inputs"] == {} and len(manifest["id"]) == 32
     run.invalidate(0, "explore")
     assert run.stage_status(0, "explore") == "pending"
 

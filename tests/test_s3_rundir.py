@@ -107,9 +107,9 @@ def test_stage_output_manifest_and_pool(scheme, request):
         write_table(out / "pool.zarr", {"seed": np.arange(6), "image": np.zeros((6, 2, 2, 3), np.uint8)}, {"n": 6})
         save_tensors({"w": torch.ones(2)}, out / "w.safetensors")
         assert run.stage_status(0, "explore") == "partial"
+    assert run.stage_status(0, "explore") == "partial"  # artifact finished, but not committed yet
+    run.commit(0, "explore", {"rows": 6}, {})
     assert not run.partial_dir(0, "explore").exists()
-    assert run.stage_status(0, "explore") == "partial"  # artifact in place, but no manifest yet
-    run.complete(0, "explore", {"rows": 6})
     assert run.stage_status(0, "explore") == "complete"
     cols, attrs = read_table(run.stage_dir(0, "explore") / "pool.zarr")
     np.testing.assert_array_equal(cols["seed"], np.arange(6))

@@ -1,4 +1,5 @@
-"""How one stage of the table (solrl_core/stages/table.py) is run: skip if complete, check inputs, time, record."""
+"""How one stage of the table (solrl_core/stages/table.py) is run: skip if complete and not stale, check inputs, time,
+commit (the previous artifact, if any, stays complete until the new one is: solrl_core/commit.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,29 @@ from solrl_core.errors import MissingInputError
 from solrl_core.integrity import verify_checkpoint, verify_stage
 from solrl_core.rundir import RunDir
 from solrl_core.stages.table import BY_NAME, STAGES, load
+from solrl_core.staleness import describe, input_ids, recompute_command, stage_dependencies, stage_key, stale_causes
 
 
 def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, str]]:
-    spec = BY_NAME[stage]
-    missing = [(iteration, s) for s in spec.requires if not run.is_complete(iteration, s)]
-    if spec.needs_previous_checkpoint and iteration > 0 and not run.is_complete(iteration - 1, "update"):
-        missing.insert(0, (iteration - 1, "update"))
-    return missing
+    """The stage's inputs that are not complete, or are stale (they must be run again first), in run order."""
+    causes = stale_causes(run, iteration)
+    return [(it, s) for it, s in stage_dependencies(iteration, stage)
+            if not run.is_complete(it, s) or stage_key(it, s) in causes]
+
+
+def missing_input_error(run: RunDir, iteration: int, what: str, missing: list[tuple[int, str]]) -> MissingInputError:
+    """The one-line refusal of a stage (`what`) whose first input in `missing` is not complete, or is stale."""
+    it, first = missing[0]
+    cause = stale_causes(run, it).get(stage_key(it, first))
+    if cause is not None:
+        return MissingInputError(
+            f"{what} of iteration {iteration} reads '{first}' of iteration {it}, which is stale (computed before "
+            f"{describe(cause)} was run again): {recompute_command(run)} recomputes it"
+        )
+    return MissingInputError(
+        f"{what} of iteration {iteration} needs '{first}' of iteration {it} first: "
+        f"solrl stage {first} --run-dir {run.root} --iteration {it}"
+    )
 
 
 def verify_inputs(run: RunDir, iteration: int, stage: str) -> None:
@@ -30,8 +46,8 @@ def verify_inputs(run: RunDir, iteration: int, stage: str) -> None:
 def run_stage(
     run: RunDir, cfg: RunConfig, iteration: int, stage: str, force: bool = False, progress: bool = True
 ) -> dict:
-    """Run one stage of the table unless already complete (or `force`); return its manifest. The caller holds the
-    run dir."""
+    """Run one stage of the table unless already complete and not stale (or `force`); return its manifest. The caller
+    holds the run dir."""
     if stage not in BY_NAME:
         raise MissingInputError(f"unknown stage '{stage}' (stages: {', '.join(STAGES)})")
     what = f"stage '{stage}'" if stage in STAGES else f"the {stage}"
@@ -41,23 +57,22 @@ def run_stage(
 
 def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, missing: list[tuple[int, str]],
                  force: bool, progress: bool, what: str) -> dict:
-    """The one way a recorded step runs: return its manifest if complete (unless `force`), refuse when inputs are
-    missing (naming the stage to run first) or damaged (solrl_core/integrity.py), otherwise run `func`, time it and
-    write the manifest last."""
-    if run.is_complete(iteration, name) and not force:
+    """The one way a recorded step runs: return its manifest if complete and not stale (unless `force`), refuse when
+    inputs are missing or stale (naming the stage to run first) or damaged (solrl_core/integrity.py), otherwise run
+    `func` into the stage's partial directory, time it and commit it: the artifact moved in place of the previous
+    one, the manifest (with the ids of the inputs it read and its own file inventory) written last."""
+    run.recover_stage(iteration, name)
+    if run.is_complete(iteration, name) and not force and stage_key(iteration, name) not in stale_causes(run, iteration):
         return run.manifest(iteration, name)
     if missing:
-        it, first = missing[0]
-        raise MissingInputError(
-            f"{what} of iteration {iteration} needs '{first}' of iteration {it} first: "
-            f"solrl stage {first} --run-dir {run.root} --iteration {it}"
-        )
+        raise missing_input_error(run, iteration, what, missing)
     verify_inputs(run, iteration, name)
-    if force:
-        run.invalidate(iteration, name)
+    inputs = input_ids(run, stage_dependencies(iteration, name))
+    run.start_attempt(iteration, name, inputs, resume=not force)
     from solrl_core.stages.context import StageContext  # torch: only when a stage really runs
 
     start = time.perf_counter()
     summary = func(StageContext(run, cfg, iteration, progress))
     summary["seconds"] = round(time.perf_counter() - start, 3)
-    return run.complete(iteration, name, summary)
+    return run.commit(iteration, name, summary, inputs)
+

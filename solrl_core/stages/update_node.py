@@ -22,6 +22,7 @@ from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.registry import missing_inputs
 from solrl_core.stages.update_worker import launch_update
+from solrl_core.staleness import is_current
 
 POLL_SECONDS = 5.0
 
@@ -42,7 +43,7 @@ def join_updates(run: RunDir, iteration: int | None = None, force: bool = False,
         return {iteration: _join(run, iteration, poll_seconds, say)}
     summaries, it = {}, 0
     while it < load_run_config(run).iterations:  # read again: continuing a run may raise its iteration count
-        if not run.is_complete(it, "update"):
+        if not is_current(run, it, "update"):  # not done, or stale: the update runs (again)
             summaries[it] = _join(run, it, poll_seconds, say)
         it += 1
     return summaries

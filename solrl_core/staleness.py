@@ -1,0 +1,170 @@
+"""Which completed stages and evaluations are stale: computed from inputs that were computed again since.
+
+Every completion has an id (a stage manifest's and an evaluation's metrics.json "id") and records the ids of the
+completions it read ("inputs", keys "<iteration>/<stage>"): the same-iteration stages it requires
+(solrl_core/stages/table.py) and, for the stages that start from the previous checkpoint, the previous iteration's
+update; the evaluation after k iterations reads iteration k-1's update. A completion is stale when one of its inputs
+has another id now (it was run again), is missing, or is stale itself. Records without "inputs" (written before
+completions had ids) count as fresh.
+
+Pure functions over a RunDir: they read manifests, never write.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING
+
+from solrl_core.stages.table import BY_NAME, TABLE
+from solrl_core.storage import is_remote
+
+if TYPE_CHECKING:
+    from solrl_core.rundir import RunDir
+
+
+def new_completion_id() -> str:
+    return uuid.uuid4().hex
+
+
+def lineage(completion_id: str | None = None, inputs: dict | None = None) -> dict:
+    """The manifest keys read here: the completion's id (a new one when not given) and the ids of its inputs."""
+    keys = {"id": completion_id or new_completion_id()}
+    if inputs is not None:
+        keys["inputs"] = inputs
+    return keys
+
+
+def stage_key(iteration: int, stage: str) -> str:
+    return f"{iteration}/{stage}"
+
+
+def eval_key(step: int) -> str:
+    return f"eval/{step}"
+
+
+def describe(key: str) -> str:
+    """A key as words: "score_explore of iteration 0", "the evaluation after 2 iterations"."""
+    where, _, what = key.partition("/")
+    if where == "eval":
+        return f"the evaluation after {what} iteration{'' if what == '1' else 's'}"
+    return f"{what} of iteration {where}"
+
+
+def recompute_command(run: RunDir) -> str:
+    """The command that recomputes a run's stale stages (with the config frozen in the run)."""
+    return f"solrl train {run.config_path} --run-dir {run.root}"
+
+
+def stage_dependencies(iteration: int, stage: str) -> list[tuple[int, str]]:
+    """The completions a stage reads: the previous iteration's update (when it starts from the previous
+    checkpoint; iteration 0 starts from the initial adapters), then its same-iteration inputs."""
+    spec = BY_NAME[stage]
+    previous = [(iteration - 1, "update")] if spec.needs_previous_checkpoint and iteration > 0 else []
+    return previous + [(iteration, s) for s in spec.requires]
+
+
+def eval_dependencies(step: int) -> list[tuple[int, str]]:
+    return [(step - 1, "update")] if step > 0 else []
+
+
+def input_ids(run: RunDir, dependencies: list[tuple[int, str]]) -> dict[str, str | None]:
+    """What a completion records as its inputs: the current id of each complete dependency."""
+    ids = {}
+    for iteration, stage in dependencies:
+        if run.is_complete(iteration, stage):
+            ids[stage_key(iteration, stage)] = run.manifest(iteration, stage).get("id")
+    return ids
+
+
+def stale_causes(run: RunDir, upto: int | None = None) -> dict[str, str]:
+    """Every stale stage completion of iterations up to `upto` (all when None), by key, with its cause: the key of
+    the input upstream that was run again (or is missing)."""
+    manifests = _manifests(run, upto)
+    causes: dict[str, str] = {}
+    for iteration in sorted({int(key.partition("/")[0]) for key in manifests}):
+        for spec in TABLE:  # inputs come before the stages that read them
+            key = stage_key(iteration, spec.name)
+            if key in manifests:
+                cause = _cause(manifests[key], manifests, causes)
+                if cause is not None:
+                    causes[key] = cause
+    return causes
+
+
+def stale_cause(run: RunDir, iteration: int, stage: str) -> str | None:
+    """Why the stage's completion is stale (the key of the re-run or missing input upstream); None when it is fresh
+    or not complete."""
+    return stale_causes(run, iteration).get(stage_key(iteration, stage))
+
+
+def eval_stale_cause(run: RunDir, step: int, record: dict | None = None) -> str | None:
+    """Why the evaluation after `step` iterations (its metrics.json `record`) is stale; None when fresh or not done."""
+    record = record if record is not None else run.evaluation(step)
+    if record is None:
+        return None
+    manifests = _manifests(run, step - 1) if step > 0 else {}
+    return _cause(record, manifests, stale_causes(run, step - 1) if step > 0 else {})
+
+
+def is_current(run: RunDir, iteration: int, stage: str) -> bool:
+    """Complete and not stale: nothing to compute."""
+    return run.is_complete(iteration, stage) and stale_cause(run, iteration, stage) is None
+
+
+def stale_items(run: RunDir) -> list[dict]:
+    """Every stale completion, in run order: {"iteration", "stage", "cause", "cause_missing"} for stages (the audit
+    included), {"step", "stage": "eval", "cause", "cause_missing"} for evaluations; `cause`: the key (see
+    `describe`) of the completion upstream that was run again since, or is missing (`cause_missing`)."""
+    causes = stale_causes(run)
+    order = {name: i for i, name in enumerate(BY_NAME)}
+    items = [{"iteration": int(key.partition("/")[0]), "stage": key.partition("/")[2], "cause": cause}
+             for key, cause in causes.items()]
+    items.sort(key=lambda item: (item["iteration"], order[item["stage"]]))
+    for record in run.evaluations():
+        cause = eval_stale_cause(run, record["step"], record)
+        if cause is not None:
+            items.append({"step": record["step"], "stage": "eval", "cause": cause})
+    for item in items:
+        iteration, _, stage = item["cause"].partition("/")
+        item["cause_missing"] = not run.is_complete(int(iteration), stage)
+    return items
+
+
+def stale_where(item: dict) -> tuple:
+    """What a `stale_items` item is about, whatever its cause: (iteration or step, stage)."""
+    return item.get("iteration", item.get("step")), item["stage"]
+
+
+def _cause(record: dict, manifests: dict[str, dict], causes: dict[str, str]) -> str | None:
+    for key, recorded_id in (record.get("inputs") or {}).items():
+        current = manifests.get(key)
+        if current is None or current.get("id") != recorded_id:
+            return key
+        if key in causes:
+            return causes[key]
+    return None
+
+
+def _manifests(run: RunDir, upto: int | None) -> dict[str, dict]:
+    """The stage manifests of iterations up to `upto`, by key (read concurrently on object stores)."""
+    paths = {}
+    for path in run.root.glob("iter_[0-9][0-9][0-9][0-9]/manifests/*.json"):
+        stage, iteration = path.name[: -len(".json")], int(path.parent.parent.name[5:])
+        if stage in BY_NAME and (upto is None or iteration <= upto):
+            paths[stage_key(iteration, stage)] = path
+    if not paths:
+        return {}
+    if is_remote(run.root):
+        fs = run.root.fs
+        by_path = {fs._strip_protocol(path.path): key for key, path in paths.items()}
+        texts = fs.cat(list(by_path), on_error="omit")
+        return {by_path[p]: json.loads(text) for p, text in texts.items() if p in by_path}
+    out = {}
+    for key, path in paths.items():
+        try:
+            out[key] = json.loads(path.read_text())
+        except FileNotFoundError:  # removed meanwhile
+            continue
+    return out
+
