@@ -5,11 +5,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.solrl-installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: setup demo test bench server clean-runs help
+.PHONY: setup demo test test-fast bench server clean-runs help
 
 help:
 	@echo "make demo   - set up, then train the embedded default with configs/demo.yaml into runs/demo/"
 	@echo "make test   - set up, then run the test suite"
+	@echo "make test-fast - set up, then run the tests that start no process or server (pytest -m 'not e2e')"
 	@echo "make bench  - set up, then run the four families side by side (~45 min on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
 	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on 127.0.0.1"
@@ -26,8 +27,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/solrl train configs/demo.yaml --run-dir runs/demo
 
+# pytest exits 5 when it collected no test: that fails both targets too.
 test: setup
 	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not e2e"
 
 bench: setup
 	$(BIN)/solrl bench configs/bench.yaml

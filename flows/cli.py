@@ -13,6 +13,7 @@ from flows.prefect_server import client_env, prefect_api
 from flows.signals import interrupted_exit_code, stop_on_sigterm
 from flows.user_errors import as_user_error, hide_user_error_logs, report
 from solrl_core.errors import SolrlError
+from solrl_core.quiet import quiet_libraries
 from solrl_core.wording import plural
 
 DESCRIPTION = """\
@@ -20,18 +21,6 @@ solrl: RL post-training of text-to-image flow models with 4-bit exploration.
 Each iteration explores many seeds per prompt with a low-precision copy, ranks them with the reward, keeps the
 most contrastive seeds, regenerates those at full precision and trains on them (DiffusionNFT loss).
 Every stage writes its artifact into the run directory, so runs resume after a crash and stages re-run alone."""
-
-
-def _quiet_libraries() -> None:
-    """Keep library chatter (torch/torchao import notices, diffusers/transformers hints) off the user's terminal."""
-    import logging
-
-    # OpenMP threads that spin while waiting stall badly when the cores are shared (seen: 8x slower sampling).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 
 # Prefect's console handler (its API handler still receives every line, so the Prefect UI keeps them) and MLflow.
@@ -568,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_libraries()
+    quiet_libraries()
     _terminal(args)
     hide_user_error_logs()
     stop_on_sigterm()

@@ -98,6 +98,14 @@ class CandidateWriter:
         """The batches (all, or those in `batches`) not done yet, in order."""
         return [k for k in (batches if batches is not None else range(self.n_batches)) if not self._done[k]]
 
+    def rows_in(self, batches) -> int:
+        """Rows of the batches `batches` (the last batch may be shorter)."""
+        return sum(len(range(self.n_rows)[self.batch_rows(k)]) for k in batches)
+
+    def rows_done(self) -> int:
+        """Rows of every batch marked done (in any order), as this writer last read the markers."""
+        return self.rows_in(np.flatnonzero(self._done))
+
     @property
     def committed(self) -> int:
         """Rows complete from row 0 on: the leading run of done batches (rows beyond may be done too)."""

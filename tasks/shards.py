@@ -17,6 +17,7 @@ subflow fails the stage task, which Prefect retries: a sampling shard resumes at
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import asdict
 
@@ -26,6 +27,7 @@ from prefect.cache_policies import NO_CACHE
 
 from solrl_core.errors import SolrlError
 from solrl_core.placement import RESOURCE, pinned_device, resolve_devices, worker_env
+from solrl_core.quiet import quiet_libraries
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
@@ -36,6 +38,10 @@ from tasks.stage_task import _retry_unless_user_error
 _TASK = {"retries": 1, "retry_delay_seconds": 1, "retry_condition_fn": _retry_unless_user_error,
          "cache_policy": NO_CACHE, "persist_result": False}
 CONNECT_TIMEOUT = 30  # seconds to reach a scheduler named by orchestration.dask_address
+
+# The local cluster's worker processes preload this module first (`local_cluster`), and their output reaches the
+# user's terminal: keep library chatter off it as the CLI does, before the stage's module loads those libraries.
+quiet_libraries()
 
 
 def _context(run_dir: str, iteration: int) -> StageContext:
@@ -89,7 +95,7 @@ def worker_specs(devices: list[str], preload: list[str]) -> dict:
 
     return {f"device-{k}": {"cls": Nanny, "options": {
         "nthreads": 1, "host": "127.0.0.1", "env": worker_env(device), "resources": {RESOURCE: 1},
-        "preload": preload, "dashboard": False}} for k, device in enumerate(devices)}
+        "preload": preload, "dashboard": False, "silence_logs": logging.ERROR}} for k, device in enumerate(devices)}
 
 
 @contextlib.contextmanager

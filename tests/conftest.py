@@ -1,7 +1,13 @@
-"""Shared fixtures: a real Prefect server on 127.0.0.1 for the whole session, and a runner for the `solrl` CLI."""
+"""Shared fixtures: a real Prefect server on 127.0.0.1 for the whole session, and a runner for the `solrl` CLI.
+
+Tests marked `e2e` start processes or servers; `make test-fast` (`pytest -m "not e2e"`) leaves them out. A test that
+uses a fixture of E2E_FIXTURES is marked automatically; any other test that starts a process must be marked by hand
+(`@pytest.mark.e2e` or the module's `pytestmark`): an unmarked test that does fails, naming the mark.
+"""
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import socket
 import subprocess
@@ -17,6 +23,64 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+
+
+# Fixtures that start a server or drive the CLI in subprocesses: every test using one (even indirectly) is e2e.
+E2E_FIXTURES = {"session_env", "run_cli", "s3_server", "dask_cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+_started: list[str] = []  # processes started by the running test (filled only while a test that is not e2e runs)
+_watching = False
+
+
+def _note(what: str) -> None:
+    if _watching:
+        _started.append(what)
+
+
+os.register_at_fork(before=lambda: _note("os.fork"))
+_popen_init = subprocess.Popen.__init__
+_spawnv_passfds = multiprocessing.util.spawnv_passfds
+
+
+def _watched_popen(self, args, *rest, **kwargs):
+    _note(f"subprocess {args if isinstance(args, str) else ' '.join(map(str, args))[:120]}")
+    return _popen_init(self, args, *rest, **kwargs)
+
+
+def _watched_spawn(path, args, passfds):
+    _note(f"multiprocessing {path}")
+    return _spawnv_passfds(path, args, passfds)
+
+
+subprocess.Popen.__init__ = _watched_popen
+multiprocessing.util.spawnv_passfds = _watched_spawn
+
+
+def pytest_runtest_setup(item):
+    """Watch a test left in `make test-fast` (not marked e2e) from its fixtures' setup to their teardown."""
+    global _watching
+    _started.clear()
+    _watching = item.get_closest_marker("e2e") is None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A test that is not e2e must have started no process: fail it, naming the mark to add."""
+    global _watching
+    try:
+        return (yield)
+    finally:
+        watched, _watching = _watching, False
+        if watched and _started:
+            pytest.fail(f"{item.nodeid} started a process ({_started[0]}): mark it @pytest.mark.e2e so that "
+                        "`make test-fast` leaves it out", pytrace=False)
 
 
 def free_port() -> int:

@@ -86,6 +86,7 @@ def _history(run: RunDir) -> list[dict]:
     return json.loads((run.stage_dir(0, "update") / "metrics.json").read_text())["steps"]
 
 
+@pytest.mark.e2e  # torchrun processes
 def test_two_gloo_processes_give_the_one_process_update(ready_for_update, one_process_12_per_micro_batch, tmp_path,
                                                         monkeypatch):
     """24 pairs, micro_batch 16: one process runs micro-batches of 16 + 8, each of the 2 ranks one of 12."""
@@ -131,6 +132,7 @@ class Rank(GradientSync):
         self.rank, self.world_size = rank, world_size
 
 
+@pytest.mark.e2e  # torchrun processes
 def test_two_nodes_on_loopback_give_the_one_process_update(ready_for_update, one_process_12_per_micro_batch, tmp_path,
                                                           monkeypatch):
     """Two machines as torchrun sees them, on 127.0.0.1: this process runs the update stage (its torchrun: one gloo

@@ -75,6 +75,7 @@ def test_a_tiny_model_of_another_kind_is_refused(tiny_dir):
         load_config(PRESETS / "flux1_sol_rl_pickscore.yaml", [f"model.path={tiny_dir}"])
 
 
+@pytest.mark.e2e
 def test_unknown_model_is_a_one_line_error(tmp_path, capsys):
     out = tmp_path / "nothing"
     assert main(["make-tiny", "sdxl", str(out)]) == 2

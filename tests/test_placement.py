@@ -41,6 +41,7 @@ def test_shard_k_sees_only_gpu_k(four_gpus, monkeypatch):
         worker_env("cuda:4")
 
 
+@pytest.mark.e2e
 def test_worker_processes_start_pinned_to_their_gpu(four_gpus):
     """The local cluster's worker processes for [cuda:0 .. cuda:3] each start with only their GPU visible."""
     from distributed import Client

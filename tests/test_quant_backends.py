@@ -286,6 +286,7 @@ def test_te_support_without_te_is_a_reason_not_an_exception(monkeypatch):
     assert not ok and why.startswith("transformer-engine is not importable (ModuleNotFoundError")
 
 
+@pytest.mark.e2e
 def test_transformer_engine_is_never_imported_at_module_import():
     code = """
 import sys

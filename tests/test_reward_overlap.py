@@ -64,7 +64,7 @@ def _sample(pool, scorer, images, prompts, seeds, start=0, stop=N_ROWS):
 
 
 def _scorer(pool, rewards, prompts, seeds):
-    return InlineScorer(pool, rewards, prompts, seeds, "the test pool", progress=False, desc="score")
+    return InlineScorer(pool, rewards, prompts, seeds, "the test pool")
 
 
 def test_inline_scores_equal_scoring_afterwards_also_after_a_crash(tmp_path, models, rows):

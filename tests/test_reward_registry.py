@@ -51,6 +51,7 @@ def test_names():
     assert np.array_equal(get_reward("jpeg")(images, prompts), jpeg_compressibility(images, prompts)["reward"])
 
 
+@pytest.mark.e2e
 def test_importing_and_scoring_weight_free_rewards_loads_no_model_library():
     code = (
         "import sys; import solrl_core.rewards as r; from solrl_core.rewards.tiny import sample_batch;"

@@ -37,6 +37,7 @@ def test_failed_stage_leaves_no_artifact(tmp_path):
     assert not run.stage_dir(0, "score_explore").exists()
 
 
+@pytest.mark.e2e
 def test_lock_refuses_a_second_holder_in_another_process(tmp_path):
     run = RunDir(tmp_path)
     code = (
@@ -102,6 +103,7 @@ def test_table_round_trip(tmp_path):
     np.testing.assert_array_equal(cols["sel"], [True, False])
 
 
+@pytest.mark.e2e
 def test_seed_noise_is_identical_across_processes():
     here = noise_from_seed(1234, (3, 8, 8))
     code = "from solrl_core.seeds import noise_from_seed; print(noise_from_seed(1234, (3, 8, 8)).double().sum().item())"

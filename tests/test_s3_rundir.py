@@ -75,7 +75,7 @@ def test_local_paths_stay_plain_paths(tmp_path):
     assert isinstance(RunDir("runs/x").root, Path)
 
 
-@pytest.mark.parametrize("scheme", ["memory", "s3"])
+@pytest.mark.parametrize("scheme", ["memory", pytest.param("s3", marks=pytest.mark.e2e)])  # s3: a moto server
 def test_json_and_safetensors_round_trip(scheme, request):
     if scheme == "s3":
         request.getfixturevalue("s3_server")
@@ -98,7 +98,7 @@ def test_json_and_safetensors_round_trip(scheme, request):
     assert metadata == {"prompt": "two red circles"}
 
 
-@pytest.mark.parametrize("scheme", ["memory", "s3"])
+@pytest.mark.parametrize("scheme", ["memory", pytest.param("s3", marks=pytest.mark.e2e)])  # s3: a moto server
 def test_stage_output_manifest_and_pool(scheme, request):
     if scheme == "s3":
         request.getfixturevalue("s3_server")

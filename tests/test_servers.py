@@ -8,9 +8,12 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
 from conftest import ROOT, free_port, start_prefect_server, stop
 
 
+@pytest.mark.e2e
 def test_make_server_starts_prefect_through_flows_servers():
     port = free_port()
     plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
@@ -19,6 +22,7 @@ def test_make_server_starts_prefect_through_flows_servers():
     assert "prefect server start" not in plan  # one command line, in flows/servers.py
 
 
+@pytest.mark.e2e
 def test_prefect_ui_calls_the_api_of_its_own_port(tmp_path):
     port = free_port()
     assert port != 4200

@@ -151,18 +151,16 @@ class InlineScorer:
 
     Committed images are handed over in memory; rows committed before a resume are read back from the pool. At most
     MAX_QUEUED batches wait for the scorer: beyond that the sampler waits, so memory stays bounded. A scoring error
-    (a NaN reward, say) is raised in the sampling thread at its next commit, or at `finish`.
+    (a NaN reward, say) is raised in the sampling thread at its next commit, or at `finish`. It draws no progress
+    bar: the sampler's bar is the stage's one line on the terminal, and the sampler waits for the scorer.
     """
 
     def __init__(self, pool_path: Path, rewards: Mapping[str, Reward], prompts: Sequence[str], seeds: np.ndarray,
-                 what: str, progress: bool, desc: str):
-        n = len(seeds)
+                 what: str):
         self.pool_path = pool_path
-        self.store = ScoreStore(n, rewards, pool_path.parent / SCORES)
+        self.store = ScoreStore(len(seeds), rewards, pool_path.parent / SCORES)
         self.store.truncate(_pool_committed(pool_path))
-        self.bar = tqdm(total=n * len(rewards), initial=n * len(rewards) - self.store.missing(), desc=desc,
-                        unit="score", disable=not progress or not n, leave=False)
-        self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images, self.bar)
+        self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images)
         self._buffer = np.zeros((0,), np.uint8)
         self._buffer_start = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-score")
@@ -183,7 +181,6 @@ class InlineScorer:
         for future in self._futures:
             future.cancel()
         self._executor.shutdown(wait=True)
-        self.bar.close()
 
     def _wait(self, keep: int) -> None:
         while self._futures and (len(self._futures) > keep or self._futures[0].done()):
@@ -215,10 +212,10 @@ def _pool_committed(pool_path: Path) -> int:
         return 0
 
 
-def _names(ctx: StageContext, pool_path: Path) -> tuple[str, str]:
-    """(how messages name the pool, e.g. "explore/pool.zarr of iteration 3"; the progress bar's label)."""
+def _what(ctx: StageContext, pool_path: Path) -> str:
+    """How messages name the pool, e.g. "explore/pool.zarr of iteration 3"."""
     stage = pool_path.parent.name.removesuffix(".partial")
-    return f"{stage}/{pool_path.name} of iteration {ctx.iteration}", f"score {stage} it{ctx.iteration}"
+    return f"{stage}/{pool_path.name} of iteration {ctx.iteration}"
 
 
 @contextlib.contextmanager
@@ -236,8 +233,7 @@ def scoring_while_sampling(
         yield None
         return
     rewards = load_rewards(ctx.cfg.rewards, ctx.cfg.reward_models)  # missing files fail before any sampling
-    what, desc = _names(ctx, pool_path)
-    scorer = InlineScorer(pool_path, rewards, prompts, seeds, what, ctx.progress, desc)
+    scorer = InlineScorer(pool_path, rewards, prompts, seeds, _what(ctx, pool_path))
     try:
         yield scorer.on_commit
         scorer.finish()
@@ -257,7 +253,7 @@ def score_pool(ctx: StageContext, pool_path: Path, desc: str, weights: Mapping[s
     store = ScoreStore(len(seeds), rewards)
     if (pool_path.parent / SCORES).exists():
         store.adopt(pool_path.parent / SCORES)
-    what, _ = _names(ctx, pool_path)
+    what = _what(ctx, pool_path)
     images = group["image"]
     todo = store.missing()  # 0 when every row was scored while sampling: then no bar at all
     with tqdm(total=todo, desc=desc, unit="score", disable=not ctx.progress or not todo, leave=False) as bar:
@@ -287,9 +283,13 @@ class PoolScoring:
     desc: str
     n_rows: int
     unit: int  # the lcm of the rewards' batch sizes
+    bar_unit = "row"
 
     def prepare(self, ctx: StageContext) -> None:
         return None
+
+    def rows_done(self) -> None:
+        return None  # shards hand their scores back at the end: nothing to read before
 
     def finished(self) -> bool:
         return False
@@ -305,7 +305,7 @@ class PoolScoring:
         store = ScoreStore(self.n_rows, rewards)
         store.committed = dict.fromkeys(rewards, rows.start)
         images = group["image"]
-        what, _ = _names(ctx, self.pool)
+        what = _what(ctx, self.pool)
         RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b])).run(rows.stop)
         return {"scored": len(rows)}, {name: values[rows.start:rows.stop].tolist() for name, values in
                                        store.values.items()}

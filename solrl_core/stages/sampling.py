@@ -110,7 +110,7 @@ def sample_into_pool(
     settings = sampling_settings(ctx, backbone, guidance)
     todo = writer.pending(batches)
     mine = batches if batches is not None else range(writer.n_batches)
-    total, left = (sum(len(range(writer.n_rows)[writer.batch_rows(k)]) for k in ks) for ks in (mine, todo))
+    total, left = writer.rows_in(mine), writer.rows_in(todo)
     bar = tqdm(total=total, initial=total - left, desc=desc, unit="img", disable=not progress or not left)
     for k in todo:
         rows = writer.batch_rows(k)
@@ -174,9 +174,18 @@ class PoolSampling:
                                 self.guidance)
 
     # ---- split over devices (solrl_core/stages/shards.py) ------------------------------------------------------
+    bar_unit = "img"
+
     @property
     def unit(self) -> int:
         return self.batch_size
+
+    def rows_done(self) -> int | None:
+        """Rows of the batches marked done so far by any process (None while the pool cannot be read)."""
+        try:
+            return CandidateWriter(self._group("r")).rows_done()
+        except (KeyError, ValueError, OSError, zarr.errors.BaseZarrError):
+            return None
 
     def prepare(self, ctx) -> None:
         """Create the pool (or keep the one a previous attempt left) before the shards write into it."""

@@ -10,7 +10,10 @@ shard of it. Two kinds exist: a pool to sample (`PoolSampling`, solrl_core/stage
     prepare(ctx)          before any shard starts (sampling: create the pool and cache its prompts' conditioning);
     run_shard(ctx, rows)  in a shard's process: (what it did, the result it hands back);
     finished()            nothing left to run (a pool an earlier attempt completed);
-    collect(ctx, reports) in the stage's process: the stage's result from the shards' results.
+    collect(ctx, reports) in the stage's process: the stage's result from the shards' results;
+    desc, bar_unit        the progress bar's label and unit, as the work shows it on one device;
+    rows_done()           rows the shards have finished so far, read from what they wrote (None: not known until
+                          every shard is done); the stage's process polls it for its one progress bar.
 
 Who runs the shards is the orchestrator's choice, given with `use_shard_runner` (the Prefect stage tasks run them on
 a Dask cluster of one process per device: tasks/shards.py). The default runs them here, one after another, each on
@@ -24,6 +27,7 @@ import contextlib
 import dataclasses
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -68,11 +72,14 @@ def plan_shards(n_rows: int, batch_size: int, workers: int) -> list[Shard]:
 class SplitWork(Protocol):
     n_rows: int
     unit: int
+    desc: str
+    bar_unit: str
 
     def prepare(self, ctx: StageContext) -> None: ...
     def run_shard(self, ctx: StageContext, shard: Shard) -> tuple[dict, Any]: ...
     def finished(self) -> bool: ...
     def collect(self, ctx: StageContext, reports: list[dict]) -> Any: ...
+    def rows_done(self) -> int | None: ...
 
 
 def placed(ctx: StageContext, device: str) -> StageContext:
@@ -161,12 +168,48 @@ def one_device(ctx: StageContext, ref: str) -> Iterator[tuple[StageContext, Any,
                    "pid": os.getpid(), "seconds": round(time.perf_counter() - start, 3)})
 
 
+POLL_SECONDS = 1.0  # how often the stage's process reads the shards' progress
+
+
+@contextlib.contextmanager
+def split_progress(work: SplitWork, show: bool) -> Iterator[None]:
+    """One progress bar in the stage's process for work whose shards run elsewhere (other processes draw nothing
+    on this terminal): the rows done, polled from what the shards wrote (`work.rows_done()`)."""
+    if not show:
+        yield
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=work.n_rows, initial=work.rows_done() or 0, desc=work.desc, unit=work.bar_unit)
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(POLL_SECONDS):
+            done = work.rows_done()
+            if done is not None and done > bar.n:
+                bar.update(done - bar.n)
+
+    poller = threading.Thread(target=poll, name="solrl-split-progress", daemon=True)
+    poller.start()
+    try:
+        yield
+        bar.update(work.n_rows - bar.n)
+    finally:
+        stop.set()
+        poller.join()
+        bar.close()
+
+
 def run_split(ctx: StageContext, ref: str, workers: int) -> tuple[Any, list[dict]]:
     """Split the work `ref` into `workers` shards, run them with the current runner and collect the result;
-    return it with the shards' records (none when an earlier attempt had already finished the work)."""
+    return it with the shards' records (none when an earlier attempt had already finished the work). The shards
+    draw no bars of their own: this process shows one for the whole work (`split_progress`)."""
     work = load(ref)(ctx)
     shards = plan_shards(work.n_rows, work.unit, workers)
-    reports = [] if work.finished() else _RUNNER.get()(ctx, ref, shards)
+    reports = []
+    if not work.finished():
+        with split_progress(work, ctx.progress):
+            reports = _RUNNER.get()(dataclasses.replace(ctx, progress=False), ref, shards)
     return work.collect(ctx, reports), records(reports)
 
 
