@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -105,8 +106,15 @@ def save_tensors(tensors: dict, path, metadata: dict[str, str] | None = None) ->
     tensors = {k: v.contiguous() for k, v in tensors.items()}
     if is_remote(path):
         path.write_bytes(save(tensors, metadata=metadata))
-    else:
+        return
+    try:
         save_file(tensors, str(path), metadata=metadata)
+    except Exception as exc:  # safetensors reports a failed write as SafetensorError("... (os error 28)")
+        code = re.search(r"\(os error (\d+)\)", str(exc))
+        if code is None:
+            raise
+        number = int(code.group(1))
+        raise OSError(number, os.strerror(number), str(path)) from exc
 
 
 def load_tensors(path) -> dict:

@@ -164,11 +164,12 @@ def test_run_dir_permission_denied_at_creation(capsys, tmp_path, monkeypatch):
 
 # ---- a full disk while a stage writes ---------------------------------------------------------------------------
 ENOSPC_SCRIPT = """
-import errno, sys
-import solrl_core.storage
-def no_space(tensors, path, metadata=None):
-    raise OSError(errno.ENOSPC, "No space left on device", str(path))
-solrl_core.storage.save_tensors = no_space  # every safetensors write: checkpoints, adapters
+import sys
+import safetensors.torch
+from safetensors import SafetensorError
+def no_space(tensors, filename, metadata=None):  # what safetensors raises when the disk is full
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+safetensors.torch.save_file = no_space  # every local safetensors write: checkpoints, adapters
 from flows.cli import main
 sys.exit(main(sys.argv[1:]))
 """
