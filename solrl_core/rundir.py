@@ -146,8 +146,8 @@ class RunDir:
         if not self.run_json.is_file():
             return None
         return integrity.read_record(self.run_json, "run.json", (
-            f"it only records this run's MLflow run: delete {self.run_json} and the next solrl train starts a new "
-            "MLflow run for the run directory (its artifacts are kept)"))
+            f"it only records this run's MLflow run: delete {self.run_json} and run the command again (training then "
+            "logs to a new MLflow run; the run's artifacts are kept)"))
 
     def stage_status(self, iteration: int, stage: str) -> str:
         if self.is_complete(iteration, stage):

@@ -159,12 +159,22 @@ def _manifests(run: RunDir, upto: int | None) -> dict[str, dict]:
         fs = run.root.fs
         by_path = {fs._strip_protocol(path.path): key for key, path in paths.items()}
         texts = fs.cat(list(by_path), on_error="omit")
-        return {by_path[p]: json.loads(text) for p, text in texts.items() if p in by_path}
-    out = {}
-    for key, path in paths.items():
-        try:
-            out[key] = json.loads(path.read_text())
-        except FileNotFoundError:  # removed meanwhile
-            continue
-    return out
+        records = {by_path[p]: _parse(text) for p, text in texts.items() if p in by_path}
+    else:
+        records = {}
+        for key, path in paths.items():
+            try:
+                records[key] = _parse(path.read_bytes())
+            except FileNotFoundError:  # removed meanwhile
+                continue
+    return {key: record for key, record in records.items() if record is not None}
+
+
+def _parse(data: bytes) -> dict | None:
+    """A manifest's record; None when it is damaged (not valid JSON): its stage then counts as missing here, and
+    reading the stage itself (RunDir.manifest) refuses with one line naming it and the command that rebuilds it."""
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
 

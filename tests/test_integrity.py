@@ -169,6 +169,10 @@ def test_truncated_manifest(reference, tmp_path, one_torch_thread):
     manifest.write_text(manifest.read_text()[:100])
     _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "iter_0000/manifests/score_final.json",
              "not valid JSON", _rebuild(run, "score_final"))
+    from solrl_core.staleness import stale_items
+
+    # status and staleness read past it: what is stale is so because of the update removed above, nothing else
+    assert {item["cause"] for item in stale_items(run)} == {"0/update"}
     run_stage(run, cfg, 0, "score_final", force=True, progress=False)
     run_stage(run, cfg, 0, "update", progress=False)
     _assert_same_checkpoint(run, reference)

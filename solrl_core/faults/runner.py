@@ -209,7 +209,7 @@ def run_case(ctx: Context, case: Case) -> dict:
     damage.undo_permissions(case_dir)
     failed = done.returncode != 0 or done.timed_out
     lost = outcome.lost_files(before, outcome.snapshot(run_dir), damaged) if failed else []
-    record.update(outcome=outcome.first_outcome(case.expect, done, lost), line=outcome.last_line(done.stderr)[:300],
+    record.update(outcome=outcome.first_outcome(case.expect, done, lost), line=outcome.last_line(done.stderr),
                   exit=done.returncode, seconds=round(done.seconds, 1), signalled=done.signalled,
                   orphans=done.orphans, lost=lost[:10])
     follow = record["outcome"] in ("clean", "ok") and (case.repair or case.disk_full or case.expect != "error")
