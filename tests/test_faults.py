@@ -75,6 +75,7 @@ def test_classifier():
     assert outcome.first_outcome("interrupt", _finished(-9, "", signalled="SIGKILL after 3.0 s"), []) == "clean"
 
 
+@pytest.mark.e2e  # starts processes
 def test_a_process_left_behind_is_found_and_killed(tmp_path):
     # the command exits at once; its child (in a session of its own) sleeps on
     child = tmp_path / "child.pid"
@@ -100,12 +101,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.e2e  # starts processes
 def test_a_hang_is_killed_at_the_time_limit(tmp_path):
     done = procs.run([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), tmp_path, timeout_s=2)
     assert done.timed_out and not done.orphans
     assert outcome.first_outcome("error", done, []) == "hang"
 
 
+@pytest.mark.e2e  # starts processes
 def test_a_signal_waits_for_its_moment(tmp_path):
     flag = tmp_path / "started"
     script = f"import pathlib, time; pathlib.Path({str(flag)!r}).touch(); time.sleep(60)"

@@ -104,6 +104,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.e2e  # starts processes
 def test_orphan_guard_stops_the_child_of_a_killed_parent(tmp_path):
     """What the temporary server and torchrun run under: the parent is SIGKILLed, its child stops by itself."""
     pid_file = tmp_path / "child.pid"

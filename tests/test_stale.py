@@ -234,6 +234,7 @@ def test_manifests_without_ids_count_as_fresh(tmp_path, scheme):
     assert "(score_explore of iteration 0 is missing)" in stale_lines(stale_items(run), "solrl train")[0]
 
 
+@pytest.mark.e2e  # mlflow.start_run runs git
 def test_a_recomputed_value_is_logged_again_and_an_unchanged_one_is_not(tmp_path):
     import mlflow
 
