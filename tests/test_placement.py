@@ -72,8 +72,8 @@ def test_rewards_follow_the_model_onto_the_shard_device():
     assert placed_config(cfg, "cpu") is cfg  # already there: nothing changes
 
 
-def test_stage_table_is_what_every_list_reads():
-    from solrl_core.rundir import STAGES
+def test_stage_table_is_what_every_list_reads(tmp_path):
+    from solrl_core.rundir import STAGES, RunDir
     from solrl_core.stages.registry import missing_inputs
     from solrl_core.stages.table import BY_NAME, SPLITTABLE, TABLE, load
     from tasks.registry import STAGE_TASKS
@@ -86,12 +86,9 @@ def test_stage_table_is_what_every_list_reads():
         assert set(stage.requires) <= set(BY_NAME)
     assert BY_NAME["update"].needs_previous_checkpoint and not BY_NAME["explore"].needs_previous_checkpoint
 
-    class Empty:
-        def is_complete(self, iteration, stage):
-            return False
-
-    assert missing_inputs(Empty(), 3, "regenerate") == [(3, "select"), (3, "quantize")]
-    assert missing_inputs(Empty(), 3, "quantize") == [(2, "update")]
+    empty = RunDir(tmp_path / "run")  # nothing complete
+    assert missing_inputs(empty, 3, "regenerate") == [(3, "select"), (3, "quantize")]
+    assert missing_inputs(empty, 3, "quantize") == [(2, "update")]
 
 
 @pytest.mark.parametrize("override,message", [
