@@ -49,8 +49,15 @@ _popen_init = subprocess.Popen.__init__
 _spawnv_passfds = multiprocessing.util.spawnv_passfds
 
 
+# Libraries probing the system once when first imported (ctypes.util.find_library, platform): not the test's own work,
+# and which test imports them first depends on the order the tests run in.
+_PROBES = {"ldconfig", "gcc", "cc", "ld", "objdump", "uname"}
+
+
 def _watched_popen(self, args, *rest, **kwargs):
-    _note(f"subprocess {args if isinstance(args, str) else ' '.join(map(str, args))[:120]}")
+    argv = [args] if isinstance(args, str) else list(map(str, args))
+    if os.path.basename(argv[0].split()[0]) not in _PROBES:
+        _note(f"subprocess {' '.join(argv)[:120]}")
     return _popen_init(self, args, *rest, **kwargs)
 
 
