@@ -55,6 +55,7 @@ COVERAGE = "tests/test_quant_coverage.py::test_markdown_and_doc_are_current"
 MEMORY = "tests/test_model_sizes.py::test_memory_estimate_adds_up"
 BACKBONES = "tests/test_backbone_pipelines.py::test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model"
 REWARDS_CHECK = "tests/test_cli_rewards.py::test_rewards_check_scores_each_tiny_checkpoint"
+FAULTS = "tests/test_faults.py::test_fault_ends_in_one_line_and_the_run_resumes_identical"
 MLFLOW_UI = "tests/test_mlflow_pools.py::test_inspect_prints_the_mlflow_link_of_the_pool"
 PAPER = "tests/test_planner.py::test_compare_rows_and_doc_table"  # the same table, in-process (2+ min as a CLI)
 CI = ".ci/run"  # `make test` is what CI runs
@@ -101,6 +102,7 @@ TOOL_COMMANDS = {  # (tool, subcommand words): where it runs against this projec
 PYTHON_MODULES = {
     "solrl_core.presets": PRESETS, "solrl_core.quant.coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
     "flows.servers": MAKE_SERVER, "flows.devices_bench": CHECKED,  # its options and files (minutes to run)
+    "flows.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
 }
 
 
