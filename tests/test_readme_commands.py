@@ -415,6 +415,9 @@ def tiny_run(session_env, tmp_path_factory) -> Path:
     # README: `solrl stage explore --run-dir runs/demo-pools --iteration 0 --force`, here on the tiny run
     out = solrl(session_env, "stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force", "--quiet")
     assert json.loads(out.stdout)
+    assert "made stale" in out.stderr  # the stages after it; README (Reliability): `solrl train` recomputes them
+    solrl(session_env, "train", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), "--quiet",
+          *tracking_set(session_env))
     return run_dir
 
 
