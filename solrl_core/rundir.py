@@ -267,6 +267,7 @@ class RunDir:
             return
         self.check_writable()
         lock_path = self.root / ".lock"
+        created = not self.root.exists()
         with user_os_errors(f"--run-dir {self.root}"):  # what check_writable cannot see (a full disk, root's access)
             self.root.mkdir(parents=True, exist_ok=True)
             fh = open(lock_path, "a+")
@@ -286,6 +287,11 @@ class RunDir:
             fh.flush()
             self.recover()
             yield self
+        except BaseException:
+            if created and [p.name for p in self.root.iterdir()] == [".lock"]:
+                lock_path.unlink()  # refused before anything was written (e.g. by a preflight check): leave no trace
+                self.root.rmdir()
+            raise
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
             fh.close()
