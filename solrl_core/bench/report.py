@@ -25,7 +25,6 @@ misses it, the ratio is reported as a lower bound (the reference's total cost / 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
