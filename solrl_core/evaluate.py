@@ -15,6 +15,7 @@ import torch
 
 from solrl_core import commit
 from solrl_core.config import RunConfig
+from solrl_core.grids import Tile, labelled_grid, rank_captions
 from solrl_core.integrity import FILES_KEY, inventory, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
@@ -65,13 +66,15 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
     return transformer, ema_used
 
 
-def sample_grid(images: np.ndarray, per_row: int, scale: int = 3) -> np.ndarray:
-    """Images (N, H, W, 3) in rows of `per_row` (one row per prompt), upscaled for viewing."""
-    n, h, w, c = images.shape
-    rows = -(-n // per_row)
-    padded = np.concatenate([images, np.full((rows * per_row - n, h, w, c), 255, np.uint8)])
-    grid = padded.reshape(rows, per_row, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, per_row * w, c)
-    return grid.repeat(scale, axis=0).repeat(scale, axis=1)
+def sample_grid(images: np.ndarray, reward: np.ndarray, prompt_index: np.ndarray, prompts: list[str]) -> np.ndarray:
+    """The evaluation samples, one row per prompt (its text above), each image captioned with its reward and its
+    rank among the prompt's samples (best / #r / worst)."""
+    rows = []
+    for p in sorted(set(prompt_index.tolist())):
+        members = np.flatnonzero(prompt_index == p)
+        tiles = [Tile(images[i], c) for i, c in zip(members, rank_captions(reward[members]))]
+        rows.append((prompts[p] if p < len(prompts) else f"prompt {p}", tiles))
+    return labelled_grid(rows)
 
 
 def eval_dir(run, step: int) -> Path:
@@ -142,7 +145,8 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     pool = writer.group
     metrics = {"reward": float(total.mean()), **{name: float(values.mean()) for name, values in per.items()}}
     images = np.asarray(pool["image"][...])
-    save_image(Image.fromarray(sample_grid(images, cfg.eval.seeds_per_prompt)), partial / "samples.png")
+    grid = sample_grid(images, np.asarray(total), np.asarray(pool["prompt_index"][...]), list(pool.attrs["prompts"]))
+    save_image(Image.fromarray(grid), partial / "samples.png")
     summary = {"step": step, "metrics": metrics, "ema": ema_used, "samples": int(len(images)),
                "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
                "shards": sample_shards, "score_shards": score_shards, **lineage(inputs=inputs)}

@@ -6,58 +6,42 @@ from pathlib import Path
 
 import numpy as np
 
+from solrl_core.grids import MIN_TILE, Tile, labelled_grid
 from solrl_core.pool import read_rows, read_table
 
 
-def _fit_tile(images: np.ndarray, tile: int | None, scale: int) -> np.ndarray:
-    """Upscale by `scale` (nearest neighbour), or, with `tile`, resize every image so its longer side is `tile`
-    pixels (nearest neighbour when enlarging, so small images stay crisp; Lanczos when shrinking)."""
-    if tile is None:
-        return images.repeat(scale, axis=1).repeat(scale, axis=2)
-    from PIL import Image
-
-    h, w = images.shape[1:3]
-    size = (max(1, round(w * tile / max(h, w))), max(1, round(h * tile / max(h, w))))
-    if size == (w, h):
-        return images
-    method = Image.Resampling.NEAREST if size[0] >= w else Image.Resampling.LANCZOS
-    return np.stack([np.asarray(Image.fromarray(im).resize(size, method)) for im in images])
-
-
-def _best_worst_row(pool_path, members: np.ndarray, reward: np.ndarray, n_show: int, tile: int | None,
-                    scale: int) -> np.ndarray:
-    """One prompt's `n_show` best candidates (best first), a white gap, its `n_show` worst (worst last)."""
+def _best_worst_tiles(pool_path, members: np.ndarray, reward: np.ndarray, n_show: int) -> list[Tile | None]:
+    """One prompt's `n_show` best candidates (best first), a gap, its `n_show` worst (worst last), each captioned
+    with its rank and reward."""
     order = members[np.argsort(-reward[members], kind="stable")]
     show = max(1, min(n_show, len(order) // 2))
     picked = np.concatenate([order[:show], order[::-1][:show][::-1]])
-    images = _fit_tile(read_rows(pool_path, "image", picked), tile, scale)
-    gap = np.full((images.shape[1], 4 * (1 if tile else scale), 3), 255, np.uint8)
-    return np.concatenate([*images[:show], gap, *images[show:]], axis=1)
+    images = read_rows(pool_path, "image", picked)
+    labels = [f"best {i + 1}" for i in range(show)] + [f"worst {show - i}" for i in range(show)]
+    tiles = [Tile(im, f"{label} · {reward[row]:.3f}") for im, label, row in zip(images, labels, picked)]
+    return [*tiles[:show], None, *tiles[show:]]
 
 
-def _stack_rows(rows: list[np.ndarray]) -> np.ndarray:
-    width = max(r.shape[1] for r in rows)
-    rows = [np.pad(r, ((0, 2), (0, width - r.shape[1]), (0, 0)), constant_values=255) for r in rows]
-    return np.concatenate(rows, axis=0)
+def _prompt_rows(pool_path, reward: np.ndarray, n_show: int, n_prompts: int | None) -> dict[int, tuple]:
+    table, attrs = read_table(pool_path, ["prompt_index"])
+    prompt_index, prompts = table["prompt_index"], list(attrs.get("prompts", []))
+    chosen = sorted(set(prompt_index.tolist()))[:n_prompts]
+    return {int(p): (prompts[p] if p < len(prompts) else f"prompt {p}",
+                     _best_worst_tiles(pool_path, np.flatnonzero(prompt_index == p), reward, n_show))
+            for p in chosen}
 
 
-def best_worst_grid(pool_path, reward: np.ndarray, n_prompts: int, n_show: int = 4, scale: int = 3) -> np.ndarray:
-    """Rows: for each of the first `n_prompts` prompts, its `n_show` best then `n_show` worst candidates (by reward),
-    separated by a gap. Returns a uint8 (H, W, 3) image, upscaled `scale`× with nearest neighbour."""
-    prompt_index = read_table(pool_path, ["prompt_index"])[0]["prompt_index"]
-    rows = [_best_worst_row(pool_path, np.flatnonzero(prompt_index == p), reward, n_show, None, 1)
-            for p in sorted(set(prompt_index.tolist()))[:n_prompts]]
-    if not rows:
-        return np.zeros((8, 8, 3), np.uint8)
-    return _stack_rows(rows).repeat(scale, axis=0).repeat(scale, axis=1)
+def best_worst_grid(pool_path, reward: np.ndarray, n_prompts: int, n_show: int = 4, tile: int = MIN_TILE) -> np.ndarray:
+    """Rows: for each of the first `n_prompts` prompts (its text above the row), its `n_show` best then `n_show`
+    worst candidates by reward, each captioned with its rank and reward. Returns a uint8 (H, W, 3) image."""
+    return labelled_grid(list(_prompt_rows(pool_path, reward, n_show, n_prompts).values()), tile)
 
 
 def top_bottom_grids(pool_path, reward: np.ndarray, k: int, tile: int = 128) -> dict[int, np.ndarray]:
-    """For every prompt of the pool: one image with its top-`k` candidates by `reward` (best first), a gap, and its
-    bottom-`k` (worst last), each resized to `tile` pixels on the longer side. {prompt_index: uint8 (H, W, 3)}."""
-    prompt_index = read_table(pool_path, ["prompt_index"])[0]["prompt_index"]
-    return {int(p): _best_worst_row(pool_path, np.flatnonzero(prompt_index == p), reward, k, tile, 1)
-            for p in sorted(set(prompt_index.tolist()))}
+    """For every prompt of the pool: one labelled image (the prompt above) with its top-`k` candidates by `reward`
+    (best first), a gap, and its bottom-`k` (worst last), each `tile` pixels on the longer side.
+    {prompt_index: uint8 (H, W, 3)}."""
+    return {p: labelled_grid([row], tile) for p, row in _prompt_rows(pool_path, reward, k, None).items()}
 
 
 def proxy_final_scatter(proxy, final, prompt_index, path: str | Path, prompts: list[str] | None = None,

@@ -13,6 +13,7 @@ from PIL import Image
 
 from conftest import TINY
 from solrl_core.config import load_config
+from solrl_core.grids import Tile, grid_layout
 from solrl_core.inspect import mlflow_pool_link
 from solrl_core.pool import read_table
 from solrl_core.rundir import RunDir, write_json_atomic
@@ -74,12 +75,14 @@ def test_every_iteration_has_its_pool_in_mlflow(trained, iteration, tmp_path):
     for prompt in range(p):
         grid = np.asarray(Image.open(_download(run_id, f"{base}/top_bottom/prompt_{prompt:04d}.png", tmp_path)))
         half, tile = k // 2, 128
-        assert grid.shape == (tile, 2 * half * tile + 4, 3)
+        shown = [Tile(images[0], "")] * half
+        layout = grid_layout([(attrs["prompts"][prompt], [*shown, None, *shown])], tile)  # best, gap, worst
+        assert grid.shape == (layout.height, layout.width, 3)
         members = np.flatnonzero(pool["prompt_index"] == prompt)
         ranked = members[np.argsort(-proxy[members], kind="stable")]
-        best, worst = images[ranked[0]], images[ranked[-1]]
-        np.testing.assert_array_equal(grid[:, :tile], best.repeat(4, 0).repeat(4, 1))
-        np.testing.assert_array_equal(grid[:, -tile:], worst.repeat(4, 0).repeat(4, 1))
+        (bx, by), (wx, wy) = layout.rows[0][2][0], layout.rows[0][2][-1]
+        np.testing.assert_array_equal(grid[by:by + tile, bx:bx + tile], images[ranked[0]].repeat(4, 0).repeat(4, 1))
+        np.testing.assert_array_equal(grid[wy:wy + tile, wx:wx + tile], images[ranked[-1]].repeat(4, 0).repeat(4, 1))
 
     # each row's thumbnail is a stored image of that candidate (32 px pool images: under 64 px, kept as they are)
     for row, cell in enumerate(table["thumbnail"]):
