@@ -59,9 +59,9 @@ class GuidanceConfig(_Strict):
     """Guidance scales. 1.0 = none. FLUX.1-dev's distilled guidance embedding takes the value directly; the others
     use classifier-free guidance with the empty prompt when the scale is above 1."""
 
-    rollout: float = Field(1.0, ge=0, description="explore and regenerate")
-    train: float = Field(1.0, ge=0, description="the velocities inside the update")
-    eval: float = Field(1.0, ge=0, description="held-out evaluation")
+    rollout: float = Field(1.0, ge=0, description="scale of the explore and regenerate sampling (official 1.0)")
+    train: float = Field(1.0, ge=0, description="scale of the velocities inside the update (official 1.0)")
+    eval: float = Field(1.0, ge=0, description="scale of the held-out evaluation's sampling (official 1.0)")
 
 
 class PromptsConfig(_Strict):
@@ -82,7 +82,7 @@ class QuantConfig(_Strict):
         description="Linear layers kept in high precision: any whose qualified name contains one of these (substring); "
         "null = backbone default",
     )
-    min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = default")
+    min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX 1000, SD3.5-L 2432, SANA 2240)")
     weight_format: Literal["nvfp4", "nvfp4_2d"] = Field(
         "nvfp4_2d", description="NVFP4 weight scaling blocks: nvfp4_2d = 16x16 tiles (Transformer Engine's recipe, official), nvfp4 = 1x16 rows"
     )
@@ -102,7 +102,7 @@ class GuardrailConfig(_Strict):
 
 
 class ExploreConfig(_Strict):
-    precision: Precision = Field("auto", description="auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else emulated")
+    precision: Precision = Field("auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs (Blackwell / sm_89+), nvfp4_emulated / fp8_emulated = the same numerics anywhere (no speed-up), bf16, fp32 = nothing replaced (full precision); auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else nvfp4_emulated (official NVFP4; solrl_core/quant/backends.py)")
     steps: int = Field(6, ge=1, description="ODE steps of the explore copy (official 6)")
     seeds_per_prompt: int = Field(16, ge=1, description="N, candidates per prompt (official 96)")
     batch_size: int = Field(32, ge=1, description="candidates per forward batch; also the commit unit of the pool")
@@ -143,8 +143,8 @@ class OptimizerConfig(_Strict):
 class TrainConfig(_Strict):
     lora_rank: int = Field(32, ge=1, description="rank r of the LoRA adapters θ and θ_old (official 32)")
     lora_alpha: float = Field(64.0, gt=0, description="LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)")
-    lora_targets: list[str] | None = Field(None, description="module names that get adapters (suffix match); null = the backbone's official list (docs/backbones.md)")
-    timestep_fraction: float = Field(0.6, gt=0, le=1, description="share of the schedule's times trained per sample")
+    lora_targets: list[str] | None = Field(None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of these); null = the backbone's official list (docs/backbones.md)")
+    timestep_fraction: float = Field(0.6, gt=0, le=1, description="share of the sampling schedule's times trained per sample, drawn at random (official 0.6 SANA / SD3.5, 0.4 FLUX)")
     beta: float = Field(1.0, gt=0, description="β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)")
     adv_clip: float = Field(5.0, gt=0, description="advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)")
     kl_weight: float = Field(1e-4, ge=0, description="weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)")
@@ -184,7 +184,7 @@ class EvalConfig(_Strict):
         None, description='JSONL only: evaluate the lines whose "split" field equals this (e.g. test); null = all'
     )
     num_prompts: int = Field(16, ge=1, description="the first N prompts of the set (fixed across evaluations)")
-    seeds_per_prompt: int = Field(2, ge=1, description="fixed noise seeds per prompt (official 1)")
+    seeds_per_prompt: int = Field(2, ge=1, description="fixed noise seeds per prompt (presets: 1)")
     steps: int = Field(10, ge=1, description="ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
     batch_size: int = Field(32, ge=1, description="samples per forward batch")
     rewards: dict[str, float] | None = Field(None, description="reward name -> weight of the held-out score; null = the training rewards")
