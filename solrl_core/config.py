@@ -1,6 +1,8 @@
 """Typed run configuration: YAML -> validated pydantic objects.
 
-Unknown keys and bad values are rejected with a message naming the key. A config may start from other files with
+Unknown keys and bad values are rejected with a message naming the key, and so are settings that contradict the
+config's `family` (solrl_core/families.py). Every field carries a description: `solrl config --explain` and
+docs/config.md are generated from them (solrl_core/config_explain.py). A config may start from other files with
 `extends: other.yaml` or `extends: [a.yaml, b.yaml, ...]` (paths relative to the extending file; the list merges in
 order, later files win; mappings merge key by key, the extending file wins over all of them).
 `--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
@@ -82,11 +84,17 @@ class QuantConfig(_Strict):
         description="Linear layers kept in high precision: any whose qualified name contains one of these (substring); "
         "null = backbone default",
     )
-    min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX 1000, SD3.5-L 2432, SANA 2240)")
-    weight_format: Literal["nvfp4", "nvfp4_2d"] = Field(
-        "nvfp4_2d", description="NVFP4 weight scaling blocks: nvfp4_2d = 16x16 tiles (Transformer Engine's recipe, official), nvfp4 = 1x16 rows"
+    min_width: int | None = Field(
+        None, ge=0, description="skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX "
+        "1000, SD3.5-L 2432, SANA 2240)"
     )
-    act_format: Literal["nvfp4"] = Field("nvfp4", description="NVFP4 activation scaling blocks: 1x16 along the reduction dimension")
+    weight_format: Literal["nvfp4", "nvfp4_2d"] = Field(
+        "nvfp4_2d", description="NVFP4 weight scaling blocks: nvfp4_2d = 16x16 tiles (Transformer Engine's recipe, "
+        "official), nvfp4 = 1x16 rows"
+    )
+    act_format: Literal["nvfp4"] = Field(
+        "nvfp4", description="NVFP4 activation scaling blocks: 1x16 along the reduction dimension"
+    )
 
 
 class GuardrailConfig(_Strict):
@@ -102,23 +110,36 @@ class GuardrailConfig(_Strict):
 
 
 class ExploreConfig(_Strict):
-    precision: Precision = Field("auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs (Blackwell / sm_89+), nvfp4_emulated / fp8_emulated = the same numerics anywhere (no speed-up), bf16, fp32 = nothing replaced (full precision); auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else nvfp4_emulated (official NVFP4; solrl_core/quant/backends.py)")
+    precision: Precision = Field(
+        "auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs "
+        "(Blackwell / sm_89+), nvfp4_emulated / fp8_emulated = the same numerics anywhere (no speed-up), bf16, fp32 = "
+        "nothing replaced (full precision); auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else nvfp4_emulated "
+        "(official NVFP4; solrl_core/quant/backends.py)"
+    )
     steps: int = Field(6, ge=1, description="ODE steps of the explore copy (official 6)")
     seeds_per_prompt: int = Field(16, ge=1, description="N, candidates per prompt (official 96)")
     batch_size: int = Field(32, ge=1, description="candidates per forward batch; also the commit unit of the pool")
-    keep_latents: bool = Field(True, description="store each candidate's final latent in the pool (always kept when regenerate is off: the update trains on them)")
+    keep_latents: bool = Field(
+        True, description="store each candidate's final latent in the pool (always kept when regenerate is off: the "
+        "update trains on them)"
+    )
     guardrail: GuardrailConfig = Field(GuardrailConfig(), description="ranking-fidelity guardrail (off by default)")
 
 
 class SelectConfig(_Strict):
     mode: SelectMode = Field(
-        "best_worst", description="which K seeds per prompt train: best_worst = K/2 highest + K/2 lowest proxy reward (official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = every seed (diffusionnft) (solrl_core/rl/selection.py)"
+        "best_worst", description="which K seeds per prompt train: best_worst = K/2 highest + K/2 lowest proxy reward "
+        "(official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = "
+        "every seed (diffusionnft) (solrl_core/rl/selection.py)"
     )
     k: int = Field(4, ge=1, description="K, seeds kept per prompt (official 24)")
 
 
 class RegenerateConfig(_Strict):
-    enabled: bool = Field(True, description="sample the selected seeds again with the full-precision copy and train on those (sol_rl); false = train on the explore samples (the other families)")
+    enabled: bool = Field(
+        True, description="sample the selected seeds again with the full-precision copy and train on those (sol_rl); "
+        "false = train on the explore samples (the other families)"
+    )
     steps: int = Field(10, ge=1, description="ODE steps of the full-precision copy (official 10)")
     batch_size: int = Field(32, ge=1, description="samples per forward batch; also the commit unit of its artifact")
 
@@ -137,17 +158,38 @@ class OptimizerConfig(_Strict):
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW moment decays (official 0.9, 0.999)")
     weight_decay: float = Field(1e-4, ge=0, description="AdamW decoupled weight decay (official 1e-4)")
     eps: float = Field(1e-8, gt=0, description="AdamW denominator epsilon (official 1e-8)")
-    grad_clip: float | None = Field(None, gt=0, description="clip the gradient's global L2 norm to this; null = the backbone's default (official 1.0, NVlabs/Sana configs/sol_rl max_grad_norm)")
+    grad_clip: float | None = Field(
+        None, gt=0, description="clip the gradient's global L2 norm to this; null = the backbone's default (official "
+        "1.0, NVlabs/Sana configs/sol_rl max_grad_norm)"
+    )
 
 
 class TrainConfig(_Strict):
     lora_rank: int = Field(32, ge=1, description="rank r of the LoRA adapters θ and θ_old (official 32)")
-    lora_alpha: float = Field(64.0, gt=0, description="LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)")
-    lora_targets: list[str] | None = Field(None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of these); null = the backbone's official list (docs/backbones.md)")
-    timestep_fraction: float = Field(0.6, gt=0, le=1, description="share of the sampling schedule's times trained per sample, drawn at random (official 0.6 SANA / SD3.5, 0.4 FLUX)")
-    beta: float = Field(1.0, gt=0, description="β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)")
-    adv_clip: float = Field(5.0, gt=0, description="advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)")
-    kl_weight: float = Field(1e-4, ge=0, description="weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)")
+    lora_alpha: float = Field(
+        64.0, gt=0, description="LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)"
+    )
+    lora_targets: list[str] | None = Field(
+        None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of "
+        "these); null = the backbone's official list (docs/backbones.md)"
+    )
+    timestep_fraction: float = Field(
+        0.6, gt=0, le=1, description="share of the sampling schedule's times trained per sample, drawn at random "
+        "(official 0.6 SANA / SD3.5, 0.4 FLUX)"
+    )
+    beta: float = Field(
+        1.0, gt=0, description="β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = "
+        "v_old ± β·(v − v_old) step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl "
+        "`config.beta`)"
+    )
+    adv_clip: float = Field(
+        5.0, gt=0, description="advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the "
+        "optimality is r = clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)"
+    )
+    kl_weight: float = Field(
+        1e-4, ge=0, description="weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 "
+        "(adapters off); 0 = none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)"
+    )
     micro_batch: int = Field(8, ge=1, description="(sample, time) pairs per forward/backward, per process")
     processes: int = Field(1, ge=1, description="update processes per node (torchrun --nproc-per-node, data "
                            "parallel); official 8 GPUs")
@@ -161,9 +203,18 @@ class TrainConfig(_Strict):
     dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
     optimizer_steps: int = Field(1, ge=1, description="optimizer steps per iteration (official 1)")
     optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW settings of the update")
-    old_eta_rate: float = Field(0.001, ge=0, description="growth per optimizer step s of η in the sampling policy's soft update θ_old ← η·θ_old + (1 − η)·θ, η = min(old_eta_rate·s, old_eta_max) (official 0.001, docs/method.md)")
-    old_eta_max: float = Field(0.5, ge=0, le=1, description="cap of that η: 0 = θ_old copies θ after every step, 1 = θ_old never moves (official 0.5)")
-    ema_max_decay: float = Field(0.9, ge=0, le=1, description="cap of the decay of the EMA of θ used for evaluation: decay = min((1 + s) / (10 + s), ema_max_decay) at optimizer step s (official 0.9)")
+    old_eta_rate: float = Field(
+        0.001, ge=0, description="growth per optimizer step s of η in the sampling policy's soft update θ_old ← "
+        "η·θ_old + (1 − η)·θ, η = min(old_eta_rate·s, old_eta_max) (official 0.001, docs/method.md)"
+    )
+    old_eta_max: float = Field(
+        0.5, ge=0, le=1, description="cap of that η: 0 = θ_old copies θ after every step, 1 = θ_old never moves "
+        "(official 0.5)"
+    )
+    ema_max_decay: float = Field(
+        0.9, ge=0, le=1, description="cap of the decay of the EMA of θ used for evaluation: decay = min((1 + s) / (10 "
+        "+ s), ema_max_decay) at optimizer step s (official 0.9)"
+    )
 
     @model_validator(mode="after")
     def _rendezvous(self) -> TrainConfig:
@@ -187,7 +238,9 @@ class EvalConfig(_Strict):
     seeds_per_prompt: int = Field(2, ge=1, description="fixed noise seeds per prompt (presets: 1)")
     steps: int = Field(10, ge=1, description="ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
     batch_size: int = Field(32, ge=1, description="samples per forward batch")
-    rewards: dict[str, float] | None = Field(None, description="reward name -> weight of the held-out score; null = the training rewards")
+    rewards: dict[str, float] | None = Field(
+        None, description="reward name -> weight of the held-out score; null = the training rewards"
+    )
 
 
 class AuditConfig(_Strict):

@@ -29,14 +29,7 @@ if TYPE_CHECKING:
 Family = Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 
-FULL_PRECISIONS = ("fp32", "bf16")  # explore precisions that replace no layer by a quantized one
-
-SUMMARY = {
-    "diffusionnft": "the baseline: K seeds per prompt at full precision, all trained on, no regenerate",
-    "naive_scaling": "N seeds at full precision, the K most contrastive trained on directly, no regenerate",
-    "naive_quant": "N seeds in 4-bit, the K selected 4-bit samples trained on, no regenerate",
-    "sol_rl": "N seeds explored cheaply (NVFP4, fewer steps), K selected and regenerated at full precision",
-}
+FULL_PRECISIONS = ("fp32", "bf16")  # full precision (bf16 = the GPU model dtype; the planner prices fp32 as bf16)
 
 
 def family_conflict(cfg: RunConfig) -> str | None:
