@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from flows.commands import config as config_command
 from flows.preflight import check_services
 from flows.prefect_server import client_env, prefect_api
 from flows.signals import interrupted_exit_code, stop_on_sigterm
@@ -552,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the shipped weights')")
     p.add_argument("--seed", type=int, default=0, help="random seed (shapes drawn, initial weights)")
     p.set_defaults(func=cmd_pretrain)
+    config_command.register(sub)
     return parser
 
 

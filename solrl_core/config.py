@@ -1,6 +1,8 @@
 """Typed run configuration: YAML -> validated pydantic objects.
 
-Unknown keys and bad values are rejected with a message naming the key. A config may start from other files with
+Unknown keys and bad values are rejected with a message naming the key, and so are settings that contradict the
+config's `family` (solrl_core/families.py). Every field carries a description: `solrl config --explain` and
+docs/config.md are generated from them (solrl_core/config_explain.py). A config may start from other files with
 `extends: other.yaml` or `extends: [a.yaml, b.yaml, ...]` (paths relative to the extending file; the list merges in
 order, later files win; mappings merge key by key, the extending file wins over all of them).
 `--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
@@ -20,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.families import Family, family_conflict
 from solrl_core.userfiles import read_text
 
 SelectMode = Literal["best_worst", "random", "top", "all", "extremes_random"]
@@ -39,7 +42,7 @@ class ModelConfig(_Strict):
     path: str | None = Field(
         None, description="local diffusers directory or hub id; null = the shipped embedded model (embedded only)"
     )
-    device: str = "cpu"
+    device: str = Field("cpu", description="torch device of sampling, scoring and the update: cpu, cuda, cuda:1, ...")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="weights of the transformer and encoders (bfloat16 on GPUs; CPUs here lack bf16)"
     )
@@ -58,9 +61,9 @@ class GuidanceConfig(_Strict):
     """Guidance scales. 1.0 = none. FLUX.1-dev's distilled guidance embedding takes the value directly; the others
     use classifier-free guidance with the empty prompt when the scale is above 1."""
 
-    rollout: float = Field(1.0, ge=0, description="explore and regenerate")
-    train: float = Field(1.0, ge=0, description="the velocities inside the update")
-    eval: float = Field(1.0, ge=0, description="held-out evaluation")
+    rollout: float = Field(1.0, ge=0, description="scale of the explore and regenerate sampling (official 1.0)")
+    train: float = Field(1.0, ge=0, description="scale of the velocities inside the update (official 1.0)")
+    eval: float = Field(1.0, ge=0, description="scale of the held-out evaluation's sampling (official 1.0)")
 
 
 class PromptsConfig(_Strict):
@@ -81,15 +84,23 @@ class QuantConfig(_Strict):
         description="Linear layers kept in high precision: any whose qualified name contains one of these (substring); "
         "null = backbone default",
     )
-    min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = default")
-    weight_format: Literal["nvfp4", "nvfp4_2d"] = "nvfp4_2d"
-    act_format: Literal["nvfp4"] = "nvfp4"
+    min_width: int | None = Field(
+        None, ge=0, description="skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX "
+        "1000, SD3.5-L 2432, SANA 2240)"
+    )
+    weight_format: Literal["nvfp4", "nvfp4_2d"] = Field(
+        "nvfp4_2d", description="NVFP4 weight scaling blocks: nvfp4_2d = 16x16 tiles (Transformer Engine's recipe, "
+        "official), nvfp4 = 1x16 rows"
+    )
+    act_format: Literal["nvfp4"] = Field(
+        "nvfp4", description="NVFP4 activation scaling blocks: 1x16 along the reduction dimension"
+    )
 
 
 class GuardrailConfig(_Strict):
     """Raise the explore precision/steps when its ranking fidelity (Spearman, proxy vs final) stays low."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="watch the fidelity each iteration (sol_rl only: needs regenerate)")
     floor: float = Field(0.5, ge=-1, le=1, description="Spearman below this counts as a bad iteration")
     patience: int = Field(2, ge=1, description="consecutive bad iterations before escalating")
     ladder: list[tuple[Precision, int]] = Field(
@@ -99,23 +110,38 @@ class GuardrailConfig(_Strict):
 
 
 class ExploreConfig(_Strict):
-    precision: Precision = Field("auto", description="auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else emulated")
+    precision: Precision = Field(
+        "auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs "
+        "(Blackwell / sm_89+), nvfp4_emulated / fp8_emulated = the same numerics anywhere (no speed-up), bf16, fp32 = "
+        "nothing replaced (full precision); auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else nvfp4_emulated "
+        "(official NVFP4; solrl_core/quant/backends.py)"
+    )
     steps: int = Field(6, ge=1, description="ODE steps of the explore copy (official 6)")
     seeds_per_prompt: int = Field(16, ge=1, description="N, candidates per prompt (official 96)")
     batch_size: int = Field(32, ge=1, description="candidates per forward batch; also the commit unit of the pool")
-    keep_latents: bool = True
-    guardrail: GuardrailConfig = GuardrailConfig()
+    keep_latents: bool = Field(
+        True, description="store each candidate's final latent in the pool (always kept when regenerate is off: the "
+        "update trains on them)"
+    )
+    guardrail: GuardrailConfig = Field(GuardrailConfig(), description="ranking-fidelity guardrail (off by default)")
 
 
 class SelectConfig(_Strict):
-    mode: SelectMode = "best_worst"
+    mode: SelectMode = Field(
+        "best_worst", description="which K seeds per prompt train: best_worst = K/2 highest + K/2 lowest proxy reward "
+        "(official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = "
+        "every seed (diffusionnft) (solrl_core/rl/selection.py)"
+    )
     k: int = Field(4, ge=1, description="K, seeds kept per prompt (official 24)")
 
 
 class RegenerateConfig(_Strict):
-    enabled: bool = True
+    enabled: bool = Field(
+        True, description="sample the selected seeds again with the full-precision copy and train on those (sol_rl); "
+        "false = train on the explore samples (the other families)"
+    )
     steps: int = Field(10, ge=1, description="ODE steps of the full-precision copy (official 10)")
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, description="samples per forward batch; also the commit unit of its artifact")
 
 
 class ScoreConfig(_Strict):
@@ -128,21 +154,42 @@ class ScoreConfig(_Strict):
 
 
 class OptimizerConfig(_Strict):
-    lr: float = Field(3e-4, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = Field(1e-4, ge=0)
-    eps: float = Field(1e-8, gt=0)
-    grad_clip: float | None = Field(None, gt=0, description="gradient-norm clip; null = the backbone's default")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate of the LoRA weights (official 3e-4)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW moment decays (official 0.9, 0.999)")
+    weight_decay: float = Field(1e-4, ge=0, description="AdamW decoupled weight decay (official 1e-4)")
+    eps: float = Field(1e-8, gt=0, description="AdamW denominator epsilon (official 1e-8)")
+    grad_clip: float | None = Field(
+        None, gt=0, description="clip the gradient's global L2 norm to this; null = the backbone's default (official "
+        "1.0, NVlabs/Sana configs/sol_rl max_grad_norm)"
+    )
 
 
 class TrainConfig(_Strict):
-    lora_rank: int = Field(32, ge=1)
-    lora_alpha: float = Field(64.0, gt=0)
-    lora_targets: list[str] | None = Field(None, description="null = backbone default")
-    timestep_fraction: float = Field(0.6, gt=0, le=1, description="share of the schedule's times trained per sample")
-    beta: float = Field(1.0, gt=0)
-    adv_clip: float = Field(5.0, gt=0)
-    kl_weight: float = Field(1e-4, ge=0)
+    lora_rank: int = Field(32, ge=1, description="rank r of the LoRA adapters θ and θ_old (official 32)")
+    lora_alpha: float = Field(
+        64.0, gt=0, description="LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)"
+    )
+    lora_targets: list[str] | None = Field(
+        None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of "
+        "these); null = the backbone's official list (docs/backbones.md)"
+    )
+    timestep_fraction: float = Field(
+        0.6, gt=0, le=1, description="share of the sampling schedule's times trained per sample, drawn at random "
+        "(official 0.6 SANA / SD3.5, 0.4 FLUX)"
+    )
+    beta: float = Field(
+        1.0, gt=0, description="β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = "
+        "v_old ± β·(v − v_old) step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl "
+        "`config.beta`)"
+    )
+    adv_clip: float = Field(
+        5.0, gt=0, description="advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the "
+        "optimality is r = clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)"
+    )
+    kl_weight: float = Field(
+        1e-4, ge=0, description="weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 "
+        "(adapters off); 0 = none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)"
+    )
     micro_batch: int = Field(8, ge=1, description="(sample, time) pairs per forward/backward, per process")
     processes: int = Field(1, ge=1, description="update processes per node (torchrun --nproc-per-node, data "
                            "parallel); official 8 GPUs")
@@ -155,10 +202,19 @@ class TrainConfig(_Strict):
                                       "runs the stage, reachable from the others; needed when nodes > 1")
     dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
     optimizer_steps: int = Field(1, ge=1, description="optimizer steps per iteration (official 1)")
-    optimizer: OptimizerConfig = OptimizerConfig()
-    old_eta_rate: float = Field(0.001, ge=0)
-    old_eta_max: float = Field(0.5, ge=0, le=1)
-    ema_max_decay: float = Field(0.9, ge=0, le=1)
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW settings of the update")
+    old_eta_rate: float = Field(
+        0.001, ge=0, description="growth per optimizer step s of η in the sampling policy's soft update θ_old ← "
+        "η·θ_old + (1 − η)·θ, η = min(old_eta_rate·s, old_eta_max) (official 0.001, docs/method.md)"
+    )
+    old_eta_max: float = Field(
+        0.5, ge=0, le=1, description="cap of that η: 0 = θ_old copies θ after every step, 1 = θ_old never moves "
+        "(official 0.5)"
+    )
+    ema_max_decay: float = Field(
+        0.9, ge=0, le=1, description="cap of the decay of the EMA of θ used for evaluation: decay = min((1 + s) / (10 "
+        "+ s), ema_max_decay) at optimizer step s (official 0.9)"
+    )
 
     @model_validator(mode="after")
     def _rendezvous(self) -> TrainConfig:
@@ -178,11 +234,13 @@ class EvalConfig(_Strict):
     split: str | None = Field(
         None, description='JSONL only: evaluate the lines whose "split" field equals this (e.g. test); null = all'
     )
-    num_prompts: int = Field(16, ge=1)
-    seeds_per_prompt: int = Field(2, ge=1)
+    num_prompts: int = Field(16, ge=1, description="the first N prompts of the set (fixed across evaluations)")
+    seeds_per_prompt: int = Field(2, ge=1, description="fixed noise seeds per prompt (presets: 1)")
     steps: int = Field(10, ge=1, description="ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
-    batch_size: int = Field(32, ge=1)
-    rewards: dict[str, float] | None = Field(None, description="null = the training rewards")
+    batch_size: int = Field(32, ge=1, description="samples per forward batch")
+    rewards: dict[str, float] | None = Field(
+        None, description="reward name -> weight of the held-out score; null = the training rewards"
+    )
 
 
 class AuditConfig(_Strict):
@@ -194,7 +252,7 @@ class AuditConfig(_Strict):
 
 class TrackingConfig(_Strict):
     uri: str | None = Field(None, description="MLflow tracking URI; null = sqlite:///mlruns.db in the working dir")
-    experiment: str = "solrl"
+    experiment: str = Field("solrl", description="MLflow experiment the run is logged under")
     grid_prompts: int = Field(2, ge=0, description="prompts shown in the best/worst image grid per iteration")
 
 
@@ -253,27 +311,35 @@ class OrchestrationConfig(_Strict):
 
 
 class RunConfig(_Strict):
-    name: str = "run"
-    family: Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"] = "sol_rl"
-    seed: int = 0
-    iterations: int = Field(10, ge=1)
-    model: ModelConfig = ModelConfig()
-    guidance: GuidanceConfig = GuidanceConfig()
-    prompts: PromptsConfig = PromptsConfig()
-    quant: QuantConfig = QuantConfig()
-    explore: ExploreConfig = ExploreConfig()
-    select: SelectConfig = SelectConfig()
-    regenerate: RegenerateConfig = RegenerateConfig()
-    rewards: dict[str, float] = Field(default_factory=lambda: {"embedded": 1.0})
-    score: ScoreConfig = ScoreConfig()
+    name: str = Field("run", description="run name (default: the config file's stem); names the run directory "
+                      "runs/<name>/ and the MLflow run")
+    family: Family = Field(
+        "sol_rl", description="which method the config is (solrl_core/families.py): diffusionnft, naive_scaling, "
+        "naive_quant or sol_rl; checked against explore.precision, select.mode and regenerate.enabled"
+    )
+    seed: int = Field(0, description="root of every random draw (prompts, noise seeds, selection, timesteps)")
+    iterations: int = Field(10, ge=1, description="RL iterations to train (each one optimizer_steps steps)")
+    model: ModelConfig = Field(ModelConfig(), description="the backbone: adapter, weights, device, resolution")
+    guidance: GuidanceConfig = Field(GuidanceConfig(), description="guidance scales per phase (official 1.0: none)")
+    prompts: PromptsConfig = Field(PromptsConfig(), description="the training prompts")
+    quant: QuantConfig = Field(QuantConfig(), description="which Linear layers the explore copy quantizes, and how")
+    explore: ExploreConfig = Field(ExploreConfig(), description="the low-precision sampling of N seeds per prompt")
+    select: SelectConfig = Field(SelectConfig(), description="which K of the N seeds per prompt are kept")
+    regenerate: RegenerateConfig = Field(RegenerateConfig(), description="full-precision sampling of the kept seeds")
+    rewards: dict[str, float] = Field(
+        default_factory=lambda: {"embedded": 1.0},
+        description="reward name -> weight of the training reward (`solrl rewards list`; official: one reward, 1.0)"
+    )
+    score: ScoreConfig = Field(ScoreConfig(), description="reward scoring of the sampled images")
     reward_models: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-reward weights location etc., e.g. {pickscore: {path: ...}}"
     )
-    train: TrainConfig = TrainConfig()
-    eval: EvalConfig = EvalConfig()
-    audit: AuditConfig = AuditConfig()
-    tracking: TrackingConfig = TrackingConfig()
-    orchestration: OrchestrationConfig = OrchestrationConfig()
+    train: TrainConfig = Field(TrainConfig(), description="the update: LoRA, DiffusionNFT loss, optimizer, processes")
+    eval: EvalConfig = Field(EvalConfig(), description="held-out evaluation with the EMA weights")
+    audit: AuditConfig = Field(AuditConfig(), description="full-fidelity audit of the explore's ranking")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking")
+    orchestration: OrchestrationConfig = Field(OrchestrationConfig(), description="where the stages run (Prefect "
+                                               "work pools, devices, Dask)")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> RunConfig:
@@ -294,6 +360,9 @@ class RunConfig(_Strict):
             raise ValueError(str(exc)) from None
         if any(precision == "auto" for precision, _ in self.explore.guardrail.ladder):
             raise ValueError("explore.guardrail.ladder: name concrete precisions (not auto)")
+        conflict = family_conflict(self)
+        if conflict:
+            raise ValueError(conflict)
         return self
 
 

@@ -14,12 +14,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from solrl_core.families import FAMILIES
+
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 PRESETS_DIR = CONFIGS_DIR / "presets"
 PARTS_DIR = CONFIGS_DIR / "parts"
 
 MODELS = ("flux1", "sd35l", "sd35m", "sana")
-FAMILIES = ("diffusionnft", "naive_scaling", "naive_quant", "sol_rl")
 REWARDS = ("pickscore", "clipscore", "hpsv2", "imagereward")
 
 TITLES = {

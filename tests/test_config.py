@@ -47,7 +47,8 @@ def test_cross_field_check(tmp_path):
 
 def test_overrides_parse_yaml_scalars_and_nest(tmp_path):
     cfg = load_config(write(tmp_path, "name: x\n"), ["train.optimizer.lr=1e-5", "regenerate.enabled=false",
-                                                     "explore.steps=3", "quant.skip_names=[a, b]"])
+                                                     "family=naive_quant", "explore.steps=3",
+                                                     "quant.skip_names=[a, b]"])
     assert cfg.train.optimizer.lr == 1e-5
     assert cfg.regenerate.enabled is False
     assert cfg.explore.steps == 3

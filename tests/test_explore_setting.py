@@ -9,6 +9,7 @@ from solrl_core.stages.context import StageContext, explore_setting
 
 def _ctx(tmp_path, iteration, spearmans, enabled=True, regenerate=True):
     cfg = validate_config({
+        "family": "sol_rl" if regenerate else "naive_quant",  # without regeneration the 4-bit samples train
         "explore": {"precision": "auto", "steps": 6,
                     "guardrail": {"enabled": enabled, "floor": 0.5, "patience": 2,
                                   "ladder": [["fp8_emulated", 6], ["fp32", 10]]}},

@@ -59,6 +59,8 @@ FAULTS = "tests/test_faults.py::test_fault_ends_in_one_line_and_the_run_resumes_
 MLFLOW_UI = "tests/test_mlflow_pools.py::test_inspect_prints_the_mlflow_link_of_the_pool"
 PAPER = "tests/test_planner.py::test_compare_rows_and_doc_table"  # the same table, in-process (2+ min as a CLI)
 CI = ".ci/run"  # `make test` is what CI runs
+CONFIG_EXPLAIN = "tests/test_config_explain.py::test_solrl_config_explain_and_its_error"  # in process, as make-tiny
+CONFIG_DOC = "tests/test_config_explain.py::test_checked_in_reference_equals_the_generator_output"
 
 HERE = "run by this file"
 CHECKED = "checked by this file, not run"  # environment commands; a benchmark of minutes: its options and files
@@ -68,6 +70,7 @@ CHECKED = "checked by this file, not run"  # environment commands; a benchmark o
 SOLRL_SUBCOMMANDS = {
     "train": PIPELINE, "deploy": DEPLOY, "stage": HERE, "status": HERE, "inspect": HERE, "eval": HERE,
     "plan": HERE, "rewards": HERE, "bench": BENCH, "pretrain": PRETRAIN, "update-node": NODES, "make-tiny": HERE,
+    "config": CONFIG_EXPLAIN,
 }
 SOLRL_CONCRETE = {
     "solrl train configs/demo.yaml": PIPELINE,
@@ -102,6 +105,7 @@ TOOL_COMMANDS = {  # (tool, subcommand words): where it runs against this projec
 PYTHON_MODULES = {
     "solrl_core.presets": PRESETS, "solrl_core.quant.coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
     "flows.servers": MAKE_SERVER, "flows.devices_bench": CHECKED,  # its options and files (minutes to run)
+    "solrl_core.config_explain": CONFIG_DOC,
     "flows.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
 }
 

@@ -25,7 +25,8 @@ from solrl_core.status import run_status, stale_lines, status_text
 from solrl_core.storage import load_tensors
 
 # tiny.yaml made smaller still: two iterations and an evaluation in about half a minute of CPU
-SMALL = ["explore.seeds_per_prompt=4", "explore.batch_size=8", "explore.steps=2", "explore.precision=fp32",
+# (a full-precision sol_rl explore must take fewer steps than the regenerate: solrl_core/families.py)
+SMALL = ["explore.seeds_per_prompt=4", "explore.batch_size=8", "explore.steps=1", "explore.precision=fp32",
          "select.k=2", "regenerate.steps=2", "train.optimizer_steps=1",
          "eval.num_prompts=2", "eval.seeds_per_prompt=1", "eval.steps=2"]
 CHECKPOINT_FILES = ("adapters.safetensors", "ema.safetensors", "optimizer.safetensors")

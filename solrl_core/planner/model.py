@@ -33,10 +33,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from solrl_core.errors import SolrlError
+from solrl_core.families import FAMILIES
 from solrl_core.planner.flops import ForwardFlops
 from solrl_core.planner.gpus import DEFAULT_UTILISATION, GPU
 
-FAMILIES = ("diffusionnft", "naive_scaling", "naive_quant", "sol_rl")
 FORWARDS_PER_TRAIN_STEP = 3
 BACKWARD_FACTOR = 2.0
 
