@@ -73,6 +73,10 @@ SOLRL_SUBCOMMANDS = {
     "config": CONFIG_EXPLAIN,
 }
 SOLRL_CONCRETE = {
+    "solrl config --explain train.optimizer": CONFIG_EXPLAIN,
+    "solrl config --explain": CONFIG_EXPLAIN,
+    "solrl config --show configs/demo.yaml --set select.k=4":
+        "tests/test_config_explain.py::test_solrl_config_show_prints_the_resolved_config",
     "solrl train configs/demo.yaml": PIPELINE,
     "solrl train configs/pools.yaml": POOLS,
     "solrl deploy configs/pools.yaml --set iterations=2 --interval 600": DEPLOY,
