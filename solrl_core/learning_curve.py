@@ -1,0 +1,63 @@
+"""What a finished training shows at its end: the held-out evaluations as a small table and a plot
+(`learning_curve.png` in the run directory), one line per reward, the training reward (`reward`) drawn thicker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from solrl_core.storage import as_path
+
+CURVE_FILE = "learning_curve.png"
+
+
+def _names(evals: list[dict]) -> list[str]:
+    """`reward` (the weighted evaluation reward) first, then each evaluation reward in the order first seen."""
+    names = ["reward"]
+    for e in evals:
+        names += [k for k in e["metrics"] if k not in names]
+    return names
+
+
+def eval_table(evals: list[dict]) -> str:
+    """The evaluations as text: one row per step, one column per reward, and the change from the first row."""
+    names = _names(evals)
+    width = max(len(n) for n in names) + 2
+    lines = ["after N iterations".ljust(20) + "".join(n.rjust(width) for n in names)]
+    for e in evals:
+        lines.append(str(e["step"]).ljust(20) + "".join(
+            f"{e['metrics'][n]:.4f}".rjust(width) if n in e["metrics"] else "-".rjust(width) for n in names))
+    if len(evals) > 1:
+        first, last = evals[0]["metrics"], evals[-1]["metrics"]
+        lines.append("change".ljust(20) + "".join(
+            f"{last[n] - first[n]:+.4f}".rjust(width) if n in first and n in last else "-".rjust(width)
+            for n in names))
+    return "\n".join(lines)
+
+
+def plot_eval_curve(evals: list[dict], path: str | Path, title: str = "") -> Path:
+    """A PNG at `path`: held-out reward against iterations, one line per reward, the best evaluation marked."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry is touched
+
+    fig = Figure(figsize=(6, 3.6), dpi=110)
+    ax = fig.subplots()
+    steps = np.array([e["step"] for e in evals])
+    for name in _names(evals):
+        values = np.array([e["metrics"].get(name, np.nan) for e in evals], np.float64)
+        ax.plot(steps, values, marker="o", ms=3, lw=2.2 if name == "reward" else 1.2,
+                label="reward (weighted)" if name == "reward" else name)
+        if name == "reward" and np.isfinite(values).any():
+            best = int(np.nanargmax(values))
+            ax.annotate(f"best {values[best]:.3f}", (steps[best], values[best]), textcoords="offset points",
+                        xytext=(0, 6), ha="center", fontsize=8)
+    ax.set_xlabel("iterations trained (evaluation after N updates)")
+    ax.set_ylabel("held-out reward (EMA weights)")
+    ax.set_title(title or "held-out evaluation", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = as_path(path)
+    with path.open("wb") as fh:  # the run directory may be remote (fsspec)
+        fig.savefig(fh, format="png")
+    return path
