@@ -2,7 +2,8 @@
 
 Each preset is a short generated file whose one key, `extends`, lists the shared parts in configs/parts/
 (official.yaml, then one file each of models/, families/ and rewards/; later files win), so a value lives in exactly
-one place. Regenerate after changing the lists below (a test checks the checked-in files equal this output):
+one place. The models are the backbones with a part (solrl_core/backbones/specs/). Regenerate after changing the lists
+below or adding a backbone (a test checks the checked-in files equal this output):
 
     python -m solrl_core.presets            # rewrite configs/presets/
     python -m solrl_core.presets --check    # exit 1 if a preset differs or is missing (or one is left over)
@@ -14,16 +15,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from solrl_core.backbones.registry import backbone_specs
+
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 PRESETS_DIR = CONFIGS_DIR / "presets"
-PARTS_DIR = CONFIGS_DIR / "parts"
 
-MODELS = ("flux1", "sd35l", "sd35m", "sana")
+MODEL_SPECS = {s.key: s for s in backbone_specs() if s.part.is_file()}  # models with a part in parts/models/
+MODELS = tuple(MODEL_SPECS)
 FAMILIES = ("diffusionnft", "naive_scaling", "naive_quant", "sol_rl")
 REWARDS = ("pickscore", "clipscore", "hpsv2", "imagereward")
 
 TITLES = {
-    "flux1": "FLUX.1-dev", "sd35l": "SD3.5-Large", "sd35m": "SD3.5-Medium", "sana": "SANA 1600M",
+    **{key: spec.title for key, spec in MODEL_SPECS.items()},
     "pickscore": "PickScore", "clipscore": "CLIPScore", "hpsv2": "HPSv2.1", "imagereward": "ImageReward",
 }
 

@@ -12,35 +12,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from solrl_core.backbones.spec import BackboneDefaults
 from solrl_core.seeds import noise_batch
 
 if TYPE_CHECKING:
     from solrl_core.config import ModelConfig
 
+__all__ = ["Backbone", "BackboneDefaults", "Conditioning"]
+
 Conditioning = dict[str, torch.Tensor]
 """Batch-first tensors the transformer is conditioned on (e.g. encoder_hidden_states, pooled_projections)."""
-
-
-@dataclass(frozen=True)
-class BackboneDefaults:
-    """Per-backbone defaults that configs may override (train.lora_targets, quant.*, model.sampler,
-    model.max_sequence_length, train.optimizer.grad_clip, ...)."""
-
-    lora_targets: list[str]
-    quant_skip_names: list[str]
-    quant_min_width: int
-    sampler: str = "euler"
-    resolution: int = 32
-    distilled_guidance: bool = False  # True: the guidance scale is a model input (FLUX.1-dev), not CFG
-    max_sequence_length: int | None = None  # prompt tokens of the text encoder (T5, Gemma); None: no such setting
-    grad_clip: float = 1.0  # the update's gradient-norm clip (train.optimizer.grad_clip)
-    extra: dict = field(default_factory=dict)
 
 
 class Backbone(ABC):

@@ -42,18 +42,18 @@ from typing import Callable
 import torch
 from torch import nn
 
+from solrl_core.backbones.registry import backbone_spec, backbone_specs
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir
-from solrl_core.quant.coverage import MODELS as COVERAGE_MODELS
 from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_linear
 from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
-
 
 
 @dataclass(frozen=True)
 class PlannerModel:
     """A backbone the planner knows: its coverage spec (config file, skip names, min width, tokens), the training
-    timestep fraction, the VAE that decodes its latents and the latent shape of one sample."""
+    timestep fraction, the VAE that decodes its latents and the latent shape of one sample (all from the backbone's
+    spec, solrl_core/backbones/specs/)."""
 
     key: str
     spec: ModelSpec
@@ -61,36 +61,23 @@ class PlannerModel:
     vae: str  # key of VAE_DECODERS
     latent_shape: tuple[int, ...]  # of one sample, as the VAE decoder takes it (C, H, W)
     note: str = ""
+    backbone: str = ""  # key of its solrl_core.backbones.specs spec
 
 
-def _spec(key: str) -> ModelSpec:
-    return next(s for s in COVERAGE_MODELS if s.key == key)
+def _planner_models() -> dict[str, PlannerModel]:
+    """One planner model per coverage row that names one (solrl_core/backbones/specs/), in the specs' order."""
+    out = {}
+    for b in backbone_specs():
+        for row in b.coverage:
+            if row.planner_key:
+                out[row.planner_key] = PlannerModel(row.planner_key, ModelSpec.of(b, row), b.timestep_fraction, b.vae,
+                                                    b.latent_shape, row.planner_note, b.key)
+    # backbones in spec order; of one backbone, the model named after it first
+    return dict(sorted(out.items(), key=lambda kv: (backbone_spec(kv[1].backbone).order, kv[0] != kv[1].backbone)))
 
 
-MODELS: dict[str, PlannerModel] = {
-    m.key: m
-    for m in (
-        # Text tokens: the backbones' default text lengths (ModelSpec.text_tokens, solrl_core.quant.coverage).
-        # 512 px, VAE f8 -> 64x64x16 latent, packed 2x2 -> 1024 tokens of 64 channels.
-        PlannerModel("flux1", _spec("flux1-dev"), 0.4, "kl-f8c16", (16, 64, 64)),
-        # 1024 px, VAE f8 -> 128x128x16 latent, patch 2 -> 4096 tokens.
-        PlannerModel("sd35l", _spec("sd35-large"), 0.6, "kl-f8c16", (16, 128, 128)),
-        PlannerModel("sd35m", _spec("sd35-medium"), 0.6, "kl-f8c16", (16, 128, 128),
-                     "no official Sol-RL setting: SD3.5-L's skip names, timestep fraction and resolution"),
-        # 1024 px, DC-AE f32 -> 32x32x32 latent, patch 1 -> 1024 tokens.
-        PlannerModel("sana", _spec("sana-1600m-linear-ffn"), 0.6, "dc-ae-f32c32", (32, 32, 32),
-                     "the official LinearFFN variant, approximated by counting the FFN's 1x1 convs as Linear"),
-        PlannerModel("sana-diffusers", _spec("sana-1600m"), 0.6, "dc-ae-f32c32", (32, 32, 32),
-                     "diffusers' standard SANA 1600M: convolutional FFN, no layer in 4 bits"),
-    )
-}
-
-MODEL_ALIASES = {
-    "flux": "flux1", "flux1-dev": "flux1", "flux.1-dev": "flux1",
-    "sd35-large": "sd35l", "sd3.5-large": "sd35l", "sd35": "sd35l",
-    "sd35-medium": "sd35m", "sd3.5-medium": "sd35m",
-    "sana-1600m": "sana", "sana-1600m-linear-ffn": "sana", "sana1600m": "sana",
-}
+MODELS: dict[str, PlannerModel] = _planner_models()
+MODEL_ALIASES = {alias: b.key for b in backbone_specs() for alias in b.aliases}
 
 
 def get_model(name: str) -> PlannerModel:

@@ -33,34 +33,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from solrl_core.backbones.registry import backbone_specs
+from solrl_core.backbones.spec import BackboneSpec, CoverageRow
+from solrl_core.backbones.specs.sana import NATIVE_TO_DIFFUSERS as SANA_NATIVE_TO_DIFFUSERS
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir as resolve_config_dir
-from solrl_core.backbones.flux import DEFAULTS as FLUX_DEFAULTS
-from solrl_core.backbones.sana import DEFAULTS as SANA_DEFAULTS
-from solrl_core.backbones.sd3 import CLIP_TOKENS as SD3_CLIP_TOKENS
-from solrl_core.backbones.sd3 import DEFAULTS as SD3_DEFAULTS
 from solrl_core.quant.linear import _keep_reason, _linears, eligible_linears, nvfp4_shape_rule, skip_match
-
-FLUX_SKIP = ("x_embedder", "context_embedder", "time_text_embed", "norm_out")
-SD35_SKIP = ("pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context")
-SANA_NATIVE_SKIP = (
-    "t_embedder", "t_block", "cfg_embedder", "y_embedder", "x_embedder", "final_layer", "logvar_linear", "attn.qkv",
-)
-SANA_NATIVE_TO_DIFFUSERS: dict[str, tuple[str, ...]] = {
-    "t_embedder": ("time_embed.emb.timestep_embedder", "time_embed.timestep_embedder"),
-    "t_block": ("time_embed.linear",),
-    "cfg_embedder": ("time_embed.guidance_embedder",),
-    "y_embedder": ("caption_projection",),
-    "x_embedder": ("patch_embed",),
-    "final_layer": ("norm_out", "proj_out"),
-    "logvar_linear": (),
-    "attn.qkv": ("attn1.to_q", "attn1.to_k", "attn1.to_v"),
-}
-SANA_SKIP = tuple(name for native in SANA_NATIVE_SKIP for name in SANA_NATIVE_TO_DIFFUSERS[native])
-
-FLUX_MIN_WIDTH = 1000
-SD35_MIN_WIDTH = 2432
-SANA_MIN_WIDTH = 2240
 
 
 @dataclass(frozen=True)
@@ -80,26 +58,16 @@ class ModelSpec:
     rule_note: str = ""
     ffn_convs_as_linear: bool = False
 
+    @classmethod
+    def of(cls, backbone: BackboneSpec, row: CoverageRow) -> ModelSpec:
+        """The coverage row `row` of a backbone, under its official skip names and min width."""
+        d = backbone.defaults
+        return cls(row.key, row.title, backbone.config_file, tuple(d.quant_skip_names), d.quant_min_width,
+                   backbone.token_family, d.resolution, backbone.image_tokens, backbone.text_tokens, row.rule_note,
+                   row.ffn_convs_as_linear)
 
-# Text tokens per prompt: the backbones' default text lengths (the reference's), SD3 with its CLIP tokens in front.
-FLUX_TEXT_TOKENS = FLUX_DEFAULTS.max_sequence_length
-SD35_TEXT_TOKENS = SD3_CLIP_TOKENS + SD3_DEFAULTS.max_sequence_length
-SANA_TEXT_TOKENS = SANA_DEFAULTS.max_sequence_length
 
-MODELS: tuple[ModelSpec, ...] = (
-    ModelSpec("flux1-dev", "FLUX.1-dev", "flux1-dev.transformer.json", FLUX_SKIP, FLUX_MIN_WIDTH, "flux",
-              512, 1024, FLUX_TEXT_TOKENS, "official"),
-    ModelSpec("sd35-large", "SD3.5-Large", "sd35-large.transformer.json", SD35_SKIP, SD35_MIN_WIDTH, "sd3",
-              1024, 4096, SD35_TEXT_TOKENS, "official"),
-    ModelSpec("sd35-medium", "SD3.5-Medium", "sd35-medium.transformer.json", SD35_SKIP, 1536, "sd3",
-              1024, 4096, SD35_TEXT_TOKENS, "no official setting: SD3.5-L's skip names, min width = its hidden size "
-              "1536 (as 2432 is SD3.5-L's); min width 2432 gives the same split"),
-    ModelSpec("sana-1600m", "SANA 1600M", "sana-1600m-1024px.transformer.json", SANA_SKIP, SANA_MIN_WIDTH, "sana",
-              1024, 1024, SANA_TEXT_TOKENS, "official, native names mapped onto diffusers"),
-    ModelSpec("sana-1600m-linear-ffn", "SANA 1600M, FFN 1×1 convs as Linear", "sana-1600m-1024px.transformer.json",
-              SANA_SKIP, SANA_MIN_WIDTH, "sana", 1024, 1024, SANA_TEXT_TOKENS,
-              "official; stand-in for the LinearFFN variant", ffn_convs_as_linear=True),
-)
+MODELS: tuple[ModelSpec, ...] = tuple(ModelSpec.of(b, row) for b in backbone_specs() for row in b.coverage)
 
 
 # ---------------------------------------------------------------------------------------------- building
