@@ -1,9 +1,11 @@
 """SANA adapter on the tiny random-weight SANA directory, checked against SanaPipeline's own calls; and the
 quantization coverage of the full-size SANA 1600M config (meta device)."""
 
+import json
 import shutil
 from pathlib import Path
 
+import diffusers
 import numpy as np
 import pytest
 import torch
@@ -156,7 +158,14 @@ def test_sigmas_are_uniform_without_the_schedulers_shift(backbone):
 
 
 def test_lora_targets_and_quant_skip_names(backbone):
-    assert_lora_targets_and_skip_names(backbone)
+    # the official names of the guidance-embedding variant's modules (t_embedder, cfg_embedder there)
+    guidance_variant = frozenset({"time_embed.timestep_embedder", "time_embed.guidance_embedder"})
+    assert_lora_targets_and_skip_names(backbone, guidance_variant)
+    config = {**json.loads(SANA_CONFIG.read_text()), "guidance_embeds": True}
+    with torch.device("meta"):
+        variant = diffusers.SanaTransformer2DModel.from_config(config)
+    names = [n for n, _ in variant.named_modules()]
+    assert all(any(skip_match(n, [skip]) for n in names) for skip in guidance_variant)
     # the official native names, each mapped onto the diffusers modules holding its weights
     assert DEFAULTS.quant_skip_names == [d for native in NATIVE_SKIP for d in NATIVE_TO_DIFFUSERS[native]]
 
