@@ -71,7 +71,7 @@ def test_tiny_sd3_flops_match_a_hand_count():
 
     names = eligible_linears(model, backbone_spec("sd35l").defaults.quant_skip_names, 16, shape_rule=fp8_shape_rule)
     assert sorted(names) == [f"transformer_blocks.{i}.ff.{m}" for i in (0, 1) for m in ("net.0.proj", "net.2")]
-    inputs = example_inputs("sd3", TINY_SD3, n, t)
+    inputs = example_inputs("sd35", TINY_SD3, n, t)
     counted = count_flops(model, lambda: model(**inputs, return_dict=False), names)
     assert counted.linear == linear
     assert counted.attention == attention

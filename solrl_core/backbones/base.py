@@ -41,6 +41,14 @@ class Backbone(ABC):
     def load(cls, model: "ModelConfig") -> "Backbone":
         """Build the adapter from the `model:` config section (path, device, dtype, resolution, ...)."""
 
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        """Keyword inputs of one forward of the full-size transformer of `config` (its config.json as a dict) for
+        `batch` samples of `image_tokens` image and `text_tokens` text tokens, created on the current default device
+        (the planner calls it under torch.device("meta")). Needed only by a backbone whose spec names a full-size
+        config (the coverage report and the planner)."""
+        raise NotImplementedError(f"{cls.__name__} has no meta_inputs: the planner cannot run its transformer")
+
     @property
     @abstractmethod
     def latent_shape(self) -> tuple[int, ...]:

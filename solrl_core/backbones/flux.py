@@ -25,6 +25,21 @@ class FluxBackbone(DiffusersPipelineBackbone):
     title = "FLUX.1"
     text_encoder_names = ("text_encoder", "text_encoder_2")
 
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        t = torch.ones(batch)
+        inputs = dict(
+            hidden_states=torch.randn(batch, image_tokens, config["in_channels"]),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
+            pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
+            timestep=t,
+            img_ids=torch.zeros(image_tokens, 3),
+            txt_ids=torch.zeros(text_tokens, 3),
+        )
+        if config.get("guidance_embeds"):
+            inputs["guidance"] = t
+        return inputs
+
     @property
     def latent_channels(self) -> int:
         return self.transformer.config.in_channels // 4  # the transformer sees 2x2-packed latents

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 import torch
 
 from solrl_core.backbones.base import Conditioning
-from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
+from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone, square_side
 from solrl_core.backbones.specs.sana import SPEC
 
 
@@ -67,6 +67,15 @@ class SanaBackbone(DiffusersPipelineBackbone):
     pipeline_class = "SanaPipeline"
     title = "SANA"
     text_encoder_names = ("text_encoder",)
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        side = square_side(config, image_tokens)
+        return dict(
+            hidden_states=torch.randn(batch, config["in_channels"], side, side),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["caption_channels"]),
+            timestep=torch.ones(batch),
+        )
 
     def __init__(self, pipe, model):
         super().__init__(pipe, model)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from solrl_core.backbones.base import Conditioning
-from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
+from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone, square_side
 from solrl_core.backbones.specs.sd35l import SPEC
 from solrl_core.errors import SolrlError
 
@@ -23,6 +23,16 @@ class SD3Backbone(DiffusersPipelineBackbone):
     pipeline_class = "StableDiffusion3Pipeline"
     title = "SD3.5"
     text_encoder_names = ("text_encoder", "text_encoder_2", "text_encoder_3")
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        side = square_side(config, image_tokens)
+        return dict(
+            hidden_states=torch.randn(batch, config["in_channels"], side, side),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
+            pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
+            timestep=torch.ones(batch),
+        )
 
     def check_resolution(self) -> None:
         super().check_resolution()

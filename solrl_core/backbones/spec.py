@@ -40,6 +40,25 @@ class BackboneDefaults:
     extra: dict = field(default_factory=dict)
 
 
+# Layers of diffusers' DiT transformers that run once per sample (timestep embedding, AdaLN modulation) and layers of
+# their text stream, by name (a substring of the qualified name, as skip names match).
+DIT_SAMPLE_LAYERS = ("time_text_embed", "time_embed", "norm1.linear", "norm1_context.linear", "norm.linear",
+                     "norm_out.linear")
+DIT_TEXT_LAYERS = ("context_embedder", "caption_projection", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
+                   "ff_context")
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Which tokens each Linear of the full-size transformer runs on, by layer name (the first list that matches
+    wins): once per sample, the text tokens, image and text tokens together; every other layer the image tokens.
+    The coverage report and the planner weight layers by it."""
+
+    sample: tuple[str, ...] = DIT_SAMPLE_LAYERS
+    text: tuple[str, ...] = DIT_TEXT_LAYERS
+    joint: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class CoverageRow:
     """One row of the quantization coverage report (docs/quant_coverage.md) of a backbone: the model's transformer
@@ -66,7 +85,7 @@ class BackboneSpec:
     order: int  # position in tables and listings (the specs are discovered in no particular order)
     # full-size model, for the coverage report and the planner (None for a backbone without one)
     config_file: str | None = None  # diffusers transformer config in solrl_core/model_configs
-    token_family: str = ""  # "flux" | "sd3" | "sana": which layers see which tokens, how to call the transformer
+    tokens: TokenLayout = TokenLayout()  # which layers see which tokens (the adapter's `meta_inputs` calls it)
     image_tokens: int = 0  # per sample at defaults.resolution
     text_tokens: int = 0  # per prompt at defaults.max_sequence_length
     coverage: tuple[CoverageRow, ...] = ()

@@ -33,7 +33,6 @@ the PickScore / HPSv2.1 backbone).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from solrl_core.backbones.registry import backbone_spec, backbone_specs
+from solrl_core.backbones.registry import adapter_class, backbone_spec, backbone_specs
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir
 from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_linear
@@ -141,39 +140,11 @@ def count_flops(module: nn.Module, call: Callable[[], object], low_precision_nam
     return FlopBreakdown(total, linear, conv, total - linear - conv, low, by_op)
 
 
-def example_inputs(family: str, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
-    """Meta-device keyword inputs of one forward of a diffusers FLUX / SD3 / SANA transformer."""
+def example_inputs(kind: str, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+    """Meta-device keyword inputs of one forward of the diffusers transformer of backbone `kind` (its adapter's
+    `meta_inputs`)."""
     with torch.device("meta"):
-        t = torch.ones(batch)
-        if family == "flux":
-            inputs = dict(
-                hidden_states=torch.randn(batch, image_tokens, config["in_channels"]),
-                encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
-                pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
-                timestep=t,
-                img_ids=torch.zeros(image_tokens, 3),
-                txt_ids=torch.zeros(text_tokens, 3),
-            )
-            if config.get("guidance_embeds"):
-                inputs["guidance"] = t
-            return inputs
-        side = math.isqrt(image_tokens) * config.get("patch_size", 1)
-        if side * side != image_tokens * config.get("patch_size", 1) ** 2:
-            raise ValueError(f"image_tokens {image_tokens} is not a square number of patches")
-        if family == "sd3":
-            return dict(
-                hidden_states=torch.randn(batch, config["in_channels"], side, side),
-                encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
-                pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
-                timestep=t,
-            )
-        if family == "sana":
-            return dict(
-                hidden_states=torch.randn(batch, config["in_channels"], side, side),
-                encoder_hidden_states=torch.randn(batch, text_tokens, config["caption_channels"]),
-                timestep=t,
-            )
-    raise ValueError(f"unknown model family {family!r} (flux, sd3, sana)")
+        return adapter_class(kind).meta_inputs(config, image_tokens, text_tokens, batch)
 
 
 def low_precision_names(config_path: str | Path, spec: ModelSpec, model: nn.Module | None = None) -> list[str]:
@@ -229,7 +200,7 @@ def _forward_flops(key: str, spec: ModelSpec, directory: str) -> ForwardFlops:
     model = build_meta_model(path)
     params = sum(p.numel() for p in model.parameters())
     low_names = low_precision_names(path, spec, model)
-    inputs = example_inputs(spec.family, config, spec.image_tokens, spec.text_tokens)
+    inputs = example_inputs(spec.kind, config, spec.image_tokens, spec.text_tokens)
     b = count_flops(model, lambda: model(**inputs, return_dict=False), low_names)
     return ForwardFlops(
         model=key, title=spec.title, model_class=type(model).__name__, params=params,

@@ -209,7 +209,7 @@ def activation_bytes(model: str) -> ActivationBytes:
     module = module.to(torch.bfloat16)
     config = json.loads((config_dir() / m.spec.config_file).read_text())
     inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() and not k.endswith("_ids") else v
-              for k, v in example_inputs(m.spec.family, config, m.spec.image_tokens, m.spec.text_tokens).items()}
+              for k, v in example_inputs(m.spec.kind, config, m.spec.image_tokens, m.spec.text_tokens).items()}
     params = {p.untyped_storage()._cdata for p in module.parameters()}
     seen: set[int] = set()
     keep: list[torch.Tensor] = []  # hold the saved tensors so their storages are not reused mid-count

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from solrl_core.backbones.registry import backbone_specs
-from solrl_core.backbones.spec import BackboneSpec, CoverageRow
+from solrl_core.backbones.spec import BackboneSpec, CoverageRow, TokenLayout
 from solrl_core.backbones.specs.sana import NATIVE_TO_DIFFUSERS as SANA_NATIVE_TO_DIFFUSERS
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir as resolve_config_dir
@@ -51,20 +51,21 @@ class ModelSpec:
     config_file: str
     skip_names: tuple[str, ...]
     min_width: int
-    family: str  # "flux" | "sd3" | "sana": which modules see which tokens
+    kind: str  # the backbone's model.kind (its adapter builds the transformer's example inputs)
     resolution: int
     image_tokens: int
     text_tokens: int
     rule_note: str = ""
     ffn_convs_as_linear: bool = False
+    tokens: TokenLayout = TokenLayout()  # which modules see which tokens
 
     @classmethod
     def of(cls, backbone: BackboneSpec, row: CoverageRow) -> ModelSpec:
         """The coverage row `row` of a backbone, under its official skip names and min width."""
         d = backbone.defaults
         return cls(row.key, row.title, backbone.config_file, tuple(d.quant_skip_names), d.quant_min_width,
-                   backbone.token_family, d.resolution, backbone.image_tokens, backbone.text_tokens, row.rule_note,
-                   row.ffn_convs_as_linear)
+                   backbone.kind, d.resolution, backbone.image_tokens, backbone.text_tokens, row.rule_note,
+                   row.ffn_convs_as_linear, backbone.tokens)
 
 
 MODELS: tuple[ModelSpec, ...] = tuple(ModelSpec.of(b, row) for b in backbone_specs() for row in b.coverage)
@@ -102,23 +103,12 @@ def ffn_convs_as_linear(model: nn.Module) -> nn.Module:
 
 # ---------------------------------------------------------------------------------------------- token streams
 
-_PER_SAMPLE = ("time_text_embed", "time_embed", "norm1.linear", "norm1_context.linear", "norm.linear",
-               "norm_out.linear")
-_TEXT = ("context_embedder", "caption_projection", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
-         "ff_context")
-
-
-def token_stream(name: str, family: str) -> str:
-    """Which tokens a Linear runs on: "sample" (once per sample: timestep/AdaLN modulation), "text", "image",
-    or "joint" (FLUX single-stream blocks: image and text tokens concatenated)."""
-    if skip_match(name, _PER_SAMPLE):
-        return "sample"
-    if skip_match(name, _TEXT):
-        return "text"
-    if family == "sana" and skip_match(name, ("attn2.to_k", "attn2.to_v")):
-        return "text"  # cross-attention keys/values are computed from the caption
-    if family == "flux" and skip_match(name, ("single_transformer_blocks",)):
-        return "joint"
+def token_stream(name: str, layout: TokenLayout) -> str:
+    """Which tokens a Linear runs on: "sample" (once per sample: timestep/AdaLN modulation), "text", "joint" (image
+    and text tokens concatenated, e.g. FLUX's single-stream blocks) or "image" (the backbone's `TokenLayout`)."""
+    for stream in ("sample", "text", "joint"):
+        if skip_match(name, getattr(layout, stream)):
+            return stream
     return "image"
 
 
@@ -148,6 +138,8 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
     model = build_meta_model(Path(config_dir) / spec.config_file)
     params_total = sum(p.numel() for p in model.parameters())
     conv_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Conv2d))
+    # a convolutional feed-forward (SANA's GLUMBConv) holds weights a Linear swap never touches: report their share
+    conv_ffn = any(isinstance(m, nn.Conv2d) and ".ff." in f".{n}." for n, m in model.named_modules())
     if spec.ffn_convs_as_linear:
         ffn_convs_as_linear(model)
     skip, min_width = list(spec.skip_names), spec.min_width
@@ -158,7 +150,7 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
     families: dict[str, dict] = {}
     for name, lin in linears:
         w = lin.in_features * lin.out_features
-        stream = token_stream(name, spec.family)
+        stream = token_stream(name, spec.tokens)
         f = w * _tokens(stream, spec)
         is_low = name in replaced
         weights_total += w
@@ -197,7 +189,7 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
         "weight_share": weights_low / weights_total if weights_total else 0.0,
         "flop_share_tokens": flops_low / flops_total if flops_total else 0.0,
         "conv_weights": conv_weights,
-        "conv_share_of_matmul_weights": conv_weights / (conv_weights + weights_total) if spec.family == "sana"
+        "conv_share_of_matmul_weights": conv_weights / (conv_weights + weights_total) if conv_ffn
         and not spec.ffn_convs_as_linear else None,
         "kept_families": kept,
         "replaced_families": [f for f in families.values() if f["replaced"]],

@@ -1,6 +1,6 @@
 """FLUX.1-dev: official Sol-RL settings (docs/method.md), the reference NVlabs/Sana's run values."""
 
-from solrl_core.backbones.spec import BackboneDefaults, BackboneSpec, CoverageRow
+from solrl_core.backbones.spec import BackboneDefaults, BackboneSpec, CoverageRow, TokenLayout
 
 DEFAULTS = BackboneDefaults(
     lora_targets=["to_q", "to_k", "to_v", "to_out.0"],
@@ -23,7 +23,7 @@ SPEC = BackboneSpec(
     order=10,
     defaults=DEFAULTS,
     config_file="flux1-dev.transformer.json",
-    token_family="flux",
+    tokens=TokenLayout(joint=("single_transformer_blocks",)),  # single-stream blocks: image + text
     image_tokens=1024,  # 512 px, VAE f8 -> 64x64x16 latent, packed 2x2 -> 1024 tokens of 64 channels
     text_tokens=DEFAULTS.max_sequence_length,  # T5 tokens
     coverage=(CoverageRow("flux1-dev", "FLUX.1-dev", "official", planner_key="flux1"),),

@@ -1,7 +1,7 @@
 """SANA 1600M 1024px (diffusers SanaTransformer2DModel): official Sol-RL settings (docs/method.md), in diffusers'
 module names (solrl_core/backbones/sana.py maps the native Sana names)."""
 
-from solrl_core.backbones.spec import BackboneDefaults, BackboneSpec, CoverageRow
+from solrl_core.backbones.spec import DIT_TEXT_LAYERS, BackboneDefaults, BackboneSpec, CoverageRow, TokenLayout
 
 # The official high-precision list, in native Sana module names, and the diffusers modules holding the same weights
 # (t_embedder is time_embed.timestep_embedder in the guidance-embedding variant; logvar_linear is a training-time head
@@ -43,7 +43,7 @@ SPEC = BackboneSpec(
     order=40,
     defaults=DEFAULTS,
     config_file="sana-1600m-1024px.transformer.json",
-    token_family="sana",
+    tokens=TokenLayout(text=DIT_TEXT_LAYERS + ("attn2.to_k", "attn2.to_v")),  # cross-attention k/v: the caption
     image_tokens=1024,  # 1024 px, DC-AE f32 -> 32x32x32 latent, patch 1 -> 1024 tokens
     text_tokens=DEFAULTS.max_sequence_length,  # Gemma tokens
     coverage=(

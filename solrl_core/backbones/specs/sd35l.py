@@ -25,7 +25,6 @@ SPEC = BackboneSpec(
     order=20,
     defaults=DEFAULTS,
     config_file="sd35-large.transformer.json",
-    token_family="sd3",
     image_tokens=4096,  # 1024 px, VAE f8 -> 128x128x16 latent, patch 2 -> 4096 tokens
     text_tokens=CLIP_TOKENS + DEFAULTS.max_sequence_length,  # CLIP tokens, then T5
     coverage=(CoverageRow("sd35-large", "SD3.5-Large", "official", planner_key="sd35l"),),
