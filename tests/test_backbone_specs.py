@@ -16,6 +16,7 @@ from solrl_core.config import validate_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.planner import flops, memory
 from solrl_core.quant import coverage
+from solrl_core.rewards import REWARDS
 
 SPECS = backbone_specs()
 FULL_SIZE = [s.key for s in SPECS if s.config_file]
@@ -30,7 +31,9 @@ def test_every_consumer_lists_the_models_of_the_specs():
     assert {m.backbone for m in flops.MODELS.values()} == set(FULL_SIZE)
     assert [m.key for m in coverage.MODELS] == [row.key for s in SPECS for row in s.coverage]
     assert {m.config_file for m in coverage.MODELS} == {s.config_file for s in SPECS if s.config_file}
-    # the titles the tables print are the specs'
+    # the titles the tables print are the specs'; the preset rewards are the registered ones with a part
+    assert presets.REWARDS == ("pickscore", "clipscore", "hpsv2", "imagereward")
+    assert all(name in REWARDS for name in presets.REWARDS)
     assert {k: presets.TITLES[k] for k in FULL_SIZE} == {s.key: s.title for s in SPECS if s.config_file}
 
 

@@ -46,9 +46,9 @@ class SD3Backbone(DiffusersPipelineBackbone):
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
-        """The joint text sequence (B, 77 CLIP + max_sequence_length T5 tokens, 4096: CLIP-L and CLIP-G penultimate states,
-        zero-padded to the T5 width, then T5) and the pooled CLIP-L + CLIP-G embeddings (B, 2048), from the
-        pipeline's `encode_prompt` without CFG."""
+        """The joint text sequence (B, CLIP_TOKENS + max_sequence_length, 4096: CLIP-L and CLIP-G penultimate
+        states, zero-padded to the T5 width, then T5; CLIP_TOKENS in solrl_core/backbones/specs/sd35l.py) and the
+        pooled CLIP-L + CLIP-G embeddings (B, 2048), from the pipeline's `encode_prompt` without CFG."""
         self.require_text_encoders()
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             prompt=list(prompts),

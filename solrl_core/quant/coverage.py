@@ -1,7 +1,8 @@
 """Quantization coverage of the real backbones, without weights.
 
-Builds FLUX.1-dev, SD3.5-Large/-Medium and SANA 1600M from their diffusers transformer configs on the meta
-device (no memory, no weights), applies the official skip names and minimum widths (``docs/method.md``) and
+Builds the full-size model of every backbone spec (``solrl_core/backbones/specs/``: FLUX.1-dev, SD3.5-Large/-Medium,
+SANA 1600M; one row per ``CoverageRow`` of a spec) from its diffusers transformer config on the meta device (no
+memory, no weights), applies the spec's official skip names and minimum width (``docs/method.md``) and
 reports, per model: Linear layers total / replaced / kept, the low-precision share of Linear weights (= of
 per-token Linear FLOPs), a token-weighted FLOP share at the official resolution, and which families of layers
 stay in high precision and why. Uses ``eligible_linears`` — exactly the rule the explore copy applies.
@@ -9,7 +10,8 @@ stay in high precision and why. Uses ``eligible_linears`` — exactly the rule t
     python -m solrl_core.quant.coverage --out docs/quant_coverage.md   # configs shipped in solrl_core/model_configs
 
 SANA. The official list is in native Sana module names; the pipeline runs diffusers' ``SanaTransformer2DModel``.
-``SANA_NATIVE_TO_DIFFUSERS`` maps each native name onto the diffusers modules that hold the same weights:
+``SANA_NATIVE_TO_DIFFUSERS`` (``solrl_core/backbones/specs/sana.py``) maps each native name onto the diffusers
+modules that hold the same weights:
 t_embedder → time_embed.emb.timestep_embedder (time_embed.timestep_embedder in the guidance-embedding variant),
 t_block → time_embed.linear, cfg_embedder → time_embed.guidance_embedder, y_embedder → caption_projection,
 x_embedder → patch_embed (a conv), final_layer → norm_out + proj_out, logvar_linear → nothing (a training-time head
