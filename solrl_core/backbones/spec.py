@@ -85,7 +85,7 @@ class BackboneSpec:
     order: int  # position in tables and listings (the specs are discovered in no particular order)
     # full-size model, for the coverage report and the planner (None for a backbone without one)
     config_file: str | None = None  # diffusers transformer config in solrl_core/model_configs
-    tokens: TokenLayout = TokenLayout()  # which layers see which tokens (the adapter's `meta_inputs` calls it)
+    tokens: TokenLayout = TokenLayout()  # which layers see which tokens
     image_tokens: int = 0  # per sample at defaults.resolution
     text_tokens: int = 0  # per prompt at defaults.max_sequence_length
     coverage: tuple[CoverageRow, ...] = ()
