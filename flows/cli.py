@@ -505,7 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "run overrides (CPU, small resolution, 2 prompts x 8 seeds, K=4) applied to any config whose "
                        "model.path is DIR, so e.g. `solrl train configs/presets/MODEL_sol_rl_pickscore.yaml "
                        "--iterations 1 --set model.path=DIR` runs on a CPU (--set still wins).")
-    p.add_argument("model", help="flux1 | sd35l | sd35m | sana")
+    from solrl_core.backbones.tiny import tiny_models
+
+    p.add_argument("model", help=" | ".join(tiny_models()))
     p.add_argument("dir", help="output directory (created)")
     p.set_defaults(func=cmd_make_tiny)
 

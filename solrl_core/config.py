@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.families import Family, family_conflict
@@ -33,7 +33,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-BackboneKind = Literal["embedded", "flux1", "sd35", "sana"]
+BackboneKind = str
+"""A registered kind (solrl_core/backbones/specs/) or "package.module:Class" (a plug-in adapter), checked by
+solrl_core.backbones.registry.check_kind."""
 SamplerName = Literal["euler", "dpmpp_2m"]
 
 
@@ -55,6 +57,16 @@ class ModelConfig(_Strict):
         False, description="drop the text encoders from the device once every prompt of the run is cached"
     )
     allow_downloads: bool = Field(False, description="let from_pretrained reach the hub (off: local files only)")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        from solrl_core.backbones.registry import check_kind
+
+        try:
+            return check_kind(kind)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class GuidanceConfig(_Strict):

@@ -2,7 +2,9 @@
 
 Each preset is a short generated file whose one key, `extends`, lists the shared parts in configs/parts/
 (official.yaml, then one file each of models/, families/ and rewards/; later files win), so a value lives in exactly
-one place. Regenerate after changing the lists below (a test checks the checked-in files equal this output):
+one place. The models are the backbone specs with a part in parts/models/, the rewards the registered rewards with a
+part in parts/rewards/. Regenerate after changing the families below or adding a part (a test checks the checked-in
+files equal this output):
 
     python -m solrl_core.presets            # rewrite configs/presets/
     python -m solrl_core.presets --check    # exit 1 if a preset differs or is missing (or one is left over)
@@ -14,18 +16,23 @@ import argparse
 import sys
 from pathlib import Path
 
+from solrl_core.backbones.registry import backbone_specs
 from solrl_core.families import FAMILIES
+from solrl_core.rewards.registry import REWARDS as REGISTERED_REWARDS
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 PRESETS_DIR = CONFIGS_DIR / "presets"
-PARTS_DIR = CONFIGS_DIR / "parts"
 
-MODELS = ("flux1", "sd35l", "sd35m", "sana")
-REWARDS = ("pickscore", "clipscore", "hpsv2", "imagereward")
+MODEL_SPECS = {s.key: s for s in backbone_specs() if s.part.is_file()}  # models with a part in parts/models/
+MODELS = tuple(MODEL_SPECS)
+# rewards with a part in parts/rewards/, in the reward registry's order
+PRESET_REWARDS = {name: cls for name, cls in REGISTERED_REWARDS.items()
+                  if (CONFIGS_DIR / "parts" / "rewards" / f"{name}.yaml").is_file()}
+REWARDS = tuple(PRESET_REWARDS)
 
 TITLES = {
-    "flux1": "FLUX.1-dev", "sd35l": "SD3.5-Large", "sd35m": "SD3.5-Medium", "sana": "SANA 1600M",
-    "pickscore": "PickScore", "clipscore": "CLIPScore", "hpsv2": "HPSv2.1", "imagereward": "ImageReward",
+    **{key: spec.title for key, spec in MODEL_SPECS.items()},
+    **{name: cls.title or name for name, cls in PRESET_REWARDS.items()},
 }
 
 OFFICIAL_PROMPT_FILES = ("data/pickscore/train.txt", "data/pickscore/test.txt")

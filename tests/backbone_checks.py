@@ -93,9 +93,10 @@ def assert_decode(backbone: Backbone, latents: torch.Tensor, reference: np.ndarr
         backbone.decode_chunk = old
 
 
-def assert_lora_targets_and_skip_names(backbone: Backbone) -> None:
+def assert_lora_targets_and_skip_names(backbone: Backbone, other_variants: frozenset[str] = frozenset()) -> None:
     """Every LoRA target names at least one nn.Linear (as peft matches suffixes), LoRA attaches to exactly those
-    Linear layers and the velocity runs through them; every quant skip name matches at least one module."""
+    Linear layers and the velocity runs through them; every quant skip name matches at least one module (except
+    `other_variants`: names of modules only another variant of the architecture has, checked by the caller)."""
     transformer = backbone.transformer
     names = [n for n, _ in transformer.named_modules()]
     linears = {n for n, m in transformer.named_modules() if isinstance(m, nn.Linear)}
@@ -104,7 +105,7 @@ def assert_lora_targets_and_skip_names(backbone: Backbone) -> None:
         hits = {n for n in linears if n == target or n.endswith("." + target)}
         assert hits, f"LoRA target {target!r} matches no nn.Linear"
         targeted |= hits
-    for skip in backbone.defaults.quant_skip_names:
+    for skip in set(backbone.defaults.quant_skip_names) - other_variants:
         assert any(skip_match(n, [skip]) for n in names), f"quant skip name {skip!r} matches no module"
 
     import copy

@@ -3,6 +3,7 @@ the official preset through the CLI (`--set model.path=DIR`), with every stage's
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -12,13 +13,15 @@ from safetensors.numpy import load_file
 from conftest import ROOT, tracking_set
 from flows.cli import main
 from solrl_core.backbones.registry import load_backbone
+from solrl_core.backbones.tiny import tiny_models
 from solrl_core.config import load_config
 from solrl_core.pool import read_table
 from solrl_core.rundir import STAGES
 from solrl_core.sampler import schedule_sigmas
 
-# one reward per backbone, so every tiny reward checkpoint is exercised once
-CASES = [("flux1", "pickscore"), ("sd35l", "hpsv2"), ("sana", "imagereward"), ("sd35m", "clipscore")]
+# every backbone with a tiny maker (solrl_core/backbones/specs/), the rewards taken in turn so that every tiny reward
+# checkpoint is exercised
+CASES = list(zip(tiny_models(), itertools.cycle(["pickscore", "hpsv2", "clipscore", "imagereward"])))
 
 
 def table(run_dir, stage: str, name: str, cols=None):

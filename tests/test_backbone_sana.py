@@ -1,9 +1,11 @@
 """SANA adapter on the tiny random-weight SANA directory, checked against SanaPipeline's own calls; and the
 quantization coverage of the full-size SANA 1600M config (meta device)."""
 
+import json
 import shutil
 from pathlib import Path
 
+import diffusers
 import numpy as np
 import pytest
 import torch
@@ -21,17 +23,19 @@ from backbone_checks import (
 from torch import nn
 
 from solrl_core.backbones import registry
-from solrl_core.backbones.sana import DEFAULTS, SanaBackbone
+from solrl_core.backbones.sana import SanaBackbone
+from solrl_core.backbones.specs.sana import NATIVE_SKIP, NATIVE_TO_DIFFUSERS
 from solrl_core.backbones.tiny import make_tiny_model
 from solrl_core.config import ModelConfig
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import PACKAGE_CONFIG_DIR
 from solrl_core.quant import eligible_linears, quantize_linears
-from solrl_core.quant.coverage import SANA_SKIP, build_meta_model
+from solrl_core.quant.coverage import build_meta_model
 from solrl_core.quant.linear import skip_match
 from solrl_core.stages.context import fresh_transformer
 
 RES = 64
+DEFAULTS = SanaBackbone.defaults
 SANA_CONFIG = PACKAGE_CONFIG_DIR / "sana-1600m-1024px.transformer.json"
 # the Linear layers of a block that the skip names leave (the feed-forward is convolutional): the self-attention
 # output and the cross-attention projections
@@ -154,8 +158,16 @@ def test_sigmas_are_uniform_without_the_schedulers_shift(backbone):
 
 
 def test_lora_targets_and_quant_skip_names(backbone):
-    assert_lora_targets_and_skip_names(backbone)
-    assert set(DEFAULTS.quant_skip_names) <= set(SANA_SKIP)  # the coverage report's native-name mapping
+    # the official names of the guidance-embedding variant's modules (t_embedder, cfg_embedder there)
+    guidance_variant = frozenset({"time_embed.timestep_embedder", "time_embed.guidance_embedder"})
+    assert_lora_targets_and_skip_names(backbone, guidance_variant)
+    config = {**json.loads(SANA_CONFIG.read_text()), "guidance_embeds": True}
+    with torch.device("meta"):
+        variant = diffusers.SanaTransformer2DModel.from_config(config)
+    names = [n for n, _ in variant.named_modules()]
+    assert all(any(skip_match(n, [skip]) for n in names) for skip in guidance_variant)
+    # the official native names, each mapped onto the diffusers modules holding its weights
+    assert DEFAULTS.quant_skip_names == [d for native in NATIVE_SKIP for d in NATIVE_TO_DIFFUSERS[native]]
 
 
 def test_explore_copy_below_the_official_width(backbone):
@@ -189,7 +201,6 @@ def test_full_size_sana_official_rule_quantizes_nothing():
     expected = {f"transformer_blocks.{i}.{p}" for i in range(model.config.num_layers) for p in PER_BLOCK_QUANTIZABLE}
     for min_width in (2239, 1000, 0):
         assert set(eligible_linears(model, DEFAULTS.quant_skip_names, min_width)) == expected
-        assert set(eligible_linears(model, list(SANA_SKIP), min_width)) == expected
 
 
 def test_release_text_encoders(tiny_dir):

@@ -34,10 +34,10 @@ def test_positional_table_buffers_and_tied_weights_count_once():
 def test_lora_params_match_a_hand_count_and_peft():
     flux = memory.meta_transformer("flux1")
     # 19 double blocks: to_q, to_k, to_v, to_out.0 (3072 -> 3072); 38 single blocks: to_q, to_k, to_v only
-    assert memory.lora_params(flux, memory.LORA_TARGETS["flux1"]) == (19 * 4 + 38 * 3) * 32 * (3072 + 3072)
+    assert memory.lora_params(flux, memory.lora_targets("flux1")) == (19 * 4 + 38 * 3) * 32 * (3072 + 3072)
     sana = memory.meta_transformer("sana")
-    counted = memory.lora_params(sana, memory.LORA_TARGETS["sana"])
-    memory._attach_meta_lora(sana, memory.LORA_TARGETS["sana"], memory.LORA_RANK)
+    counted = memory.lora_params(sana, memory.lora_targets("sana"))
+    memory._attach_meta_lora(sana, memory.lora_targets("sana"), memory.LORA_RANK)
     assert counted == sum(p.numel() for n, p in sana.named_parameters() if "lora_" in n)
     assert counted == 20 * 8 * 32 * (2240 + 2240)  # 20 blocks x 8 square 2240-wide projections
 
@@ -72,6 +72,7 @@ def test_memory_estimate_uses_the_presets_micro_batches():
     from conftest import ROOT
     from solrl_core.config import load_config
 
-    for model, micro_batch in memory.MICRO_BATCH.items():
+    for model, spec in memory.SPECS.items():
+        micro_batch = spec.micro_batch
         cfg = load_config(ROOT / "configs" / "presets" / f"{model}_sol_rl_pickscore.yaml")
         assert cfg.train.micro_batch == micro_batch, model

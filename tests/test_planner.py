@@ -28,7 +28,7 @@ from solrl_core.planner.compare import PAPER, compare, format_markdown
 from solrl_core.model_configs import PACKAGE_CONFIG_DIR, config_dir
 from solrl_core.planner.flops import count_flops, example_inputs, vit_image_flops
 from solrl_core.planner.gpus import GPU
-from solrl_core.quant.coverage import SD35_SKIP
+from solrl_core.backbones.registry import backbone_spec
 from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,9 +69,9 @@ def test_tiny_sd3_flops_match_a_hand_count():
     conv = 2 * n * d * (4 * 2 * 2)  # patch embedding: a 2×2 stride-2 conv, 4 -> 16 channels, at 16 positions
     low = 2 * (_lin(n, d, 4 * d) + _lin(n, 4 * d, d))  # "norm1" keeps norm1_context.linear too (a substring)
 
-    names = eligible_linears(model, SD35_SKIP, 16, shape_rule=fp8_shape_rule)
+    names = eligible_linears(model, backbone_spec("sd35l").defaults.quant_skip_names, 16, shape_rule=fp8_shape_rule)
     assert sorted(names) == [f"transformer_blocks.{i}.ff.{m}" for i in (0, 1) for m in ("net.0.proj", "net.2")]
-    inputs = example_inputs("sd3", TINY_SD3, n, t)
+    inputs = example_inputs("sd35", TINY_SD3, n, t)
     counted = count_flops(model, lambda: model(**inputs, return_dict=False), names)
     assert counted.linear == linear
     assert counted.attention == attention

@@ -191,9 +191,9 @@ def test_the_backbone_defaults_are_the_reference_text_length_and_clip(model):
 @pytest.mark.parametrize("model", presets.MODELS)
 def test_null_lora_targets_mean_the_official_ones(model):
     from solrl_core.backbones.registry import adapter_class
-    from solrl_core.planner.memory import LORA_TARGETS
+    from solrl_core.planner.memory import lora_targets
 
     cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")
     assert cfg.train.lora_targets is None
     assert adapter_class(cfg.model.kind).defaults.lora_targets == OFFICIAL_LORA[model]
-    assert list(LORA_TARGETS[model]) == OFFICIAL_LORA[model]  # what the memory estimate counts
+    assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts

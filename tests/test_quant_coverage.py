@@ -5,19 +5,15 @@ from pathlib import Path
 import pytest
 from torch import nn
 
+from solrl_core.backbones.registry import backbone_spec
+from solrl_core.backbones.specs.sana import NATIVE_SKIP as SANA_NATIVE_SKIP
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import PACKAGE_CONFIG_DIR
 from solrl_core.quant import eligible_linears
 from solrl_core.quant.coverage import (
     COMMAND,
-    FLUX_MIN_WIDTH,
-    FLUX_SKIP,
     MODELS,
-    SANA_NATIVE_SKIP,
     SANA_NATIVE_TO_DIFFUSERS,
-    SANA_SKIP,
-    SD35_MIN_WIDTH,
-    SD35_SKIP,
     build_meta_model,
     coverage_table,
     format_markdown,
@@ -25,6 +21,10 @@ from solrl_core.quant.coverage import (
     render_document,
 )
 
+FLUX, SD35, SANA = (backbone_spec(key).defaults for key in ("flux1", "sd35l", "sana"))
+FLUX_SKIP, FLUX_MIN_WIDTH = FLUX.quant_skip_names, FLUX.quant_min_width
+SD35_SKIP, SD35_MIN_WIDTH = SD35.quant_skip_names, SD35.quant_min_width
+SANA_SKIP = SANA.quant_skip_names
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "quant_coverage.md"
 

@@ -14,7 +14,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.pool import CandidateWriter, read_table
 from solrl_core.rewards import load_rewards
 from solrl_core.rewards.base import Reward
-from solrl_core.rewards.registry import REWARD_CLASSES, REWARDS, ModelRewardFn
+from solrl_core.rewards.registry import REWARDS
 from solrl_core.rewards.tiny import sample_batch, write_tiny_clip
 from solrl_core.rundir import RunDir
 from solrl_core.stages.pool_scoring import SCORES, InlineScorer, ScoreStore
@@ -206,8 +206,7 @@ class _NaNForOnePrompt(Reward):
 def test_a_nan_reward_stops_the_run_naming_the_reward_row_prompt_and_seed(quantized, models, tmp_path, overlap,
                                                                            monkeypatch):
     name = _NaNForOnePrompt.name
-    monkeypatch.setitem(REWARD_CLASSES, name, _NaNForOnePrompt)
-    monkeypatch.setitem(REWARDS, name, ModelRewardFn(name))
+    monkeypatch.setitem(REWARDS, name, _NaNForOnePrompt)
     run = _copy(quantized, tmp_path / "run")
     cfg = _config(models, overlap, {"embedded": 1.0, name: 1.0})
     prompts = iteration_prompts(cfg, 0)

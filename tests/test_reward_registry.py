@@ -9,7 +9,6 @@ import pytest
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import (
-    REWARD_CLASSES,
     REWARDS,
     configure_reward_models,
     get_reward,
@@ -45,9 +44,8 @@ def models(tmp_path_factory):
 
 def test_names():
     assert {"pickscore", "clipscore", "hpsv2", "imagereward", "jpeg", "embedded"} <= set(REWARDS)
-    assert set(REWARDS) == set(REWARD_CLASSES)
+    assert all(issubclass(cls, Reward) and cls.name == name for name, cls in REWARDS.items())
     images, prompts = sample_batch(3, 32)
-    assert np.array_equal(REWARDS["jpeg"](images, prompts)["reward"], jpeg_compressibility(images, prompts)["reward"])
     assert np.array_equal(get_reward("jpeg")(images, prompts), jpeg_compressibility(images, prompts)["reward"])
 
 

@@ -6,7 +6,8 @@ import pytest
 from solrl_core.embedded import shapes
 from solrl_core.embedded.shapes import COLOURS, SHAPES, Scene, parse_prompt
 from solrl_core.errors import SolrlError
-from solrl_core.rewards import REWARDS, score_images
+from solrl_core.rewards import REWARDS, Reward, score_images
+from solrl_core.rewards.registry import clear_reward_cache
 from solrl_core.rewards.embedded import prompt_match_reward
 from solrl_core.rewards.jpeg import jpeg_compressibility, jpeg_incompressibility
 
@@ -94,11 +95,20 @@ def test_registry_weighted_sum_and_errors():
         score_images(images, prompts, {"pickscor": 1.0})
 
 
+class _Broken(Reward):
+    values = np.array([1.0, np.nan])
+
+    def score_batch(self, images, prompts):
+        return self.values
+
+
 def test_registry_rejects_non_finite_rewards(monkeypatch):
-    monkeypatch.setitem(REWARDS, "broken", lambda images, prompts: {"reward": np.array([1.0, np.nan])})
+    clear_reward_cache()
+    monkeypatch.setitem(REWARDS, "broken", _Broken)
     images = np.zeros((2, 32, 32, 3), np.uint8)
     with pytest.raises(SolrlError, match="reward broken returned non-finite values"):
         score_images(images, ["a red circle"] * 2, {"broken": 1.0})
-    monkeypatch.setitem(REWARDS, "broken", lambda images, prompts: {"reward": np.array([np.inf, 0.0])})
+    monkeypatch.setattr(_Broken, "values", np.array([np.inf, 0.0]))
     with pytest.raises(SolrlError, match="non-finite"):
         score_images(images, ["a red circle"] * 2, {"broken": 1.0})
+    clear_reward_cache()

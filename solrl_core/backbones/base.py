@@ -12,35 +12,21 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from solrl_core.backbones.spec import BackboneDefaults
 from solrl_core.seeds import noise_batch
 
 if TYPE_CHECKING:
     from solrl_core.config import ModelConfig
 
+__all__ = ["Backbone", "BackboneDefaults", "Conditioning"]
+
 Conditioning = dict[str, torch.Tensor]
 """Batch-first tensors the transformer is conditioned on (e.g. encoder_hidden_states, pooled_projections)."""
-
-
-@dataclass(frozen=True)
-class BackboneDefaults:
-    """Per-backbone defaults that configs may override (train.lora_targets, quant.*, model.sampler,
-    model.max_sequence_length, train.optimizer.grad_clip, ...)."""
-
-    lora_targets: list[str]
-    quant_skip_names: list[str]
-    quant_min_width: int
-    sampler: str = "euler"
-    resolution: int = 32
-    distilled_guidance: bool = False  # True: the guidance scale is a model input (FLUX.1-dev), not CFG
-    max_sequence_length: int | None = None  # prompt tokens of the text encoder (T5, Gemma); None: no such setting
-    grad_clip: float = 1.0  # the update's gradient-norm clip (train.optimizer.grad_clip)
-    extra: dict = field(default_factory=dict)
 
 
 class Backbone(ABC):
@@ -54,6 +40,14 @@ class Backbone(ABC):
     @abstractmethod
     def load(cls, model: "ModelConfig") -> "Backbone":
         """Build the adapter from the `model:` config section (path, device, dtype, resolution, ...)."""
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        """Keyword inputs of one forward of the full-size transformer of `config` (its config.json as a dict) for
+        `batch` samples of `image_tokens` image and `text_tokens` text tokens, created on the current default device
+        (the planner calls it under torch.device("meta")). Needed only by a backbone whose spec names a full-size
+        config (the coverage report and the planner)."""
+        raise NotImplementedError(f"{cls.__name__} has no meta_inputs: the planner cannot run its transformer")
 
     @property
     @abstractmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,6 +111,15 @@ def load_pipeline(pipeline_class: str, model: "ModelConfig"):
         if isinstance(module, torch.nn.Module):
             module.eval().requires_grad_(False)
     return pipe
+
+
+def square_side(config: dict, image_tokens: int) -> int:
+    """The latent side whose `patch_size` patches make `image_tokens` tokens in a square."""
+    patch = config.get("patch_size", 1)
+    side = math.isqrt(image_tokens) * patch
+    if side * side != image_tokens * patch**2:
+        raise ValueError(f"image_tokens {image_tokens} is not a square number of patches")
+    return side
 
 
 class DiffusersPipelineBackbone(Backbone):

@@ -13,29 +13,32 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from solrl_core.backbones.base import BackboneDefaults, Conditioning
+from solrl_core.backbones.base import Conditioning
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
-
-DEFAULTS = BackboneDefaults(  # official Sol-RL settings for FLUX.1-dev (docs/method.md)
-    lora_targets=["to_q", "to_k", "to_v", "to_out.0"],
-    quant_skip_names=["x_embedder", "context_embedder", "time_text_embed", "norm_out"],
-    quant_min_width=1000,
-    sampler="dpmpp_2m",
-    resolution=512,
-    distilled_guidance=True,
-    # the reference (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN in train_scripts/sol_rl/train_flux1.py,
-    # train.max_grad_norm in configs/sol_rl/flux1.py (docs/method.md)
-    max_sequence_length=128,
-    grad_clip=1.0,
-)
+from solrl_core.backbones.specs.flux1 import SPEC
 
 
 class FluxBackbone(DiffusersPipelineBackbone):
     name = "flux1"
-    defaults = DEFAULTS
+    defaults = SPEC.defaults
     pipeline_class = "FluxPipeline"
     title = "FLUX.1"
     text_encoder_names = ("text_encoder", "text_encoder_2")
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        t = torch.ones(batch)
+        inputs = dict(
+            hidden_states=torch.randn(batch, image_tokens, config["in_channels"]),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
+            pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
+            timestep=t,
+            img_ids=torch.zeros(image_tokens, 3),
+            txt_ids=torch.zeros(text_tokens, 3),
+        )
+        if config.get("guidance_embeds"):
+            inputs["guidance"] = t
+        return inputs
 
     @property
     def latent_channels(self) -> int:

@@ -1,25 +1,80 @@
-"""Backbone kinds (`model.kind`) -> adapter classes, imported lazily so that an unused backbone costs nothing."""
+"""The backbone specs (`solrl_core.backbones.specs`, one module per model) and `model.kind` -> adapter class.
+
+`model.kind` is either the kind of a spec ("flux1", "sd35", ...) or "package.module:Class" naming a
+`solrl_core.backbones.base.Backbone` subclass that lives elsewhere (a plug-in: nothing here changes for it).
+Adapters are imported when asked for, so that an unused backbone costs nothing.
+"""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from solrl_core.backbones.base import Backbone
+from solrl_core.backbones.spec import BackboneSpec
 from solrl_core.errors import ConfigError
+from solrl_core.plugins import import_plugin, is_plugin
 
-ADAPTERS: dict[str, str] = {
-    "embedded": "solrl_core.backbones.embedded:EmbeddedBackbone",
-    "flux1": "solrl_core.backbones.flux:FluxBackbone",
-    "sd35": "solrl_core.backbones.sd3:SD3Backbone",
-    "sana": "solrl_core.backbones.sana:SanaBackbone",
-}
+if TYPE_CHECKING:
+    from solrl_core.backbones.base import Backbone
+
+
+@lru_cache(maxsize=None)
+def backbone_specs() -> tuple[BackboneSpec, ...]:
+    """Every spec in solrl_core.backbones.specs (each module's `SPEC`), in `order`."""
+    from solrl_core.backbones import specs as package
+
+    found = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if isinstance(getattr(module, "SPEC", None), BackboneSpec):
+            found.append(module.SPEC)
+    found.sort(key=lambda s: s.order)
+    keys = [s.key for s in found]
+    if len(set(keys)) != len(keys):
+        raise RuntimeError(f"two backbone specs share a key: {keys}")
+    adapters: dict[str, str] = {}
+    for s in found:
+        if adapters.setdefault(s.kind, s.adapter) != s.adapter:
+            raise RuntimeError(f"model.kind '{s.kind}' names two adapters: {adapters[s.kind]}, {s.adapter}")
+    return tuple(found)
+
+
+def backbone_spec(key: str) -> BackboneSpec:
+    """The spec of model `key` (e.g. "sd35l")."""
+    for s in backbone_specs():
+        if s.key == key:
+            return s
+    raise KeyError(key)
+
+
+def adapters() -> dict[str, str]:
+    """model.kind -> "module:Class" of its adapter, for every kind the specs name."""
+    return {s.kind: s.adapter for s in backbone_specs()}
 
 
 def adapter_class(kind: str) -> type[Backbone]:
-    if kind not in ADAPTERS:
-        raise ConfigError(f"model.kind '{kind}' is not a backbone (known: {', '.join(ADAPTERS)})")
-    module, _, name = ADAPTERS[kind].partition(":")
+    """The adapter of a `model.kind`: a registered kind (imported now) or a plug-in's class; ConfigError (one line)
+    for anything else."""
+    from solrl_core.backbones.base import Backbone
+
+    if is_plugin(kind):
+        return import_plugin(kind, Backbone, "model.kind")
+    if kind not in adapters():
+        raise ConfigError(
+            f"model.kind '{kind}' is not a backbone (known: {', '.join(adapters())}; or package.module:Class)"
+        )
+    module, _, name = adapters()[kind].partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def check_kind(kind: str) -> str:
+    """`kind` if it is a registered kind or a plug-in that imports as a Backbone; ConfigError otherwise. A
+    registered adapter is not imported here (config validation stays cheap)."""
+    if kind not in adapters():
+        adapter_class(kind)
+    return kind
 
 
 def load_backbone(model) -> Backbone:

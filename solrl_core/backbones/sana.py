@@ -25,8 +25,8 @@ native fused projections, so one native name can stand for several diffusers mod
 | `final_layer` | final modulated norm + Linear (kept) | `norm_out`, `proj_out` |
 | `logvar_linear` | training-time head (kept) | not built by diffusers |
 
-The defaults below list only modules the standard 1600M model has (solrl_core.quant.coverage maps the guidance
-variant's names as well; on this model both lists select the same layers).
+The defaults (solrl_core/backbones/specs/sana.py) map every native name, the guidance variant's too; on the
+standard 1600M model the names it lacks select nothing.
 
 Quantization coverage. In diffusers' standard SANA 1600M config the two Linear layers wider than 2240, the AdaLN
 modulation `time_embed.linear` (2240→13440) and the caption projection's 2304→2240, are skipped by name; every
@@ -49,30 +49,9 @@ from collections.abc import Sequence
 
 import torch
 
-from solrl_core.backbones.base import BackboneDefaults, Conditioning
-from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
-
-DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SANA 1600M (docs/method.md), in diffusers' names
-    lora_targets=[
-        "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",  # attn.qkv, attn.proj
-        "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0",  # cross_attn.q_linear, .kv_linear, .proj
-    ],
-    quant_skip_names=[
-        "time_embed.emb.timestep_embedder",  # t_embedder
-        "time_embed.linear",  # t_block
-        "caption_projection",  # y_embedder
-        "patch_embed",  # x_embedder
-        "norm_out", "proj_out",  # final_layer
-        "attn1.to_q", "attn1.to_k", "attn1.to_v",  # attn.qkv
-    ],
-    quant_min_width=2240,
-    sampler="euler",
-    resolution=1024,
-    # the reference (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN in train_scripts/sol_rl/train_sana.py (also SanaPipeline's
-    # default), train.max_grad_norm in configs/sol_rl/sana.py (docs/method.md)
-    max_sequence_length=300,
-    grad_clip=1.0,
-)
+from solrl_core.backbones.base import Conditioning
+from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone, square_side
+from solrl_core.backbones.specs.sana import SPEC
 
 
 def default_instruction() -> list[str]:
@@ -84,10 +63,19 @@ def default_instruction() -> list[str]:
 
 class SanaBackbone(DiffusersPipelineBackbone):
     name = "sana"
-    defaults = DEFAULTS
+    defaults = SPEC.defaults
     pipeline_class = "SanaPipeline"
     title = "SANA"
     text_encoder_names = ("text_encoder",)
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        side = square_side(config, image_tokens)
+        return dict(
+            hidden_states=torch.randn(batch, config["in_channels"], side, side),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["caption_channels"]),
+            timestep=torch.ones(batch),
+        )
 
     def __init__(self, pipe, model):
         super().__init__(pipe, model)

@@ -11,31 +11,28 @@ from collections.abc import Sequence
 
 import torch
 
-from solrl_core.backbones.base import BackboneDefaults, Conditioning
-from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
+from solrl_core.backbones.base import Conditioning
+from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone, square_side
+from solrl_core.backbones.specs.sd35l import SPEC
 from solrl_core.errors import SolrlError
-
-DEFAULTS = BackboneDefaults(  # official Sol-RL settings for SD3.5-Large (docs/method.md), also used for -Medium
-    lora_targets=["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
-    quant_skip_names=["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"],
-    quant_min_width=2432,
-    sampler="dpmpp_2m",
-    resolution=1024,
-    distilled_guidance=False,
-    # the reference (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN in train_scripts/sol_rl/train_sd3.py; configs/sol_rl/sd3.py
-    # leaves configs/sol_rl/base.py's train.max_grad_norm in place (docs/method.md)
-    max_sequence_length=128,
-    grad_clip=0.002,
-)
-CLIP_TOKENS = 77  # CLIP-L/-G tokens that precede the T5 tokens in the joint text sequence (the tokenizers' length)
 
 
 class SD3Backbone(DiffusersPipelineBackbone):
     name = "sd35"
-    defaults = DEFAULTS
+    defaults = SPEC.defaults  # SD3.5-Large's official settings (SD3.5-Medium's spec differs only in min width)
     pipeline_class = "StableDiffusion3Pipeline"
     title = "SD3.5"
     text_encoder_names = ("text_encoder", "text_encoder_2", "text_encoder_3")
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        side = square_side(config, image_tokens)
+        return dict(
+            hidden_states=torch.randn(batch, config["in_channels"], side, side),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
+            pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
+            timestep=torch.ones(batch),
+        )
 
     def check_resolution(self) -> None:
         super().check_resolution()
@@ -49,9 +46,9 @@ class SD3Backbone(DiffusersPipelineBackbone):
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
-        """The joint text sequence (B, CLIP_TOKENS + max_sequence_length, 4096: CLIP-L and CLIP-G penultimate states,
-        zero-padded to the T5 width, then T5) and the pooled CLIP-L + CLIP-G embeddings (B, 2048), from the
-        pipeline's `encode_prompt` without CFG."""
+        """The joint text sequence (B, CLIP_TOKENS + max_sequence_length, 4096: CLIP-L and CLIP-G penultimate
+        states, zero-padded to the T5 width, then T5; CLIP_TOKENS in solrl_core/backbones/specs/sd35l.py) and the
+        pooled CLIP-L + CLIP-G embeddings (B, 2048), from the pipeline's `encode_prompt` without CFG."""
         self.require_text_encoders()
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             prompt=list(prompts),

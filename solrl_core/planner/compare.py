@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from solrl_core.backbones.registry import backbone_spec
 from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
 from solrl_core.planner.gpus import DEFAULT_UTILISATION, PAPER_GPU, get_gpu
 from solrl_core.planner.model import family_costs, plan
@@ -32,7 +33,6 @@ PAPER_SD35_STAGES: dict[tuple[str, str], float] = {
     ("sol_rl", "regenerate"): 63.0,
     ("sol_rl", "rollout"): 189.0,
 }
-TITLES = {"flux1": "FLUX.1-dev", "sd35l": "SD3.5-Large", "sana": "SANA 1600M"}
 TARGET = 0.15  # issue 4: the planner within 15% of the paper's per-iteration times
 FAMILY_LABEL = {"naive_scaling": "naive scaling", "naive_quant": "naive quant", "sol_rl": "Sol-RL",
                 "diffusionnft": "DiffusionNFT"}
@@ -123,7 +123,7 @@ def _pct(x: float) -> str:
 def format_markdown(result: dict, command: str | None = None) -> str:
     """The comparison as Markdown tables with a short reading."""
     u = result["utilisation"]
-    titles = TITLES
+    titles = {key: backbone_spec(key).title for key in PAPER}
     out = []
     if command:
         out += [f"Produced by `{command}`.", ""]

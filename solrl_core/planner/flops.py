@@ -33,7 +33,6 @@ the PickScore / HPSv2.1 backbone).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -42,18 +41,18 @@ from typing import Callable
 import torch
 from torch import nn
 
+from solrl_core.backbones.registry import adapter_class, backbone_spec, backbone_specs
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir
-from solrl_core.quant.coverage import MODELS as COVERAGE_MODELS
 from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_linear
 from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
-
 
 
 @dataclass(frozen=True)
 class PlannerModel:
     """A backbone the planner knows: its coverage spec (config file, skip names, min width, tokens), the training
-    timestep fraction, the VAE that decodes its latents and the latent shape of one sample."""
+    timestep fraction, the VAE that decodes its latents and the latent shape of one sample (all from the backbone's
+    spec, solrl_core/backbones/specs/)."""
 
     key: str
     spec: ModelSpec
@@ -61,36 +60,23 @@ class PlannerModel:
     vae: str  # key of VAE_DECODERS
     latent_shape: tuple[int, ...]  # of one sample, as the VAE decoder takes it (C, H, W)
     note: str = ""
+    backbone: str = ""  # key of its solrl_core.backbones.specs spec
 
 
-def _spec(key: str) -> ModelSpec:
-    return next(s for s in COVERAGE_MODELS if s.key == key)
+def _planner_models() -> dict[str, PlannerModel]:
+    """One planner model per coverage row that names one (solrl_core/backbones/specs/), in the specs' order."""
+    out = {}
+    for b in backbone_specs():
+        for row in b.coverage:
+            if row.planner_key:
+                out[row.planner_key] = PlannerModel(row.planner_key, ModelSpec.of(b, row), b.timestep_fraction, b.vae,
+                                                    b.latent_shape, row.planner_note, b.key)
+    # backbones in spec order; of one backbone, the model named after it first
+    return dict(sorted(out.items(), key=lambda kv: (backbone_spec(kv[1].backbone).order, kv[0] != kv[1].backbone)))
 
 
-MODELS: dict[str, PlannerModel] = {
-    m.key: m
-    for m in (
-        # Text tokens: the backbones' default text lengths (ModelSpec.text_tokens, solrl_core.quant.coverage).
-        # 512 px, VAE f8 -> 64x64x16 latent, packed 2x2 -> 1024 tokens of 64 channels.
-        PlannerModel("flux1", _spec("flux1-dev"), 0.4, "kl-f8c16", (16, 64, 64)),
-        # 1024 px, VAE f8 -> 128x128x16 latent, patch 2 -> 4096 tokens.
-        PlannerModel("sd35l", _spec("sd35-large"), 0.6, "kl-f8c16", (16, 128, 128)),
-        PlannerModel("sd35m", _spec("sd35-medium"), 0.6, "kl-f8c16", (16, 128, 128),
-                     "no official Sol-RL setting: SD3.5-L's skip names, timestep fraction and resolution"),
-        # 1024 px, DC-AE f32 -> 32x32x32 latent, patch 1 -> 1024 tokens.
-        PlannerModel("sana", _spec("sana-1600m-linear-ffn"), 0.6, "dc-ae-f32c32", (32, 32, 32),
-                     "the official LinearFFN variant, approximated by counting the FFN's 1x1 convs as Linear"),
-        PlannerModel("sana-diffusers", _spec("sana-1600m"), 0.6, "dc-ae-f32c32", (32, 32, 32),
-                     "diffusers' standard SANA 1600M: convolutional FFN, no layer in 4 bits"),
-    )
-}
-
-MODEL_ALIASES = {
-    "flux": "flux1", "flux1-dev": "flux1", "flux.1-dev": "flux1",
-    "sd35-large": "sd35l", "sd3.5-large": "sd35l", "sd35": "sd35l",
-    "sd35-medium": "sd35m", "sd3.5-medium": "sd35m",
-    "sana-1600m": "sana", "sana-1600m-linear-ffn": "sana", "sana1600m": "sana",
-}
+MODELS: dict[str, PlannerModel] = _planner_models()
+MODEL_ALIASES = {alias: b.key for b in backbone_specs() for alias in b.aliases}
 
 
 def get_model(name: str) -> PlannerModel:
@@ -154,39 +140,11 @@ def count_flops(module: nn.Module, call: Callable[[], object], low_precision_nam
     return FlopBreakdown(total, linear, conv, total - linear - conv, low, by_op)
 
 
-def example_inputs(family: str, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
-    """Meta-device keyword inputs of one forward of a diffusers FLUX / SD3 / SANA transformer."""
+def example_inputs(kind: str, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+    """Meta-device keyword inputs of one forward of the diffusers transformer of backbone `kind` (its adapter's
+    `meta_inputs`)."""
     with torch.device("meta"):
-        t = torch.ones(batch)
-        if family == "flux":
-            inputs = dict(
-                hidden_states=torch.randn(batch, image_tokens, config["in_channels"]),
-                encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
-                pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
-                timestep=t,
-                img_ids=torch.zeros(image_tokens, 3),
-                txt_ids=torch.zeros(text_tokens, 3),
-            )
-            if config.get("guidance_embeds"):
-                inputs["guidance"] = t
-            return inputs
-        side = math.isqrt(image_tokens) * config.get("patch_size", 1)
-        if side * side != image_tokens * config.get("patch_size", 1) ** 2:
-            raise ValueError(f"image_tokens {image_tokens} is not a square number of patches")
-        if family == "sd3":
-            return dict(
-                hidden_states=torch.randn(batch, config["in_channels"], side, side),
-                encoder_hidden_states=torch.randn(batch, text_tokens, config["joint_attention_dim"]),
-                pooled_projections=torch.randn(batch, config["pooled_projection_dim"]),
-                timestep=t,
-            )
-        if family == "sana":
-            return dict(
-                hidden_states=torch.randn(batch, config["in_channels"], side, side),
-                encoder_hidden_states=torch.randn(batch, text_tokens, config["caption_channels"]),
-                timestep=t,
-            )
-    raise ValueError(f"unknown model family {family!r} (flux, sd3, sana)")
+        return adapter_class(kind).meta_inputs(config, image_tokens, text_tokens, batch)
 
 
 def low_precision_names(config_path: str | Path, spec: ModelSpec, model: nn.Module | None = None) -> list[str]:
@@ -242,7 +200,7 @@ def _forward_flops(key: str, spec: ModelSpec, directory: str) -> ForwardFlops:
     model = build_meta_model(path)
     params = sum(p.numel() for p in model.parameters())
     low_names = low_precision_names(path, spec, model)
-    inputs = example_inputs(spec.family, config, spec.image_tokens, spec.text_tokens)
+    inputs = example_inputs(spec.kind, config, spec.image_tokens, spec.text_tokens)
     b = count_flops(model, lambda: model(**inputs, return_dict=False), low_names)
     return ForwardFlops(
         model=key, title=spec.title, model_class=type(model).__name__, params=params,

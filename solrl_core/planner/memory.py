@@ -41,30 +41,19 @@ from functools import lru_cache
 import torch
 from torch import nn
 
+from solrl_core.backbones.registry import backbone_specs
+from solrl_core.backbones.spec import BackboneSpec
 from solrl_core.model_configs import config_dir
 from solrl_core.planner.flops import VAE_DECODERS, example_inputs, get_model
 from solrl_core.quant.coverage import build_meta_model
 
-MODELS = ("flux1", "sd35l", "sd35m", "sana")
-TITLES = {"flux1": "FLUX.1-dev", "sd35l": "SD3.5-Large", "sd35m": "SD3.5-Medium", "sana": "SANA 1600M"}
+# the backbones with a full-size model (their specs: official LoRA targets, micro-batch, text encoders, title)
+SPECS: dict[str, BackboneSpec] = {s.key: s for s in backbone_specs() if s.config_file}
+MODELS = tuple(SPECS)
 GIB = 2**30
 BF16 = 2
 LORA_BYTES_PER_PARAM = 6 * 4  # fp32: θ, its gradient, AdamW m and v, θ_old, EMA
 LORA_RANK = 32
-
-# docs/method.md's official LoRA targets as peft module-name suffixes (SANA's native attn.qkv / attn.proj /
-# cross_attn.q_linear / kv_linear / proj are diffusers' attn1.to_q/k/v, attn1.to_out.0, attn2.to_q, to_k/v, to_out.0).
-SD3_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
-LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    "flux1": ("to_q", "to_k", "to_v", "to_out.0"),
-    "sd35l": SD3_TARGETS,
-    "sd35m": SD3_TARGETS,
-    "sana": ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
-             "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"),
-}
-# train micro-batch per GPU ((sample, time) pairs per forward): official FLUX 12, SD3.5-L 4, SANA 16; SD3.5-M has
-# no official value (configs/parts/models/sd35m.yaml).
-MICRO_BATCH = {"flux1": 12, "sd35l": 4, "sd35m": 8, "sana": 16}
 
 # Published config values (hub config.json of the released checkpoints), only what differs from the class defaults:
 # name -> (transformers model class, config class, values).
@@ -85,13 +74,6 @@ HF_MODELS: dict[str, tuple[str, str, dict]] = {
         vision_config=dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
                            patch_size=14, image_size=224),
         projection_dim=1024)),
-}
-SD3_ENCODERS = {"CLIP ViT-L/14 text": "CLIP_L_TEXT", "OpenCLIP bigG/14 text": "CLIP_G_TEXT", "T5-XXL encoder": "T5_XXL"}
-TEXT_ENCODERS: dict[str, dict[str, str]] = {  # model -> {title: HF_MODELS name}
-    "flux1": {"CLIP ViT-L/14 text": "CLIP_L_TEXT", "T5-XXL encoder": "T5_XXL"},
-    "sd35l": SD3_ENCODERS,
-    "sd35m": SD3_ENCODERS,
-    "sana": {"Gemma-2-2B": "GEMMA2_2B"},
 }
 REWARD_MODEL = "CLIP_H14"  # the largest training reward backbone: CLIP ViT-H/14 (PickScore, HPSv2.1)
 
@@ -140,6 +122,11 @@ def meta_transformer(model: str) -> nn.Module:
 def transformer_params(model: str) -> int:
     """Parameters of the full-size transformer of ``model`` (counted on the meta device)."""
     return count_params(meta_transformer(model))
+
+
+def lora_targets(model: str) -> tuple[str, ...]:
+    """The official LoRA targets of ``model`` as peft module-name suffixes (its spec's defaults)."""
+    return tuple(SPECS[model].defaults.lora_targets)
 
 
 def _matches(name: str, targets: tuple[str, ...]) -> bool:
@@ -218,11 +205,11 @@ def activation_bytes(model: str) -> ActivationBytes:
     """What one training forward of ``model`` saves for the backward (see the module docstring), in bytes."""
     m = get_model(model)
     module = meta_transformer(model)
-    _attach_meta_lora(module, LORA_TARGETS[m.key], LORA_RANK)
+    _attach_meta_lora(module, lora_targets(m.key), LORA_RANK)
     module = module.to(torch.bfloat16)
     config = json.loads((config_dir() / m.spec.config_file).read_text())
     inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() and not k.endswith("_ids") else v
-              for k, v in example_inputs(m.spec.family, config, m.spec.image_tokens, m.spec.text_tokens).items()}
+              for k, v in example_inputs(m.spec.kind, config, m.spec.image_tokens, m.spec.text_tokens).items()}
     params = {p.untyped_storage()._cdata for p in module.parameters()}
     seen: set[int] = set()
     keep: list[torch.Tensor] = []  # hold the saved tensors so their storages are not reused mid-count
@@ -308,14 +295,15 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted)."""
     m = get_model(model)
     key = m.key
-    if key not in LORA_TARGETS:
+    if key not in SPECS:
         from solrl_core.errors import SolrlError
 
-        raise SolrlError(f"no memory estimate for '{model}' (known: {', '.join(LORA_TARGETS)})")
-    micro_batch = MICRO_BATCH[key] if micro_batch is None else micro_batch
+        raise SolrlError(f"no memory estimate for '{model}' (known: {', '.join(SPECS)})")
+    spec = SPECS[key]
+    micro_batch = spec.micro_batch if micro_batch is None else micro_batch
     params = transformer_params(key)
-    lora = lora_params(meta_transformer(key), LORA_TARGETS[key])
-    text = {title: hf_params(name) for title, name in TEXT_ENCODERS[key].items()}
+    lora = lora_params(meta_transformer(key), lora_targets(key))
+    text = {title: hf_params(name) for title, name in spec.text_encoders.items()}
     vae = vae_params(m.vae)
     reward = hf_params(REWARD_MODEL)
     act = activation_bytes(key)
@@ -328,7 +316,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         "activations": micro_batch * act.checkpointed / GIB,
     }
     return MemoryEstimate(
-        model=key, title=TITLES[key], transformer_params=params, lora_params=lora, text_encoder_params=text,
+        model=key, title=spec.title, transformer_params=params, lora_params=lora, text_encoder_params=text,
         vae_params=vae, reward_params=reward, micro_batch=micro_batch, activation_per_pair=act.checkpointed,
         activation_per_pair_no_checkpointing=act.no_checkpointing, gib=gib,
     )

@@ -1,7 +1,8 @@
 """Quantization coverage of the real backbones, without weights.
 
-Builds FLUX.1-dev, SD3.5-Large/-Medium and SANA 1600M from their diffusers transformer configs on the meta
-device (no memory, no weights), applies the official skip names and minimum widths (``docs/method.md``) and
+Builds the full-size model of every backbone spec (``solrl_core/backbones/specs/``: FLUX.1-dev, SD3.5-Large/-Medium,
+SANA 1600M; one row per ``CoverageRow`` of a spec) from its diffusers transformer config on the meta device (no
+memory, no weights), applies the spec's official skip names and minimum width (``docs/method.md``) and
 reports, per model: Linear layers total / replaced / kept, the low-precision share of Linear weights (= of
 per-token Linear FLOPs), a token-weighted FLOP share at the official resolution, and which families of layers
 stay in high precision and why. Uses ``eligible_linears`` — exactly the rule the explore copy applies.
@@ -9,7 +10,8 @@ stay in high precision and why. Uses ``eligible_linears`` — exactly the rule t
     python -m solrl_core.quant.coverage --out docs/quant_coverage.md   # configs shipped in solrl_core/model_configs
 
 SANA. The official list is in native Sana module names; the pipeline runs diffusers' ``SanaTransformer2DModel``.
-``SANA_NATIVE_TO_DIFFUSERS`` maps each native name onto the diffusers modules that hold the same weights:
+``SANA_NATIVE_TO_DIFFUSERS`` (``solrl_core/backbones/specs/sana.py``) maps each native name onto the diffusers
+modules that hold the same weights:
 t_embedder → time_embed.emb.timestep_embedder (time_embed.timestep_embedder in the guidance-embedding variant),
 t_block → time_embed.linear, cfg_embedder → time_embed.guidance_embedder, y_embedder → caption_projection,
 x_embedder → patch_embed (a conv), final_layer → norm_out + proj_out, logvar_linear → nothing (a training-time head
@@ -33,34 +35,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from solrl_core.backbones.registry import backbone_specs
+from solrl_core.backbones.spec import BackboneSpec, CoverageRow, TokenLayout
+from solrl_core.backbones.specs.sana import NATIVE_TO_DIFFUSERS as SANA_NATIVE_TO_DIFFUSERS
 from solrl_core.errors import SolrlError
 from solrl_core.model_configs import config_dir as resolve_config_dir
-from solrl_core.backbones.flux import DEFAULTS as FLUX_DEFAULTS
-from solrl_core.backbones.sana import DEFAULTS as SANA_DEFAULTS
-from solrl_core.backbones.sd3 import CLIP_TOKENS as SD3_CLIP_TOKENS
-from solrl_core.backbones.sd3 import DEFAULTS as SD3_DEFAULTS
 from solrl_core.quant.linear import _keep_reason, _linears, eligible_linears, nvfp4_shape_rule, skip_match
-
-FLUX_SKIP = ("x_embedder", "context_embedder", "time_text_embed", "norm_out")
-SD35_SKIP = ("pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context")
-SANA_NATIVE_SKIP = (
-    "t_embedder", "t_block", "cfg_embedder", "y_embedder", "x_embedder", "final_layer", "logvar_linear", "attn.qkv",
-)
-SANA_NATIVE_TO_DIFFUSERS: dict[str, tuple[str, ...]] = {
-    "t_embedder": ("time_embed.emb.timestep_embedder", "time_embed.timestep_embedder"),
-    "t_block": ("time_embed.linear",),
-    "cfg_embedder": ("time_embed.guidance_embedder",),
-    "y_embedder": ("caption_projection",),
-    "x_embedder": ("patch_embed",),
-    "final_layer": ("norm_out", "proj_out"),
-    "logvar_linear": (),
-    "attn.qkv": ("attn1.to_q", "attn1.to_k", "attn1.to_v"),
-}
-SANA_SKIP = tuple(name for native in SANA_NATIVE_SKIP for name in SANA_NATIVE_TO_DIFFUSERS[native])
-
-FLUX_MIN_WIDTH = 1000
-SD35_MIN_WIDTH = 2432
-SANA_MIN_WIDTH = 2240
 
 
 @dataclass(frozen=True)
@@ -73,33 +53,24 @@ class ModelSpec:
     config_file: str
     skip_names: tuple[str, ...]
     min_width: int
-    family: str  # "flux" | "sd3" | "sana": which modules see which tokens
+    kind: str  # the backbone's model.kind (its adapter builds the transformer's example inputs)
     resolution: int
     image_tokens: int
     text_tokens: int
     rule_note: str = ""
     ffn_convs_as_linear: bool = False
+    tokens: TokenLayout = TokenLayout()  # which modules see which tokens
+
+    @classmethod
+    def of(cls, backbone: BackboneSpec, row: CoverageRow) -> ModelSpec:
+        """The coverage row `row` of a backbone, under its official skip names and min width."""
+        d = backbone.defaults
+        return cls(row.key, row.title, backbone.config_file, tuple(d.quant_skip_names), d.quant_min_width,
+                   backbone.kind, d.resolution, backbone.image_tokens, backbone.text_tokens, row.rule_note,
+                   row.ffn_convs_as_linear, backbone.tokens)
 
 
-# Text tokens per prompt: the backbones' default text lengths (the reference's), SD3 with its CLIP tokens in front.
-FLUX_TEXT_TOKENS = FLUX_DEFAULTS.max_sequence_length
-SD35_TEXT_TOKENS = SD3_CLIP_TOKENS + SD3_DEFAULTS.max_sequence_length
-SANA_TEXT_TOKENS = SANA_DEFAULTS.max_sequence_length
-
-MODELS: tuple[ModelSpec, ...] = (
-    ModelSpec("flux1-dev", "FLUX.1-dev", "flux1-dev.transformer.json", FLUX_SKIP, FLUX_MIN_WIDTH, "flux",
-              512, 1024, FLUX_TEXT_TOKENS, "official"),
-    ModelSpec("sd35-large", "SD3.5-Large", "sd35-large.transformer.json", SD35_SKIP, SD35_MIN_WIDTH, "sd3",
-              1024, 4096, SD35_TEXT_TOKENS, "official"),
-    ModelSpec("sd35-medium", "SD3.5-Medium", "sd35-medium.transformer.json", SD35_SKIP, 1536, "sd3",
-              1024, 4096, SD35_TEXT_TOKENS, "no official setting: SD3.5-L's skip names, min width = its hidden size "
-              "1536 (as 2432 is SD3.5-L's); min width 2432 gives the same split"),
-    ModelSpec("sana-1600m", "SANA 1600M", "sana-1600m-1024px.transformer.json", SANA_SKIP, SANA_MIN_WIDTH, "sana",
-              1024, 1024, SANA_TEXT_TOKENS, "official, native names mapped onto diffusers"),
-    ModelSpec("sana-1600m-linear-ffn", "SANA 1600M, FFN 1×1 convs as Linear", "sana-1600m-1024px.transformer.json",
-              SANA_SKIP, SANA_MIN_WIDTH, "sana", 1024, 1024, SANA_TEXT_TOKENS,
-              "official; stand-in for the LinearFFN variant", ffn_convs_as_linear=True),
-)
+MODELS: tuple[ModelSpec, ...] = tuple(ModelSpec.of(b, row) for b in backbone_specs() for row in b.coverage)
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -134,23 +105,12 @@ def ffn_convs_as_linear(model: nn.Module) -> nn.Module:
 
 # ---------------------------------------------------------------------------------------------- token streams
 
-_PER_SAMPLE = ("time_text_embed", "time_embed", "norm1.linear", "norm1_context.linear", "norm.linear",
-               "norm_out.linear")
-_TEXT = ("context_embedder", "caption_projection", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
-         "ff_context")
-
-
-def token_stream(name: str, family: str) -> str:
-    """Which tokens a Linear runs on: "sample" (once per sample: timestep/AdaLN modulation), "text", "image",
-    or "joint" (FLUX single-stream blocks: image and text tokens concatenated)."""
-    if skip_match(name, _PER_SAMPLE):
-        return "sample"
-    if skip_match(name, _TEXT):
-        return "text"
-    if family == "sana" and skip_match(name, ("attn2.to_k", "attn2.to_v")):
-        return "text"  # cross-attention keys/values are computed from the caption
-    if family == "flux" and skip_match(name, ("single_transformer_blocks",)):
-        return "joint"
+def token_stream(name: str, layout: TokenLayout) -> str:
+    """Which tokens a Linear runs on: "sample" (once per sample: timestep/AdaLN modulation), "text", "joint" (image
+    and text tokens concatenated, e.g. FLUX's single-stream blocks) or "image" (the backbone's `TokenLayout`)."""
+    for stream in ("sample", "text", "joint"):
+        if skip_match(name, getattr(layout, stream)):
+            return stream
     return "image"
 
 
@@ -180,6 +140,8 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
     model = build_meta_model(Path(config_dir) / spec.config_file)
     params_total = sum(p.numel() for p in model.parameters())
     conv_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Conv2d))
+    # a convolutional feed-forward (SANA's GLUMBConv) holds weights a Linear swap never touches: report their share
+    conv_ffn = any(isinstance(m, nn.Conv2d) and ".ff." in f".{n}." for n, m in model.named_modules())
     if spec.ffn_convs_as_linear:
         ffn_convs_as_linear(model)
     skip, min_width = list(spec.skip_names), spec.min_width
@@ -190,7 +152,7 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
     families: dict[str, dict] = {}
     for name, lin in linears:
         w = lin.in_features * lin.out_features
-        stream = token_stream(name, spec.family)
+        stream = token_stream(name, spec.tokens)
         f = w * _tokens(stream, spec)
         is_low = name in replaced
         weights_total += w
@@ -229,7 +191,7 @@ def coverage_row(spec: ModelSpec, config_dir: str | Path) -> dict:
         "weight_share": weights_low / weights_total if weights_total else 0.0,
         "flop_share_tokens": flops_low / flops_total if flops_total else 0.0,
         "conv_weights": conv_weights,
-        "conv_share_of_matmul_weights": conv_weights / (conv_weights + weights_total) if spec.family == "sana"
+        "conv_share_of_matmul_weights": conv_weights / (conv_weights + weights_total) if conv_ffn
         and not spec.ffn_convs_as_linear else None,
         "kept_families": kept,
         "replaced_families": [f for f in families.values() if f["replaced"]],

@@ -2,20 +2,19 @@
 
 from solrl_core.rewards.base import Reward, RewardModelSpec
 from solrl_core.rewards.registry import (
-    REWARD_CLASSES,
     REWARDS,
     configure_reward_models,
     get_reward,
     load_rewards,
     parse_reward_models,
     preflight_rewards,
+    reward_class,
     score_images,
     weighted_sum,
 )
 
 __all__ = [
     "REWARDS",
-    "REWARD_CLASSES",
     "Reward",
     "RewardModelSpec",
     "configure_reward_models",
@@ -23,6 +22,7 @@ __all__ = [
     "load_rewards",
     "parse_reward_models",
     "preflight_rewards",
+    "reward_class",
     "score_images",
     "weighted_sum",
 ]

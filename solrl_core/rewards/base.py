@@ -94,6 +94,7 @@ class Reward:
     files)."""
 
     name: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # as tables and preset headers print it (e.g. "HPSv2.1"); default: the name
     summary: ClassVar[str] = ""
     needs: ClassVar[str] = "nothing"  # what files it needs, for `solrl rewards list`
     source: ClassVar[str] = ""  # where to get them

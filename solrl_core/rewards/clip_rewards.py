@@ -158,6 +158,7 @@ def _shortest_edge(size) -> int | list[int]:
 
 class PickScore(_CLIPReward):
     name = "pickscore"
+    title = "PickScore"
     summary = "PickScore_v1 (CLIP-H fine-tuned on Pick-a-Pic): logit_scale * cos(image, text) / 26"
     needs = "PickScore_v1 model dir (config.json + weights) and the CLIP-ViT-H-14 processor files"
     source = "hub yuvalkirstain/PickScore_v1 (processor: laion/CLIP-ViT-H-14-laion2B-s32B-b79K)"
@@ -171,6 +172,7 @@ class PickScore(_CLIPReward):
 
 class CLIPScore(_CLIPReward):
     name = "clipscore"
+    title = "CLIPScore"
     summary = "CLIP ViT-L/14 image-text similarity: logit_scale * cos(image, text) / 100"
     needs = "openai/clip-vit-large-patch14 model dir (config.json + weights + processor files)"
     source = "hub openai/clip-vit-large-patch14"

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from solrl_core.errors import SolrlError
-from solrl_core.rewards.registry import REWARD_CLASSES, ModelsConfig, get_reward, parse_reward_models, spec_for
+from solrl_core.rewards.registry import REWARDS, ModelsConfig, get_reward, parse_reward_models, reward_class, spec_for
 from solrl_core.rewards.tiny import sample_batch
 
 
 def _files(name: str, models: ModelsConfig | None) -> tuple[bool | None, dict[str, str], str | None]:
     """(found: None when no files are needed, {key: path}, error line) for one reward."""
-    cls = REWARD_CLASSES[name]
+    cls = reward_class(name)
     if not cls.needs_weights:
         return None, {}, None
     try:
@@ -34,8 +34,8 @@ def list_rewards(models: ModelsConfig | None = None) -> list[dict]:
     if models is not None:
         models = parse_reward_models(models)
     rows = []
-    for name in sorted(REWARD_CLASSES):
-        cls = REWARD_CLASSES[name]
+    for name in sorted(REWARDS):
+        cls = REWARDS[name]
         found, files, error = _files(name, models)
         rows.append({
             "name": name,
@@ -65,8 +65,10 @@ def check_rewards(
         row = {"name": name, "weight": float(weight), "ok": False, "found": None, "files": {}, "scores": None,
                "mean": None, "load_seconds": None, "score_seconds": None, "error": None}
         rows.append(row)
-        if name not in REWARD_CLASSES:
-            row["error"] = f"unknown reward '{name}' (known: {', '.join(sorted(REWARD_CLASSES))})"
+        try:
+            reward_class(name)
+        except SolrlError as exc:
+            row["error"] = str(exc)
             continue
         row["found"], row["files"], row["error"] = _files(name, models)
         if row["found"] is False:

@@ -53,6 +53,7 @@ def register_arch(arch: str) -> str:
 
 class HPSv2(ModelReward):
     name = "hpsv2"
+    title = "HPSv2.1"
     summary = "HPS v2.1 (open_clip ViT-H-14 fine-tuned on human preferences): cos(image, text)"
     needs = f"{CHECKPOINT} (the full ViT-H-14 state dict)"
     source = f"hub xswu/HPSv2, file {CHECKPOINT}"

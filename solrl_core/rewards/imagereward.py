@@ -160,6 +160,7 @@ def _centre_crop(array: np.ndarray, size: int) -> np.ndarray:
 
 class ImageReward(ModelReward):
     name = "imagereward"
+    title = "ImageReward"
     summary = "ImageReward v1.0 (BLIP + MLP trained on human preferences), normalised with the official mean/std"
     needs = f"{CHECKPOINT}, med_config.json and a bert-base-uncased tokenizer (vocab.txt)"
     source = "hub THUDM/ImageReward (ImageReward.pt, med_config.json); tokenizer: google-bert/bert-base-uncased"

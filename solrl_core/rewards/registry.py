@@ -1,9 +1,8 @@
 """Named rewards, their model files, and the weighted sum the pipeline trains on.
 
-Two views of the same rewards:
-  REWARD_CLASSES  name -> `Reward` class (metadata, `resolve`/`load`, batched `__call__` -> np.ndarray)
-  REWARDS         name -> fn(images uint8 (B, H, W, 3), prompts) -> dict with at least "reward" (B,); other keys
-                  are components, for inspection only. Model rewards load lazily, once per process and spec.
+REWARDS maps each registered name to its `Reward` class (metadata, `resolve`/`load`, batched scoring). Wherever a
+registered name is accepted, so is "package.module:Class" naming a `Reward` subclass that lives elsewhere (a
+plug-in; `reward_class`). Rewards load lazily, once per process and spec (`get_reward`).
 Model rewards find their files through the `reward_models:` config section ({name: RewardModelSpec fields}), set
 process-wide with `configure_reward_models` or passed to `score_images(..., models=...)`, then the environment
 (see `loading`). Heavy libraries (torch, transformers, open_clip) are imported only when a model reward is loaded.
@@ -16,23 +15,21 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward, RewardModelSpec, check_finite, parse_spec
+from solrl_core.plugins import import_plugin, is_plugin
 from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
-from solrl_core.rewards.embedded import prompt_match_reward
 from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.imagereward import ImageReward
-from solrl_core.rewards.jpeg import jpeg_compressibility, jpeg_incompressibility
 from solrl_core.rewards.programmatic import EmbeddedReward, Jpeg, JpegCompressibility, JpegIncompressibility
 
-RewardFn = Callable[[np.ndarray, Sequence[str]], dict[str, np.ndarray]]
 ModelsConfig = Mapping[str, RewardModelSpec | Mapping | None]
 
-REWARD_CLASSES: dict[str, type[Reward]] = {
+REWARDS: dict[str, type[Reward]] = {
     cls.name: cls
     for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward)
 }
@@ -42,13 +39,29 @@ _cache: dict[tuple[str, str, str], Reward] = {}
 _lock = threading.RLock()
 
 
+def _unknown(name: str) -> str:
+    return f"unknown reward '{name}' (known: {', '.join(sorted(REWARDS))}; or package.module:Class)"
+
+
+def reward_class(name: str) -> type[Reward]:
+    """The `Reward` class of a registered name or of a "package.module:Class" plug-in; SolrlError (one line)
+    otherwise."""
+    if is_plugin(name):
+        return import_plugin(name, Reward, "reward")
+    if name not in REWARDS:
+        raise SolrlError(_unknown(name))
+    return REWARDS[name]
+
+
 def parse_reward_models(models: ModelsConfig | None) -> dict[str, RewardModelSpec]:
     """Validate a `reward_models:` section: known reward names, and only the keys each reward takes."""
     out: dict[str, RewardModelSpec] = {}
     for name, data in (models or {}).items():
-        if name not in REWARD_CLASSES:
-            raise SolrlError(f"reward_models: unknown reward '{name}' (known: {', '.join(sorted(REWARD_CLASSES))})")
-        out[name] = parse_spec(name, data, REWARD_CLASSES[name].spec_keys)
+        try:
+            cls = reward_class(name)
+        except SolrlError as exc:
+            raise SolrlError(f"reward_models: {exc}") from None
+        out[name] = parse_spec(name, data, cls.spec_keys)
     return out
 
 
@@ -66,7 +79,7 @@ def spec_for(name: str, models: ModelsConfig | None = None) -> RewardModelSpec:
     spec = specs.get(name)
     if spec is None:
         return RewardModelSpec()
-    return spec if isinstance(spec, RewardModelSpec) else parse_spec(name, spec, REWARD_CLASSES[name].spec_keys)
+    return spec if isinstance(spec, RewardModelSpec) else parse_spec(name, spec, reward_class(name).spec_keys)
 
 
 def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
@@ -79,7 +92,7 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
     with _lock:
         reward = _cache.get(key)
         if reward is None:
-            reward = REWARD_CLASSES[name].load(spec)
+            reward = reward_class(name).load(spec)
             _cache[key] = reward
     return reward
 
@@ -87,7 +100,7 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
 def reward_batch_size(name: str, models: ModelsConfig | None = None) -> int:
     """The batch size reward `name` scores with under `models`, without loading it."""
     check_reward_names([name])
-    return int(spec_for(name, models).batch_size or REWARD_CLASSES[name].default_batch_size)
+    return int(spec_for(name, models).batch_size or reward_class(name).default_batch_size)
 
 
 def clear_reward_cache() -> None:
@@ -96,32 +109,10 @@ def clear_reward_cache() -> None:
         _cache.clear()
 
 
-class ModelRewardFn:
-    """REWARDS entry of a model reward: loads it on first use, returns {"reward": scores}."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __call__(self, images, prompts, models: ModelsConfig | None = None) -> dict[str, np.ndarray]:
-        return {"reward": get_reward(self.name, models)(images, prompts)}
-
-    def __repr__(self) -> str:
-        return f"ModelRewardFn({self.name!r})"
-
-
-REWARDS: dict[str, RewardFn] = {
-    "embedded": prompt_match_reward,
-    "jpeg": jpeg_compressibility,
-    "jpeg_compressibility": jpeg_compressibility,
-    "jpeg_incompressibility": jpeg_incompressibility,
-    **{name: ModelRewardFn(name) for name, cls in REWARD_CLASSES.items() if cls.needs_weights},
-}
-
-
 def check_reward_names(names) -> None:
-    unknown = [n for n in names if n not in REWARDS]
-    if unknown:
-        raise SolrlError(f"unknown reward '{unknown[0]}' (known: {', '.join(sorted(REWARDS))})")
+    """SolrlError naming the first name that is neither registered nor an importable plug-in."""
+    for name in names:
+        reward_class(name)
 
 
 def preflight_rewards(weights: Mapping[str, float], models: ModelsConfig | None = None) -> None:
@@ -130,8 +121,8 @@ def preflight_rewards(weights: Mapping[str, float], models: ModelsConfig | None 
         raise SolrlError(f"no reward selected (known: {', '.join(sorted(REWARDS))})")
     check_reward_names(weights)
     for name in weights:
-        cls = REWARD_CLASSES.get(name)
-        if cls is not None and cls.needs_weights:
+        cls = reward_class(name)
+        if cls.needs_weights:
             cls.resolve(spec_for(name, models))
 
 
@@ -153,9 +144,7 @@ def score_images(
     images = np.asarray(images)
     per_reward = {}
     for name in weights:
-        fn = REWARDS[name]
-        out = fn(images, prompts, models=models) if isinstance(fn, ModelRewardFn) else fn(images, prompts)
-        values = np.asarray(out["reward"], dtype=np.float64)
+        values = np.asarray(get_reward(name, models).scores(images, prompts), dtype=np.float64)
         if values.shape != (len(images),):
             raise SolrlError(f"reward {name} returned shape {values.shape}, expected ({len(images)},)")
         check_finite(name, values, prompts)

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from solrl_core.backbones.tiny import MAKERS, make_tiny_model
+from solrl_core.backbones.tiny import make_tiny_model, tiny_spec
 from solrl_core.config import TINY_OVERRIDES_FILE
-from solrl_core.errors import SolrlError
 
 TINY_PROMPTS = (
     "a photo of a cat on a red sofa",
@@ -47,17 +46,16 @@ def tiny_run_overrides(kind: str, rewards: dict[str, dict], prompts_file: Path) 
 
 def make_tiny_bundle(model: str, out_dir: str | Path) -> dict:
     """Write the tiny model, reward checkpoints, prompts and solrl_tiny.yaml into `out_dir`; return a summary."""
-    if model not in MAKERS:
-        raise SolrlError(f"unknown model '{model}' (known: {', '.join(MAKERS)})")
+    kind = tiny_spec(model).kind
     from solrl_core.rewards.tiny import write_tiny_checkpoints
 
     out = make_tiny_model(model, out_dir).resolve()
     rewards = write_tiny_checkpoints(out / "rewards")
     prompts_file = out / "prompts.txt"
     prompts_file.write_text("\n".join(TINY_PROMPTS) + "\n")
-    overrides = tiny_run_overrides(MAKERS[model][0], rewards, prompts_file)
+    overrides = tiny_run_overrides(kind, rewards, prompts_file)
     header = (f"# Run overrides of the tiny '{model}' model in this directory (written by `solrl make-tiny`).\n"
               "# Applied to any config whose model.path is this directory; --set still wins.\n")
     (out / TINY_OVERRIDES_FILE).write_text(header + yaml.safe_dump(overrides, sort_keys=False))
-    return {"model": model, "kind": MAKERS[model][0], "dir": str(out), "overrides": str(out / TINY_OVERRIDES_FILE),
+    return {"model": model, "kind": kind, "dir": str(out), "overrides": str(out / TINY_OVERRIDES_FILE),
             "rewards": sorted(rewards), "prompts": str(prompts_file)}

@@ -1,0 +1,87 @@
+"""The backbone specs (solrl_core/backbones/specs/) are the one source of the backbones: config validation, the
+adapters, the planner, the coverage report, the presets and make-tiny all list the models the specs list, and each
+preset part says what its spec says."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from solrl_core import presets
+from solrl_core.backbones.base import Backbone
+from solrl_core.backbones.registry import adapter_class, adapters, backbone_spec, backbone_specs
+from solrl_core.backbones.spec import part_disagreements
+from solrl_core.backbones.tiny import tiny_models
+from solrl_core.config import validate_config
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.planner import flops, memory
+from solrl_core.quant import coverage
+from solrl_core.rewards import REWARDS
+
+SPECS = backbone_specs()
+FULL_SIZE = [s.key for s in SPECS if s.config_file]
+
+
+def test_every_consumer_lists_the_models_of_the_specs():
+    assert FULL_SIZE == ["flux1", "sd35l", "sd35m", "sana"]
+    assert list(presets.MODELS) == FULL_SIZE
+    assert list(tiny_models()) == FULL_SIZE
+    assert list(memory.MODELS) == FULL_SIZE
+    assert [m.backbone for m in flops.MODELS.values() if m.key == m.backbone] == FULL_SIZE
+    assert {m.backbone for m in flops.MODELS.values()} == set(FULL_SIZE)
+    assert [m.key for m in coverage.MODELS] == [row.key for s in SPECS for row in s.coverage]
+    assert {m.config_file for m in coverage.MODELS} == {s.config_file for s in SPECS if s.config_file}
+    # the titles the tables print are the specs'; the preset rewards are the registered ones with a part
+    assert presets.REWARDS == ("pickscore", "clipscore", "hpsv2", "imagereward")
+    assert all(name in REWARDS for name in presets.REWARDS)
+    assert {k: presets.TITLES[k] for k in FULL_SIZE} == {s.key: s.title for s in SPECS if s.config_file}
+
+
+def test_planner_names_resolve_through_the_specs():
+    for spec in SPECS:
+        for alias in spec.aliases:
+            assert flops.get_model(alias).backbone == spec.key
+    with pytest.raises(SolrlError, match="known: flux1, sd35l, sd35m, sana, sana-diffusers"):
+        flops.get_model("nope")
+
+
+def test_config_validation_accepts_exactly_the_kinds_of_the_specs():
+    kinds = {s.kind for s in SPECS}
+    assert set(adapters()) == kinds == {"embedded", "flux1", "sd35", "sana"}
+    for kind in kinds:
+        assert validate_config({"model": {"kind": kind}}).model.kind == kind
+    with pytest.raises(ConfigError) as info:
+        validate_config({"model": {"kind": "flux2"}})
+    assert str(info.value) == (
+        "config: model.kind 'flux2' is not a backbone (known: embedded, flux1, sd35, sana; or package.module:Class)")
+
+
+def test_each_adapter_is_a_backbone_with_the_defaults_of_its_kind():
+    for spec in SPECS:
+        cls = adapter_class(spec.kind)
+        assert issubclass(cls, Backbone) and cls.name == spec.kind
+        assert cls.defaults in [s.defaults for s in SPECS if s.kind == spec.kind]
+
+
+@pytest.mark.parametrize("key", [s.key for s in SPECS if s.part.is_file()])
+def test_the_preset_part_says_what_the_spec_says(key):
+    spec = backbone_spec(key)
+    assert part_disagreements(spec, yaml.safe_load(spec.part.read_text())) == []
+
+
+def test_a_part_that_drifts_from_its_spec_is_named():
+    spec = backbone_spec("sd35m")
+    part = yaml.safe_load(spec.part.read_text())
+    part["quant"]["min_width"] = 2432
+    del part["train"]["micro_batch"]
+    assert part_disagreements(spec, part) == [
+        "quant.min_width: sd35m.yaml says 2432, the spec says 1536",
+        "train.micro_batch: sd35m.yaml says '<missing>', the spec says 8",
+    ]
+
+
+def test_the_embedded_min_width_is_the_embedded_model_width():
+    from solrl_core.backbones.specs import embedded
+    from solrl_core.embedded.model import WIDTH
+
+    assert embedded.WIDTH == WIDTH == backbone_spec("embedded").defaults.quant_min_width

@@ -1,0 +1,133 @@
+"""Plug-ins: `model.kind: package.module:Class` names a backbone adapter, and a reward name `package.module:Class`
+a reward, that live outside solrl (here: a package written into tmp_path and put on the path)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import numpy as np
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from conftest import TINY, solrl, tracking_set
+from solrl_core.backbones.embedded import EmbeddedBackbone
+from solrl_core.backbones.registry import adapter_class, load_backbone
+from solrl_core.config import validate_config
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.rewards import parse_reward_models, preflight_rewards, score_images
+from solrl_core.rewards.registry import reward_batch_size
+
+ADAPTER = '''
+import dataclasses
+
+from solrl_core.backbones.embedded import EmbeddedBackbone
+
+
+class MyBackbone(EmbeddedBackbone):
+    """The embedded model with LoRA on the query and value projections only."""
+
+    name = "mybackbone"
+    defaults = dataclasses.replace(EmbeddedBackbone.defaults, lora_targets=["to_q", "to_v"])
+
+
+class NotABackbone:
+    pass
+'''
+
+REWARD = '''
+import numpy as np
+
+from solrl_core.rewards.base import Reward
+
+
+class Brightness(Reward):
+    """Mean pixel value in [0, 1]."""
+
+    name = "brightness"
+    default_batch_size = 3
+
+    def score_batch(self, images, prompts):
+        return images.reshape(len(images), -1).mean(axis=1) / 255.0
+'''
+
+
+def write_package(root, name: str) -> str:
+    package = root / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "adapter.py").write_text(textwrap.dedent(ADAPTER))
+    (package / "reward.py").write_text(textwrap.dedent(REWARD))
+    return name
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch, request):
+    name = write_package(tmp_path / "plugins", f"plug_{request.node.name.split('[')[0][5:25]}")
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    return name
+
+
+def test_a_backbone_plug_in_is_resolved_and_loaded(package):
+    kind = f"{package}.adapter:MyBackbone"
+    cfg = validate_config({"model": {"kind": kind}})
+    cls = adapter_class(cfg.model.kind)
+    assert cls.__name__ == "MyBackbone" and issubclass(cls, EmbeddedBackbone)
+    backbone = load_backbone(cfg.model)
+    assert isinstance(backbone, cls) and backbone.defaults.lora_targets == ["to_q", "to_v"]
+
+
+def test_a_bad_backbone_plug_in_is_one_config_error_line(package):
+    cases = {
+        "nowhere_pkg.adapter:MyBackbone": "model.kind 'nowhere_pkg.adapter:MyBackbone': cannot import module "
+        "'nowhere_pkg.adapter' (No module named 'nowhere_pkg')",
+        f"{package}.adapter:Missing": f"model.kind '{package}.adapter:Missing': module '{package}.adapter' has no "
+        "'Missing'",
+        f"{package}.adapter:NotABackbone": f"model.kind '{package}.adapter:NotABackbone' is not a "
+        "solrl_core.backbones.base.Backbone subclass",
+        f"{package}.adapter:": f"model.kind '{package}.adapter:': write a plug-in as package.module:Class",
+    }
+    for kind, message in cases.items():
+        with pytest.raises(ConfigError) as info:
+            validate_config({"model": {"kind": kind}})
+        assert str(info.value) == f"config: {message}"
+
+
+def test_a_reward_plug_in_scores_wherever_a_reward_name_does(package):
+    name = f"{package}.reward:Brightness"
+    images = np.stack([np.full((8, 8, 3), v, np.uint8) for v in (0, 51, 255, 102)])
+    prompts = ["a", "b", "c", "d"]
+    total, per = score_images(images, prompts, {name: 2.0, "jpeg": 0.0})
+    assert per[name] == pytest.approx([0.0, 0.2, 1.0, 0.4])
+    assert total == pytest.approx(2 * per[name])
+    preflight_rewards({name: 1.0})
+    specs = parse_reward_models({name: {"batch_size": 2}})
+    assert reward_batch_size(name, specs) == 2 and reward_batch_size(name, {}) == 3
+    with pytest.raises(SolrlError, match=r"reward_models.*: key 'path' does not apply"):
+        parse_reward_models({name: {"path": "x"}})
+
+
+def test_a_bad_reward_plug_in_is_one_error_line(package):
+    images, prompts = np.zeros((1, 8, 8, 3), np.uint8), ["a"]
+    with pytest.raises(SolrlError) as info:
+        score_images(images, prompts, {f"{package}.adapter:MyBackbone": 1.0})
+    assert str(info.value) == (f"reward '{package}.adapter:MyBackbone' is not a solrl_core.rewards.base.Reward "
+                               "subclass")
+    with pytest.raises(SolrlError, match=r"^reward_models: reward 'nowhere_pkg.r:R': cannot import module"):
+        parse_reward_models({"nowhere_pkg.r:R": None})
+
+
+def test_one_iteration_of_the_tiny_config_trains_through_a_plug_in_adapter(session_env, tmp_path):
+    package = write_package(tmp_path / "plugins", "solrl_test_plugin")
+    env = {**session_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "plugins"),
+                                                                        session_env.get("PYTHONPATH")]))}
+    kind, run_dir = f"{package}.adapter:MyBackbone", tmp_path / "run"
+    solrl(env, "train", str(TINY), "--iterations", "1", "--set", f"model.kind={kind}", "--run-dir", str(run_dir),
+          "--no-progress", *tracking_set(session_env))
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["kind"] == kind
+    saved = [load_file(p) for p in run_dir.rglob("adapters.safetensors")]
+    assert saved, "the update wrote no adapters"
+    for tensors in saved:  # the plug-in's LoRA targets, not the embedded backbone's
+        layers = {key.split(".lora_")[0].rsplit(".", 1)[-1] for key in tensors}
+        assert layers == {"to_q", "to_v"}
