@@ -40,7 +40,10 @@ SamplerName = Literal["euler", "dpmpp_2m"]
 
 
 class ModelConfig(_Strict):
-    kind: BackboneKind = Field("embedded", description="backbone adapter (solrl_core/backbones/registry.py)")
+    kind: BackboneKind = Field(
+        "embedded", description="backbone adapter: a registered kind (embedded, flux1, sd35, sana, ...: one spec each "
+        "in solrl_core/backbones/specs/) or `package.module:Class` naming a Backbone subclass of your own package "
+        "(docs/extending.md)")
     path: str | None = Field(
         None, description="local diffusers directory or hub id; null = the shipped embedded model (embedded only)"
     )
