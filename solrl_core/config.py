@@ -25,7 +25,6 @@ from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.families import Family, family_conflict
 from solrl_core.userfiles import read_text
 
-SelectMode = Literal["best_worst", "random", "top", "all", "extremes_random"]
 Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
 
 
@@ -142,12 +141,29 @@ class ExploreConfig(_Strict):
 
 
 class SelectConfig(_Strict):
-    mode: SelectMode = Field(
+    mode: str = Field(
         "best_worst", description="which K seeds per prompt train: best_worst = K/2 highest + K/2 lowest proxy reward "
         "(official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = "
-        "every seed (diffusionnft) (solrl_core/rl/selection.py)"
+        "every seed (diffusionnft); or package.module:Class, a SelectionRule of your own (solrl_core/rl/selection.py)"
     )
     k: int = Field(4, ge=1, description="K, seeds kept per prompt (official 24)")
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, mode: str) -> str:
+        from solrl_core.rl.selection import selection_rule
+
+        try:
+            selection_rule(mode)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return mode
+
+    def kept_per_prompt(self, seeds_per_prompt: int) -> int:
+        """Seeds trained on per prompt: K, or every explored seed for a rule that keeps them all."""
+        from solrl_core.rl.selection import selection_rule
+
+        return seeds_per_prompt if selection_rule(self.mode).every_seed else self.k
 
 
 class RegenerateConfig(_Strict):
@@ -358,12 +374,15 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _check_shapes(self) -> RunConfig:
-        if self.select.mode != "all" and self.select.k > self.explore.seeds_per_prompt:
+        from solrl_core.rl.selection import selection_rule
+
+        rule = selection_rule(self.select.mode)
+        if not rule.every_seed and self.select.k > self.explore.seeds_per_prompt:
             raise ValueError(
                 f"select.k ({self.select.k}) exceeds explore.seeds_per_prompt ({self.explore.seeds_per_prompt})"
             )
-        if self.select.mode == "best_worst" and self.select.k % 2:
-            raise ValueError(f"select.k must be even for best_worst, got {self.select.k}")
+        if rule.even_k and self.select.k % 2:
+            raise ValueError(f"select.k must be even for {rule.name}, got {self.select.k}")
         if not self.rewards:
             raise ValueError("rewards: name at least one reward")
         from solrl_core.errors import SolrlError

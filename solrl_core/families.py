@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, get_args
 
+from solrl_core.rl.selection import selection_rule
+
 if TYPE_CHECKING:
     from solrl_core.config import RunConfig
 
@@ -43,11 +45,12 @@ def family_conflict(cfg: RunConfig) -> str | None:
     if family == "sol_rl" and not regen.enabled:
         return (f"{head} regenerate.enabled is false, but sol_rl trains on the selected seeds regenerated at full "
                 "precision; set regenerate.enabled: true (or family: naive_quant / naive_scaling)")
-    if family == "diffusionnft" and cfg.select.mode != "all":
+    every_seed = selection_rule(cfg.select.mode).every_seed
+    if family == "diffusionnft" and not every_seed:
         return (f"{head} select.mode is {cfg.select.mode}, but diffusionnft trains on every sampled seed; set "
                 "select.mode: all (or family: naive_scaling to train on K of N)")
-    if family != "diffusionnft" and cfg.select.mode == "all":
-        return (f"{head} select.mode is all, but {family} trains on K of the N explored seeds; set select.mode: "
+    if family != "diffusionnft" and every_seed:
+        return (f"{head} select.mode is {cfg.select.mode}, but {family} trains on K of the N explored seeds; set select.mode: "
                 "best_worst (or family: diffusionnft)")
     if family in ("diffusionnft", "naive_scaling") and not full:
         return (f"{head} explore.precision is {explore.precision}, but {family} samples at full precision; set "

@@ -89,3 +89,45 @@ def test_errors():
     bad[3] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         select_candidates(bad, prompts, 2, "top")
+
+
+def test_a_rule_of_your_own_package_is_a_select_mode(tmp_path, monkeypatch):
+    from solrl_core.config import RunConfig
+    from solrl_core.errors import ConfigError
+    from solrl_core.rl.selection import selection_rule
+
+    (tmp_path / "myrules.py").write_text(
+        "from solrl_core.rl.selection import SelectionRule\n\n"
+        "class Worst(SelectionRule):\n"
+        "    name, summary = 'worst', 'the K worst'\n\n"
+        "    @staticmethod\n"
+        "    def pick(order, members, k, generator):\n"
+        "        return [order[len(order) - k:]]\n\n"
+        "class Greedy(SelectionRule):\n"
+        "    name, summary = 'greedy', 'one too many'\n\n"
+        "    @staticmethod\n"
+        "    def pick(order, members, k, generator):\n"
+        "        return [order[: k + 1]]\n\n"
+        "class NotARule:\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rewards, prompts = _data()
+    chosen = select_candidates(rewards, prompts, 3, "myrules:Worst")
+    for p in np.unique(prompts):
+        expected = _reference_order(rewards, prompts, p)[-3:]
+        assert sorted(c for c in chosen.tolist() if prompts[c] == p) == sorted(expected)
+    assert RunConfig.model_validate({"select": {"mode": "myrules:Worst", "k": 3}}).select.kept_per_prompt(8) == 3
+    with pytest.raises(ValueError, match="picked 4 candidates of prompt 3, not 3"):
+        select_candidates(rewards, prompts, 3, "myrules:Greedy")
+    with pytest.raises(ConfigError, match="select.mode 'myrules:NotARule' is not a .*SelectionRule subclass"):
+        selection_rule("myrules:NotARule")
+    with pytest.raises(ValueError, match="select.mode 'nomodule:Rule': cannot import module 'nomodule'"):
+        RunConfig.model_validate({"select": {"mode": "nomodule:Rule"}})
+
+
+def test_every_seed_rules_train_on_all_explored_seeds():
+    from solrl_core.config import RunConfig
+
+    cfg = RunConfig.model_validate({"family": "diffusionnft", "select": {"mode": "all", "k": 2},
+                                    "explore": {"precision": "fp32"}, "regenerate": {"enabled": False}})
+    assert cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt) == cfg.explore.seeds_per_prompt

@@ -103,7 +103,7 @@ def shapes_from_config(cfg) -> Shapes:
     regen = bool(cfg.regenerate.enabled)
     sampling_steps = cfg.regenerate.steps if regen else cfg.explore.steps
     seeds = cfg.explore.seeds_per_prompt
-    k = seeds if cfg.select.mode == "all" else cfg.select.k
+    k = cfg.select.kept_per_prompt(seeds)
     return Shapes(
         family=cfg.family,
         prompts=cfg.prompts.per_iteration,

@@ -127,7 +127,7 @@ def run_audit(ctx: StageContext) -> dict:
     selected = None
     if ctx.run.is_complete(ctx.iteration, "select"):
         selected = read_table(ctx.artifact("select", "selection.zarr"), ["candidate_index"])[0]["candidate_index"]
-    k = cfg.explore.seeds_per_prompt if cfg.select.mode == "all" else cfg.select.k
+    k = cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt)
     with ctx.run.stage_output(ctx.iteration, AUDIT, resume_partial=True) as out:
         start = time.perf_counter()
         sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)[1]
