@@ -8,6 +8,7 @@ eval config — sees the same inputs. Artifact: `<run>/eval/step_NNNN/` with `po
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,7 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     done = run.evaluation(step)
     if done is not None and eval_stale_cause(run, step, done) is None:
         return done
+    started = time.perf_counter()
     ctx = StageContext(run, cfg, step, progress)
     ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
     verify_checkpoint(run, step - 1)
@@ -149,6 +151,7 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     save_image(Image.fromarray(grid), partial / "samples.png")
     summary = {"step": step, "metrics": metrics, "ema": ema_used, "samples": int(len(images)),
                "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
-               "shards": sample_shards, "score_shards": score_shards, **lineage(inputs=inputs)}
+               "shards": sample_shards, "score_shards": score_shards, "seconds": round(time.perf_counter() - started, 3),
+               **lineage(inputs=inputs)}
     write_json_atomic(partial / "metrics.json", {**summary, FILES_KEY: inventory(partial)})
     return run.commit_evaluation(step)

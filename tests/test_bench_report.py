@@ -237,3 +237,21 @@ def test_audit_due():
     cfg = load_config(FAMILIES / "sol_rl.yaml", ["audit.every=3"])
     assert [i for i in range(9) if audit_due(cfg, i)] == [2, 5, 8]
     assert not any(audit_due(load_config(FAMILIES / "sol_rl.yaml"), i) for i in range(9))
+
+
+def test_orchestration_overhead_is_the_wall_time_no_stage_evaluation_or_audit_took():
+    from solrl_core.bench.report import RunHistory, _orchestration_overhead, overhead_summary
+
+    hist = RunHistory("x", 0, Path("."), None)
+    # updates complete at t = 100, 120, 150; stages take 15 and 20 s; step 1's evaluation 3 s; iteration 2's audit 4 s
+    for i, (done, stages) in enumerate([(100.0, 30.0), (120.0, 15.0), (150.0, 20.0)]):
+        hist.iterations.append({"iteration": i, "completed_at": done, "cpu_seconds": stages})
+    hist.eval_seconds = {0: 50.0, 1: 3.0}
+    hist.audits = {2: {"seconds": 4.0}}
+    _orchestration_overhead(hist)
+    assert "overhead_seconds" not in hist.iterations[0]  # no start mark for the first iteration
+    assert hist.iterations[1]["overhead_seconds"] == pytest.approx(20 - 15 - 3)
+    assert hist.iterations[2]["overhead_seconds"] == pytest.approx(30 - 20 - 4)
+    summary = overhead_summary([hist])
+    assert summary["iterations"] == 2 and summary["seconds"] == pytest.approx(4.0)
+    assert summary["fraction"] == pytest.approx(8 / 50)

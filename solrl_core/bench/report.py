@@ -118,6 +118,7 @@ class RunHistory:
     evals: dict[int, float] = field(default_factory=dict)  # step -> eval reward
     eval_metrics: dict[int, dict] = field(default_factory=dict)  # step -> every eval metric
     audits: dict[int, dict] = field(default_factory=dict)  # iteration -> audit summary
+    eval_seconds: dict[int, float] = field(default_factory=dict)  # step -> wall seconds of that evaluation
     mlflow_run_id: str | None = None
 
 
@@ -137,6 +138,7 @@ def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
         final = summaries["score_final"]
         hist.iterations.append({
             "iteration": i,
+            "completed_at": float(run.manifest(i, "update").get("completed_at", math.nan)),
             "seconds": {s: float(summaries[s].get("seconds", 0.0)) for s in STAGES},
             "cpu_seconds": float(sum(summaries[s].get("seconds", 0.0) for s in STAGES)),
             "explore_precision": str(explore.get("precision", cfg.explore.precision)),
@@ -152,10 +154,35 @@ def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
         if step <= len(hist.iterations):
             hist.evals[step] = float(data["metrics"][EVAL_KEY])
             hist.eval_metrics[step] = {k: float(v) for k, v in data["metrics"].items()}
+            hist.eval_seconds[step] = float(data.get("seconds", math.nan))
+    _orchestration_overhead(hist)
     info = run.run_info()
     if info is not None:
         hist.mlflow_run_id = info.get("mlflow_run_id")
     return hist
+
+
+def _orchestration_overhead(hist: RunHistory) -> None:
+    """Per iteration i >= 1, the seconds between iteration i-1's update and iteration i's (`wall_seconds`) that went
+    to neither a stage (the seven stages' own seconds), nor the evaluation of step i, nor iteration i's audit: the
+    orchestration's share (Prefect, MLflow logging, persistence, integrity checks, grids) as `overhead_seconds`.
+    Iteration 0 has no start mark (it also pays the run's setup) and stays out."""
+    for prev, it in zip(hist.iterations, hist.iterations[1:]):
+        wall = it["completed_at"] - prev["completed_at"]
+        inside = it["cpu_seconds"] + hist.eval_seconds.get(it["iteration"], 0.0)
+        inside += float(hist.audits.get(it["iteration"], {}).get("seconds", 0.0))
+        it["wall_seconds"], it["overhead_seconds"] = wall, wall - inside
+
+
+def overhead_summary(histories: list[RunHistory]) -> dict[str, float]:
+    """Orchestration overhead over every measured iteration of `histories`: mean seconds per iteration and its share
+    of the iterations' wall time (`fraction`), and how many iterations were measured."""
+    its = [it for h in histories for it in h.iterations if np.isfinite(it.get("overhead_seconds", math.nan))]
+    if not its:
+        return {"seconds": math.nan, "fraction": math.nan, "iterations": 0}
+    wall = sum(it["wall_seconds"] for it in its)
+    over = sum(it["overhead_seconds"] for it in its)
+    return {"seconds": over / len(its), "fraction": over / wall if wall > 0 else math.nan, "iterations": len(its)}
 
 
 def cumulative_costs(hist: RunHistory, pricer: Callable, store: bool = True) -> dict[str, list[float]]:
@@ -321,7 +348,7 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
             "initial_reward": curves[fam]["reward"][0] if c["steps"] and c["steps"][0] == 0 else None,
             "shapes": {
                 "prompts": cfg.prompts.per_iteration, "seeds_per_prompt": cfg.explore.seeds_per_prompt,
-                "k": cfg.explore.seeds_per_prompt if cfg.select.mode == "all" else cfg.select.k,
+                "k": cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt),
                 "select": cfg.select.mode, "explore_precision": sorted({it["explore_precision"] for it in its}),
                 "explore_steps": sorted({it["explore_steps"] for it in its}) or [cfg.explore.steps],
                 "regenerate": bool(cfg.regenerate.enabled), "regenerate_steps": cfg.regenerate.steps,
@@ -335,6 +362,7 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
                 for k in ("explore", "regenerate", "update", "iteration")
             } if its else {},
             "curve": c,
+            "orchestration_overhead": overhead_summary(hs),
         }
     baseline = bench.baseline
     references = [r for r in dict.fromkeys([baseline, *bench.ratio_to]) if r in groups]
@@ -620,7 +648,16 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None = N
         L.append(f"| {fam} | {_f(c.get('explore'), 1)} | {_f(c.get('regenerate'), 1)} | {_f(c.get('update'), 1)} | "
                  f"{_f(c.get('iteration'), 1)} | {_g(g.get('explore'))} | {_g(g.get('regenerate'))} | "
                  f"{_g(g.get('update'))} | {_g(g.get('iteration'))} |")
-    L += ["", f"![cost per iteration]({plots['cost_per_iteration.png']})", ""]
+    L += ["", f"![cost per iteration]({plots['cost_per_iteration.png']})", "",
+          "Orchestration overhead: the wall time between two iterations' updates that went to no stage, evaluation "
+          "or audit (Prefect, MLflow logging, persistence, integrity checks, grids), from iteration 1 on:", "",
+          "| family | seconds per iteration | share of the iteration's wall time | iterations measured |",
+          "|---|---:|---:|---:|"]
+    for fam, d in fams.items():
+        o = d.get("orchestration_overhead", {})
+        L.append(f"| {fam} | {_f(o.get('seconds'), 2)} | {_f(100 * o.get('fraction', math.nan), 1)}% | "
+                 f"{o.get('iterations', 0)} |")
+    L.append("")
     if report.get("alternative_costs"):
         L += ["### The modeled axis priced on other backbones", "",
               "The same finished iterations (shapes, explore precision and steps) priced by other models: GPU-seconds "
