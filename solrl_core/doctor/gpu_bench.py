@@ -173,6 +173,9 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         except SolrlError as exc:
             throughput[name] = {"skipped": str(exc)}
             continue
+        cuda = torch.device(device).type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
         explore = copy.deepcopy(base)
         quant = apply_backend(explore, choice, spec.skip_names, min_width)
         replaced = [r.name for r in quant.layers if r.replaced]
@@ -184,6 +187,8 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
                "tflops_forward": flops / seconds / 1e12, "low_precision_flops": low,
                "replaced_layers": len(replaced)}
         row["tflops"] = _share_rate(flops, low, seconds, throughput.get("bf16"))
+        # W0 + this precision's copy + one sample's forward: the transformer part of an explore process
+        row["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
         throughput[name] = row
         del explore
     errors = {}
@@ -194,6 +199,11 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         if name != "bf16" and "bf16" in outputs:
             errors[f"{name}_vs_bf16"] = _rel(outputs[name], outputs["bf16"])
 
+    estimate = None
+    if torch.device(device).type == "cuda" and n == full and not config_overrides:
+        from solrl_core.planner.memory import memory_estimate
+
+        estimate = 2 * memory_estimate(m.key).gib["weights"]  # the planner's W0 + bf16 copy, GiB
     cap = device_capability(device)
     name = torch.cuda.get_device_name(torch.device(device)) if cap is not None else "cpu"
     return {
@@ -203,10 +213,14 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
                    "torch": torch.__version__},
         "model": {"key": m.key, "title": spec.title, "blocks": n, "blocks_total": full, "whole": n == full, "cut_by": cut,
                   "image_tokens": image_tokens, "text_tokens": text_tokens, "dtype": str(dtype).split(".")[-1],
-                  "flops_per_forward": flops},
+                  "flops_per_forward": flops, "planner_weights_and_copy_gib": estimate},
         "throughput": throughput,
         "rel_error": errors,
     }
+
+
+def _gib(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
 
 
 def format_markdown(report: dict) -> str:
@@ -219,15 +233,18 @@ def format_markdown(report: dict) -> str:
            f"{d['planner_gpu'] or 'unknown (pass --planner-gpu)'}.", "",
            "TFLOP/s of the forward, and of the replaced layers' share solved against the bf16 rate (what the "
            "planner's calibration reads).", "",
-           "| precision | implementation | ms / forward | TFLOP/s forward | TFLOP/s share | layers replaced |",
-           "|---|---|---:|---:|---:|---:|"]
+           "Peak GiB: torch.cuda.max_memory_allocated over W0, the copy and one sample's forward; the planner "
+           f"(planner.memory) puts W0 + a bf16 copy at {_gib(m['planner_weights_and_copy_gib'])} GiB.", "",
+           "| precision | implementation | ms / forward | TFLOP/s forward | TFLOP/s share | layers replaced | peak GiB |",
+           "|---|---|---:|---:|---:|---:|---:|"]
     for name, row in report["throughput"].items():
         if "skipped" in row:
-            out.append(f"| {name} | not run: {row['skipped']} | | | | |")
+            out.append(f"| {name} | not run: {row['skipped']} | | | | | |")
         else:
             share = "–" if row["tflops"] is None else f"{row['tflops']:.3g}"
             out.append(f"| {name} | {row['impl']} | {1e3 * row['seconds_per_forward']:.2f} | "
-                       f"{row['tflops_forward']:.3g} | {share} | {row['replaced_layers']} |")
+                       f"{row['tflops_forward']:.3g} | {share} | {row['replaced_layers']} | "
+                       f"{_gib(row['peak_gib'])} |")
     out += ["", "Relative output error (‖a − b‖ / ‖b‖, same inputs and weights):", ""]
     out += [f"- {k.replace('_vs_', ' vs ')}: {v:.4g}" for k, v in report["rel_error"].items()] or ["- none measured"]
     return "\n".join(out) + "\n"
