@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from flows.commands import config as config_command
+from flows.commands import doctor
 from flows.preflight import check_services
 from flows.prefect_server import client_env, prefect_api
 from flows.signals import interrupted_exit_code, stop_on_sigterm
@@ -319,10 +320,14 @@ def cmd_make_tiny(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from solrl_core.planner.calibration import load_calibration
+
+    cal = load_calibration(args.calibration) if args.calibration else None
     if args.paper:
         from solrl_core.planner.compare import compare, format_markdown
 
-        print(format_markdown(compare(args.gpu or "b200", args.gpus, args.utilisation), "solrl plan --paper"))
+        print(format_markdown(compare(args.gpu or "b200", args.gpus, args.utilisation, calibration=cal),
+                              "solrl plan --paper"))
         return 0
     if not args.target or not args.gpu:
         raise SolrlError("solrl plan needs CONFIG or MODEL and --gpu NAME (e.g. solrl plan configs/demo.yaml --gpu "
@@ -336,13 +341,14 @@ def cmd_plan(args) -> int:
         if args.family and args.family not in FAMILIES:
             raise SolrlError(f"unknown family '{args.family}'; known: {', '.join(FAMILIES)}")
         result = plan_config(load_config(args.target, args.set or []), args.gpu, gpus=args.gpus,
-                             utilisation=args.utilisation, model=args.model)
+                             utilisation=args.utilisation, model=args.model, calibration=cal)
         if args.family:
             result["families"] = {args.family: result["families"][args.family]}
     else:
         if args.model:
             raise SolrlError("--model prices a CONFIG's shapes on another backbone; with a model name, drop it")
-        result = plan(args.target, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation)
+        result = plan(args.target, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation,
+                      calibration=cal)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
     return 0
 
@@ -526,8 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=8, help="GPUs per iteration (default 8, as the paper)")
     p.add_argument("--utilisation", type=float, default=None, help="fraction of peak throughput (default 0.4)")
     p.add_argument("--paper", action="store_true", help="the paper's three models against its reported times")
+    p.add_argument("--calibration", metavar="REPORT_JSON",
+                   help="price with the throughput `solrl doctor --gpu-bench` measured (its report.json)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_plan)
+
+    doctor.register(sub)
 
     p = sub.add_parser("bench", help="train the four families side by side and write a comparison report",
                        description="Train every family config of a bench config (diffusionnft, naive_scaling, "

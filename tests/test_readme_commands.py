@@ -57,6 +57,8 @@ BACKBONES = "tests/test_backbone_pipelines.py::test_one_sol_rl_iteration_of_the_
 REWARDS_CHECK = "tests/test_cli_rewards.py::test_rewards_check_scores_each_tiny_checkpoint"
 FAULTS = "tests/test_faults.py::test_fault_ends_in_one_line_and_the_run_resumes_identical"
 MLFLOW_UI = "tests/test_mlflow_pools.py::test_inspect_prints_the_mlflow_link_of_the_pool"
+DOCTOR = "tests/test_doctor.py::test_solrl_doctor_json"
+DOCTOR_BENCH = "tests/test_doctor.py::test_bench_on_cpu_at_tiny_size_writes_a_report_the_planner_reads"  # CPU, tiny
 PAPER = "tests/test_planner.py::test_compare_rows_and_doc_table"  # the same table, in-process (2+ min as a CLI)
 CI = ".ci/run"  # `make test` is what CI runs
 CONFIG_EXPLAIN = "tests/test_config_explain.py::test_solrl_config_explain_and_its_error"  # in process, as make-tiny
@@ -71,6 +73,7 @@ SOLRL_SUBCOMMANDS = {
     "train": PIPELINE, "deploy": DEPLOY, "stage": HERE, "status": HERE, "inspect": HERE, "eval": HERE,
     "plan": HERE, "rewards": HERE, "bench": BENCH, "pretrain": PRETRAIN, "update-node": NODES, "make-tiny": HERE,
     "config": CONFIG_EXPLAIN,
+    "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
 }
 SOLRL_CONCRETE = {
     "solrl config --explain train.optimizer": CONFIG_EXPLAIN,
@@ -110,6 +113,7 @@ PYTHON_MODULES = {
     "solrl_core.presets": PRESETS, "solrl_core.quant.coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
     "flows.servers": MAKE_SERVER, "flows.devices_bench": CHECKED,  # its options and files (minutes to run)
     "solrl_core.config_explain": CONFIG_DOC,
+    "solrl_core.doctor": DOCTOR_BENCH,
     "flows.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
 }
 

@@ -68,8 +68,9 @@ def _stage_ratios(paper: dict, planned: dict, alt: dict) -> dict[str, dict[str, 
 
 
 def compare(gpu: str = PAPER_GPU, gpus: int = 8, utilisation: float | None = None,
-            config_directory=None) -> dict:
-    """Predictions beside the paper: per-number rows, speed-ups, the SD3.5-L stage split and a coverage check."""
+            config_directory=None, calibration=None) -> dict:
+    """Predictions beside the paper: per-number rows, speed-ups, the SD3.5-L stage split and a coverage check.
+    With a ``calibration`` (``planner.calibration``), also ``calibrated``: the same rows priced with it."""
     u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
     rows, speedups, plans = [], [], {}
     for model, numbers in PAPER.items():
@@ -105,7 +106,8 @@ def compare(gpu: str = PAPER_GPU, gpus: int = 8, utilisation: float | None = Non
         "ratios": _stage_ratios(PAPER_SD35_STAGES, sd, alt),
     }
     errors = [abs(r["error"]) for r in rows]
-    return {
+    extra = {} if calibration is None else {"calibrated": _calibrated_rows(gpu, gpus, config_directory, calibration)}
+    return {**extra,
         "gpu": get_gpu(gpu).title, "gpu_key": get_gpu(gpu).key, "gpus": gpus, "utilisation": u,
         "utilisation_source": "stated default" if utilisation is None else "given",
         "rows": rows, "speedups": speedups, "sd35_stages": stages, "coverage_check": coverage,
@@ -114,6 +116,40 @@ def compare(gpu: str = PAPER_GPU, gpus: int = 8, utilisation: float | None = Non
         "mean_abs_error": sum(errors) / len(errors), "max_abs_error": max(errors),
         "within_target": sum(e <= TARGET for e in errors), "n": len(errors),
     }
+
+
+def _calibrated_rows(gpu: str, gpus: int, config_directory, calibration) -> dict:
+    """The paper rows priced with a measured calibration, and their error summary."""
+    rows = []
+    for model, numbers in PAPER.items():
+        p = plan(model, gpu, gpus=gpus, config_directory=config_directory, calibration=calibration)
+        for measure, (naive, sol) in numbers.items():
+            for family, paper in (("naive_scaling", naive), ("sol_rl", sol)):
+                u = p["calibration"]["utilisation"]["bf16"]
+                rows.append(_row(model, measure, family, paper, p["families"][family]["seconds"][measure], u))
+    errors = [abs(r["error"]) for r in rows]
+    return {"calibration": calibration.to_dict(), "rows": rows, "mean_abs_error": sum(errors) / len(errors),
+            "max_abs_error": max(errors), "within_target": sum(e <= TARGET for e in errors), "n": len(errors)}
+
+
+def format_calibrated(result: dict) -> list[str]:
+    """Markdown lines: uncalibrated and calibrated errors side by side (empty without a calibration)."""
+    cal = result.get("calibrated")
+    if cal is None:
+        return []
+    us = ", ".join(f"{p} {u:.2f}" for p, u in cal["calibration"]["utilisation"].items())
+    out = ["", f"Calibrated with {cal['calibration']['source']} (measured on {cal['calibration']['gpu']}; "
+               f"utilisation {us}):", "",
+           "| model | measure | family | paper (s) | stated (s) | error | calibrated (s) | error |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r, c in zip(result["rows"], cal["rows"]):
+        out.append(f"| {TITLES[r['model']]} | {r['measure'].replace('iteration', 'end-to-end')} | "
+                   f"{FAMILY_LABEL[r['family']]} | {r['paper_s']:.0f} | {r['predicted_s']:.0f} | {_pct(r['error'])} | "
+                   f"{c['predicted_s']:.0f} | {_pct(c['error'])} |")
+    out += ["", f"Mean |error| stated {100 * result['mean_abs_error']:.0f}%, calibrated "
+                f"{100 * cal['mean_abs_error']:.0f}%; within 15%: {result['within_target']} vs "
+                f"{cal['within_target']} of {cal['n']}."]
+    return out
 
 
 def _pct(x: float) -> str:
@@ -203,6 +239,7 @@ def format_markdown(result: dict, command: str | None = None) -> str:
         out.append(
             f"| {label} | {rt['paper'][key]:.2f} | {rt['planner'][key]:.2f} | {rt['planner_attention_4bit'][key]:.2f} |"
         )
+    out += format_calibrated(result)
     return "\n".join(out)
 
 
@@ -214,12 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"sustained fraction of peak (default {DEFAULT_UTILISATION}, stated, not fitted)")
     parser.add_argument("--config-dir", default=None,
                         help="diffusers transformer configs (default: $SOLRL_MODEL_CONFIGS, else the package's)")
+    parser.add_argument("--calibration", metavar="REPORT_JSON",
+                        help="also price with the throughput measured by `solrl doctor --gpu-bench` (report.json)")
     parser.add_argument("--out", help="write the Markdown here instead of stdout")
     args = parser.parse_args(argv)
     from solrl_core.errors import SolrlError
+    from solrl_core.planner.calibration import load_calibration
 
     try:
-        result = compare(args.gpu, args.gpus, args.utilisation, args.config_dir)
+        cal = load_calibration(args.calibration) if args.calibration else None
+        result = compare(args.gpu, args.gpus, args.utilisation, args.config_dir, cal)
     except SolrlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

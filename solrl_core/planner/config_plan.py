@@ -20,6 +20,7 @@ from solrl_core.planner.model import (
     FAMILIES,
     Shapes,
     Throughput,
+    calibrated,
     iteration_cost,
     official_shapes,
     plan_result,
@@ -84,9 +85,11 @@ def embedded_forward(cfg) -> ForwardFlops:
     )
 
 
-def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None) -> dict:
+def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None,
+                calibration=None) -> dict:
     """The plan of a validated ``RunConfig`` on ``gpus`` × ``gpu``: the same keys as ``planner.model.plan`` plus
-    ``config`` and ``config_family``. SolrlError (one line) for an unknown GPU or model."""
+    ``config`` and ``config_family``. SolrlError (one line) for an unknown GPU or model. ``calibration``: as in
+    ``planner.model.plan``."""
     from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
     from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
 
@@ -104,10 +107,10 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
         fwd = forward_flops(m.key, **rule)
         per_image, title, note = decode_and_score_flops(m.key), m.spec.title, m.note
     u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
-    tp = Throughput(g, gpus, u)
+    tp = Throughput(g, gpus, u, calibration.per_precision() if calibration is not None else {})
     costs = {family: iteration_cost(fwd, shapes, tp, per_image["total"])
              for family, shapes in family_shapes(cfg).items()}
     result = plan_result(fwd.model, title, note, g, gpus, u, utilisation is not None, cfg.train.timestep_fraction,
                          fwd, per_image, costs, ("families other than the config's own: the config's prompts, N, K "
                                                  "and step counts (solrl_core/planner/config_plan.py)",))
-    return {"config": cfg.name, "config_family": cfg.family, **result}
+    return {"config": cfg.name, "config_family": cfg.family, **calibrated(result, calibration)}

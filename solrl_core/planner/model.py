@@ -30,7 +30,7 @@ modeled). The result says which precision was used.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from solrl_core.errors import SolrlError
 from solrl_core.families import FAMILIES
@@ -126,11 +126,13 @@ def resolve_precision(requested: str, gpu: GPU) -> str:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Sustained FLOP/s of the whole job per precision: peak × utilisation × GPUs."""
+    """Sustained FLOP/s of the whole job per precision: peak × utilisation × GPUs. ``per_precision`` (a
+    calibration, ``planner.calibration``) replaces the utilisation of the precisions it names."""
 
     gpu: GPU
     gpus: int
     utilisation: float
+    per_precision: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.gpus < 1:
@@ -142,7 +144,7 @@ class Throughput:
         peak = self.gpu.tflops(precision)
         if peak is None:
             raise SolrlError(f"{self.gpu.title} has no native {precision}")
-        return peak * 1e12 * self.utilisation * self.gpus
+        return peak * 1e12 * self.per_precision.get(precision, self.utilisation) * self.gpus
 
 
 def forward_seconds(fwd: ForwardFlops, precision: str, tp: Throughput) -> float:
@@ -195,9 +197,11 @@ def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_
 
 def family_costs(fwd: ForwardFlops, timestep_fraction: float, gpu: GPU, gpus: int = 8,
                  utilisation: float | None = None, per_image_flops: float = 0.0,
-                 families: tuple[str, ...] = FAMILIES, **shape_overrides) -> dict[str, dict]:
-    """``iteration_cost`` of each family at its official shapes (``shape_overrides`` replace Shapes fields)."""
-    tp = Throughput(gpu, gpus, DEFAULT_UTILISATION if utilisation is None else utilisation)
+                 families: tuple[str, ...] = FAMILIES, per_precision: dict[str, float] | None = None,
+                 **shape_overrides) -> dict[str, dict]:
+    """``iteration_cost`` of each family at its official shapes (``shape_overrides`` replace Shapes fields;
+    ``per_precision``: calibrated utilisations, see ``Throughput``)."""
+    tp = Throughput(gpu, gpus, DEFAULT_UTILISATION if utilisation is None else utilisation, per_precision or {})
     out = {}
     for family in families:
         shapes = official_shapes(family, timestep_fraction)
@@ -226,11 +230,12 @@ ASSUMPTIONS = (
 
 
 def plan(model: str, gpu: str, family: str | None = None, gpus: int = 8, utilisation: float | None = None,
-         *, config_directory=None) -> dict:
+         *, config_directory=None, calibration=None) -> dict:
     """Predicted seconds per stage and per iteration of ``family`` (all four if None) for ``model`` ("flux1",
     "sd35l", "sd35m", "sana", ...) on ``gpus`` × ``gpu`` at the official per-iteration shapes.
 
-    Unknown model, GPU or family → SolrlError with one line listing the known names.
+    Unknown model, GPU or family → SolrlError with one line listing the known names. ``calibration``: a
+    ``planner.calibration.Calibration`` (measured utilisation per precision, replacing ``utilisation``).
     """
     from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
     from solrl_core.planner.gpus import get_gpu
@@ -243,9 +248,21 @@ def plan(model: str, gpu: str, family: str | None = None, gpus: int = 8, utilisa
     per_image = decode_and_score_flops(m.key)
     u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
     families = FAMILIES if family is None else (family,)
-    costs = family_costs(fwd, m.timestep_fraction, g, gpus, u, per_image["total"], families)
-    return plan_result(m.key, m.spec.title, m.note, g, gpus, u, utilisation is not None, m.timestep_fraction, fwd,
-                       per_image, costs)
+    per_precision = calibration.per_precision() if calibration is not None else None
+    costs = family_costs(fwd, m.timestep_fraction, g, gpus, u, per_image["total"], families, per_precision)
+    result = plan_result(m.key, m.spec.title, m.note, g, gpus, u, utilisation is not None, m.timestep_fraction, fwd,
+                         per_image, costs)
+    return calibrated(result, calibration)
+
+
+def calibrated(result: dict, calibration) -> dict:
+    """``result`` marked as priced with ``calibration`` (None: unchanged)."""
+    if calibration is None:
+        return result
+    from solrl_core.planner.calibration import assumption
+
+    return {**result, "utilisation_source": f"calibrated ({calibration.source})",
+            "calibration": calibration.to_dict(), "assumptions": [*result["assumptions"], assumption(calibration)]}
 
 
 def plan_result(model: str, title: str, note: str | None, g: GPU, gpus: int, u: float, given: bool,

@@ -1,0 +1,1 @@
+"""`solrl doctor`: what this machine can run (probe) and what it measures (GPU bench, report.json/md)."""

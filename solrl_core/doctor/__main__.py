@@ -1,0 +1,3 @@
+from solrl_core.doctor.cli import main
+
+raise SystemExit(main())

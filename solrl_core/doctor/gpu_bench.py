@@ -1,0 +1,267 @@
+"""``solrl doctor --gpu-bench``: measure a full-size backbone's transformer forward per explore precision.
+
+Random weights from the shipped diffusers config (``solrl_core/model_configs``; nothing is downloaded), the
+official skip names and min width of the planner's model (``planner.flops.get_model``), and each precision made
+through the project's own ``quant.backends.apply_backend`` — the call the explore copy goes through. Per precision:
+seconds per forward of one sample, FLOPs counted with ``planner.flops.count_flops`` on the same call, achieved
+TFLOP/s; and the relative output error of each native low-precision backend against its emulation (same inputs,
+same weights). Precisions this machine cannot run are recorded with the backend's own reason. When the whole model
+does not fit, the block count is halved until it does; the report says how many blocks ran.
+
+Writes ``report.json`` (read by ``solrl plan --calibration``: ``device.planner_gpu``, ``throughput[p].tflops``)
+and ``report.md``. Imports torch, diffusers and solrl_core only (no Prefect, no MLflow).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from solrl_core.errors import SolrlError
+
+PRECISIONS = ("bf16", "fp8", "nvfp4")
+EMULATION = {"fp8": "fp8_emulated", "nvfp4": "nvfp4_emulated"}
+BLOCK_KEYS = ("num_layers", "num_single_layers")  # diffusers' transformer block counts (FLUX has both)
+
+
+def planner_gpu_of(device_name: str) -> str | None:
+    """The ``planner.gpus`` key whose name appears in a CUDA device name ("NVIDIA H200" → "h200"), longest first."""
+    from solrl_core.planner.gpus import GPUS
+
+    name = device_name.lower().replace("-", " ")
+    for key in sorted(GPUS, key=len, reverse=True):
+        words = key.replace("rtx-", "rtx ").replace("-", " ")
+        if words in name:
+            return key
+    return None
+
+
+def _config(model: str, config_directory, overrides: dict | None) -> tuple[object, dict]:
+    from solrl_core.model_configs import config_dir
+    from solrl_core.planner.flops import get_model
+
+    m = get_model(model)
+    path = Path(config_dir(config_directory)) / m.spec.config_file
+    if not path.is_file():
+        raise SolrlError(f"model config not found: {path}")
+    return m, {**json.loads(path.read_text()), **(overrides or {})}
+
+
+def _blocks(config: dict) -> int:
+    return sum(int(config.get(k, 0)) for k in BLOCK_KEYS)
+
+
+def _with_blocks(config: dict, blocks: int) -> dict:
+    """``config`` with at most ``blocks`` transformer blocks, taken in proportion from each block list."""
+    total = _blocks(config)
+    if blocks >= total:
+        return config
+    out = dict(config)
+    left = blocks
+    for k in BLOCK_KEYS:
+        if k in config:
+            n = max(1, min(left, round(blocks * int(config[k]) / total)))
+            out[k], left = n, max(0, left - n)
+    return out
+
+
+def _build(config: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    import diffusers
+
+    cls = getattr(diffusers, config["_class_name"])
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = cls.from_config(config)
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+def _inputs(family: str, config: dict, image_tokens: int, text_tokens: int, device: str, dtype) -> dict:
+    """Real random inputs shaped like ``planner.flops.example_inputs``' (ids zero, timestep 0.5)."""
+    from solrl_core.planner.flops import example_inputs
+
+    g = torch.Generator(device="cpu").manual_seed(1)
+    out = {}
+    for k, v in example_inputs(family, config, image_tokens, text_tokens).items():
+        if k.endswith("_ids"):
+            out[k] = torch.zeros(v.shape, device=device, dtype=dtype)
+        elif k in ("timestep", "guidance"):
+            out[k] = torch.full(v.shape, 0.5, device=device, dtype=dtype)
+        else:
+            out[k] = torch.randn(v.shape, generator=g).to(device=device, dtype=dtype)
+    return out
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(call, device: str, repeats: int) -> float:
+    """Median seconds of ``call()`` after one warm-up."""
+    call()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    from solrl_core.quant.linear import _rel_error
+
+    return _rel_error(a.float(), b.float())
+
+
+def _share_rate(flops: float, low: float, seconds: float, bf16: dict | None) -> float | None:
+    """TFLOP/s of the replaced layers' share, solved from the planner's own split
+    (``planner.model.forward_seconds``: t = F_low / R(p) + (F − F_low) / R(bf16), R(bf16) measured); the whole
+    forward's rate for bf16 itself. None when the share's time is not resolvable (t at or below the bf16 rest)."""
+    if bf16 is None or low == flops:
+        return flops / seconds / 1e12
+    rest = (flops - low) / (bf16["tflops"] * 1e12)
+    return low / (seconds - rest) / 1e12 if seconds > rest and low > 0 else None
+
+
+def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = None, precisions=PRECISIONS,
+            repeats: int = 3, config_directory=None, config_overrides: dict | None = None,
+            image_tokens: int | None = None, text_tokens: int | None = None, min_width: int | None = None) -> dict:
+    """The bench's measurements as a dict (see the module docstring). ``blocks``: at most this many transformer
+    blocks (None: the whole model, halved on out-of-memory). The keyword overrides shrink the model and the sample
+    (tests run it on a CPU at tiny sizes); without them it is the full-size model at the official resolution."""
+    from solrl_core.planner.flops import count_flops
+    from solrl_core.quant.backends import apply_backend, device_capability, resolve_backend
+
+    m, config = _config(model, config_directory, config_overrides)
+    spec = m.spec
+    image_tokens = image_tokens or spec.image_tokens
+    text_tokens = text_tokens or spec.text_tokens
+    min_width = spec.min_width if min_width is None else min_width
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    full = _blocks(config)
+    n = min(blocks or full, full)
+    cut = "asked" if n < full else None
+    while True:
+        try:
+            cfg = _with_blocks(config, n)
+            base = _build(cfg, device, dtype)
+            inputs = _inputs(spec.family, cfg, image_tokens, text_tokens, device, dtype)
+            with torch.no_grad():
+                flops = count_flops(base, lambda: base(**inputs, return_dict=False)).total
+            break
+        except torch.cuda.OutOfMemoryError:
+            if n <= 1:
+                raise SolrlError(f"{spec.title}: one transformer block does not fit on {device}") from None
+            base = inputs = None
+            torch.cuda.empty_cache()
+            n, cut = n // 2, "memory"
+
+    outputs, throughput = {}, {}
+    wanted = list(precisions) + [EMULATION[p] for p in precisions if p in EMULATION]
+    if "bf16" not in wanted:
+        wanted.insert(0, "bf16")  # the other precisions' rates are solved against it
+    call = lambda mod: mod(**inputs, return_dict=False)  # noqa: E731
+    for name in wanted:
+        try:
+            choice = resolve_backend(name, device)
+        except SolrlError as exc:
+            throughput[name] = {"skipped": str(exc)}
+            continue
+        cuda = torch.device(device).type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        explore = copy.deepcopy(base)
+        quant = apply_backend(explore, choice, spec.skip_names, min_width)
+        replaced = [r.name for r in quant.layers if r.replaced]
+        with torch.no_grad():
+            outputs[name] = call(explore)[0].detach()
+            seconds = _time(lambda: call(explore), device, repeats)
+            low = count_flops(base, lambda: call(base), replaced).low_precision if name != "bf16" else flops
+        row = {"impl": choice.impl, "reason": choice.reason, "seconds_per_forward": seconds,
+               "tflops_forward": flops / seconds / 1e12, "low_precision_flops": low,
+               "replaced_layers": len(replaced)}
+        row["tflops"] = _share_rate(flops, low, seconds, throughput.get("bf16"))
+        # W0 + this precision's copy + one sample's forward: the transformer part of an explore process
+        row["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+        throughput[name] = row
+        del explore
+    errors = {}
+    for native, emulated in EMULATION.items():
+        if native in outputs and emulated in outputs:
+            errors[f"{native}_vs_{emulated}"] = _rel(outputs[native], outputs[emulated])
+    for name in outputs:
+        if name != "bf16" and "bf16" in outputs:
+            errors[f"{name}_vs_bf16"] = _rel(outputs[name], outputs["bf16"])
+
+    estimate = None
+    if torch.device(device).type == "cuda" and n == full and not config_overrides:
+        from solrl_core.planner.memory import memory_estimate
+
+        estimate = 2 * memory_estimate(m.key).gib["weights"]  # the planner's W0 + bf16 copy, GiB
+    cap = device_capability(device)
+    name = torch.cuda.get_device_name(torch.device(device)) if cap is not None else "cpu"
+    return {
+        "solrl_doctor_report": 1,
+        "device": {"device": device, "name": name, "capability": list(cap) if cap else None,
+                   "planner_gpu": planner_gpu_of(name) if cap is not None else None,
+                   "torch": torch.__version__},
+        "model": {"key": m.key, "title": spec.title, "blocks": n, "blocks_total": full, "whole": n == full, "cut_by": cut,
+                  "image_tokens": image_tokens, "text_tokens": text_tokens, "dtype": str(dtype).split(".")[-1],
+                  "flops_per_forward": flops, "planner_weights_and_copy_gib": estimate},
+        "throughput": throughput,
+        "rel_error": errors,
+    }
+
+
+def _gib(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def format_markdown(report: dict) -> str:
+    d, m = report["device"], report["model"]
+    cap = f" sm_{d['capability'][0]}{d['capability'][1]}" if d["capability"] else ""
+    blocks = "whole model" if m["whole"] else f"{m['blocks']} of {m['blocks_total']} blocks ({m['cut_by']})"
+    out = [f"# solrl doctor --gpu-bench: {m['title']} on {d['name']}{cap}", "",
+           f"Random weights, {blocks}, one sample of {m['image_tokens']} image + {m['text_tokens']} text tokens, "
+           f"{m['dtype']}; {m['flops_per_forward']:.4g} FLOP per forward. Planner GPU: "
+           f"{d['planner_gpu'] or 'unknown (pass --planner-gpu)'}.", "",
+           "TFLOP/s of the forward, and of the replaced layers' share solved against the bf16 rate (what the "
+           "planner's calibration reads).", "",
+           "Peak GiB: torch.cuda.max_memory_allocated over W0, the copy and one sample's forward; the planner "
+           f"(planner.memory) puts W0 + a bf16 copy at {_gib(m['planner_weights_and_copy_gib'])} GiB.", "",
+           "| precision | implementation | ms / forward | TFLOP/s forward | TFLOP/s share | layers replaced | peak GiB |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for name, row in report["throughput"].items():
+        if "skipped" in row:
+            out.append(f"| {name} | not run: {row['skipped']} | | | | | |")
+        else:
+            share = "–" if row["tflops"] is None else f"{row['tflops']:.3g}"
+            out.append(f"| {name} | {row['impl']} | {1e3 * row['seconds_per_forward']:.2f} | "
+                       f"{row['tflops_forward']:.3g} | {share} | {row['replaced_layers']} | "
+                       f"{_gib(row['peak_gib'])} |")
+    out += ["", "Relative output error (‖a − b‖ / ‖b‖, same inputs and weights):", ""]
+    out += [f"- {k.replace('_vs_', ' vs ')}: {v:.4g}" for k, v in report["rel_error"].items()] or ["- none measured"]
+    return "\n".join(out) + "\n"
+
+
+def run_bench(out: str | Path, model: str = "flux1", device: str = "cuda", planner_gpu: str | None = None,
+              **kwargs) -> dict:
+    """Measure (``measure``) and write ``out``/report.json and report.md; one-line SolrlError without CUDA."""
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise SolrlError("solrl doctor --gpu-bench needs a CUDA GPU and this machine has none (run `solrl doctor`)")
+    report = measure(model, device, **kwargs)
+    if planner_gpu:
+        from solrl_core.planner.gpus import get_gpu
+
+        report["device"]["planner_gpu"] = get_gpu(planner_gpu).key
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(format_markdown(report))
+    return report

@@ -1,0 +1,156 @@
+"""`solrl doctor`: its lines follow the backends' and placement's own rules on played machines; the GPU bench's
+logic on a CPU at tiny sizes (the GPU path itself needs CUDA)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import ROOT
+from solrl_core.doctor import gpu_bench, probe
+from solrl_core.errors import SolrlError
+from solrl_core.planner.calibration import load_calibration
+from solrl_core.planner.gpus import get_gpu
+from solrl_core.planner.model import Throughput, forward_seconds
+from solrl_core.quant import backends
+
+
+def _play(monkeypatch, capability, te_ok, te_why="", gpus=2, name="NVIDIA H100 80GB HBM3"):
+    """This process sees ``gpus`` CUDA devices of ``capability``, with or without a working TE."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda k=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda k: SimpleNamespace(total_memory=80 * 2**30))
+    monkeypatch.setattr(backends, "device_capability", lambda device="cpu": capability)
+    monkeypatch.setattr(backends, "te_support", lambda kind: (te_ok, te_why))
+    monkeypatch.setattr(backends, "scaled_mm_available", lambda: True)
+    monkeypatch.setattr(probe, "te_version", lambda: "2.9.0" if te_ok else None)
+
+
+def _by_key(rows):
+    return {c.key: c for c in rows}
+
+
+def test_hopper_without_te_runs_fp8_through_scaled_mm_on_every_gpu(monkeypatch):
+    _play(monkeypatch, (9, 0), False, "transformer-engine is not importable (ImportError: no module)")
+    rows = _by_key(probe.checks())
+    assert rows["cuda"].ok and "2 device(s)" in rows["cuda"].text and "sm_90" in rows["cuda"].text
+    assert rows["transformer_engine"].ok is False
+    assert rows["fp8"].ok and "torch._scaled_mm" in rows["fp8"].text
+    assert rows["nvfp4"].ok is False and "not Blackwell" in rows["nvfp4"].text
+    assert backends.resolve_backend("auto", "cuda:0").name == "fp8"
+    assert "auto on cuda:0: fp8" in rows["auto"].text
+    assert rows["devices"].text.endswith("cuda:0, cuda:1")
+
+
+def test_blackwell_with_te_picks_nvfp4(monkeypatch):
+    _play(monkeypatch, (10, 0), True, gpus=1, name="NVIDIA B200")
+    rows = _by_key(probe.checks())
+    assert rows["transformer_engine"].ok and "2.9.0" in rows["transformer_engine"].text
+    assert rows["nvfp4"].ok and "transformer_engine" in rows["nvfp4"].text
+    assert "auto on cuda:0: nvfp4" in rows["auto"].text
+    assert rows["devices"].text.endswith(": cuda:0")
+
+
+def test_cpu_machine_says_emulation_and_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rows = _by_key(probe.checks())
+    assert rows["cuda"].ok is False and rows["fp8"].ok is False and rows["nvfp4"].ok is False
+    assert "auto on cpu: nvfp4_emulated" in rows["auto"].text
+    assert rows["devices"].text.endswith(": cpu")
+
+
+def test_solrl_doctor_json(capsys):
+    from flows.cli import main
+
+    assert main(["doctor", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["key"] for c in out["checks"]] == ["cuda", "transformer_engine", "fp8", "nvfp4", "auto", "devices"]
+
+
+@pytest.mark.e2e
+def test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect(tmp_path):
+    code = ("import sys\nfrom solrl_core.doctor.cli import main\nrc = main(['--gpu-bench', '--out', sys.argv[1]])\n"
+            "assert not {'prefect', 'mlflow'} & set(sys.modules), 'prefect or mlflow imported'\nsys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: solrl doctor --gpu-bench needs a CUDA GPU")
+    assert not (tmp_path / "r").exists()
+
+
+TINY_FLUX = dict(num_attention_heads=2, attention_head_dim=16, axes_dims_rope=[4, 6, 6], joint_attention_dim=32,
+                 pooled_projection_dim=32)
+
+
+def test_bench_on_cpu_at_tiny_size_writes_a_report_the_planner_reads(tmp_path):
+    report = gpu_bench.run_bench(tmp_path, "flux1", "cpu", planner_gpu="h100", blocks=2, repeats=1,
+                                 config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16)
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    assert on_disk == json.loads(json.dumps(report))
+    assert "| bf16 |" in (tmp_path / "report.md").read_text()
+    assert report["model"]["blocks"] == 2 and report["model"]["cut_by"] == "asked"
+    tp = report["throughput"]
+    assert "no CUDA device" in tp["fp8"]["skipped"] and "no CUDA device" in tp["nvfp4"]["skipped"]
+    for name in ("bf16", "fp8_emulated", "nvfp4_emulated"):
+        assert tp[name]["replaced_layers"] > 0 and tp[name]["seconds_per_forward"] > 0
+    assert tp["nvfp4_emulated"]["low_precision_flops"] < report["model"]["flops_per_forward"]
+    # 4-bit blocks err more than 8-bit per-tensor E4M3, both well below 1 on random weights
+    err = report["rel_error"]
+    assert 0 < err["fp8_emulated_vs_bf16"] < err["nvfp4_emulated_vs_bf16"] < 0.5
+
+    cal = load_calibration(tmp_path / "report.json")
+    assert cal.gpu == "h100" and cal.measured_tflops["bf16"] == pytest.approx(tp["bf16"]["tflops"])
+
+
+def test_bench_flops_are_the_planners_count_of_the_same_model():
+    from solrl_core.planner.flops import count_flops, example_inputs
+    from solrl_core.quant.coverage import build_meta_model
+
+    report = gpu_bench.measure("flux1", "cpu", blocks=2, repeats=1, precisions=("bf16",),
+                               config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16)
+    m, config = gpu_bench._config("flux1", None, TINY_FLUX)
+    config = gpu_bench._with_blocks(config, 2)
+    meta = build_meta_model_from(config)
+    inputs = example_inputs("flux", config, 16, 8)
+    assert report["model"]["flops_per_forward"] == count_flops(meta, lambda: meta(**inputs, return_dict=False)).total
+    assert (config["num_layers"], config["num_single_layers"]) == (1, 1)
+
+
+def build_meta_model_from(config: dict):
+    import diffusers
+
+    with torch.device("meta"):
+        return getattr(diffusers, config["_class_name"]).from_config(config)
+
+
+def test_share_rate_reproduces_the_measured_seconds_in_the_planner():
+    """The low-precision rate the bench solves, fed back through the planner's forward_seconds, gives the measured
+    forward time again (one split, one place: planner.model.forward_seconds)."""
+    flops, low, bf16_tflops, seconds = 10e12, 8e12, 400.0, 0.012
+    rate = gpu_bench._share_rate(flops, low, seconds, {"tflops": bf16_tflops})
+    h100 = get_gpu("h100")
+    tp = Throughput(h100, 1, 0.4, {"bf16": bf16_tflops / h100.bf16, "fp8": rate / h100.fp8})
+    fwd = SimpleNamespace(total=flops, low_precision=low)
+    assert forward_seconds(fwd, "fp8", tp) == pytest.approx(seconds)
+    assert gpu_bench._share_rate(flops, low, 0.001, {"tflops": bf16_tflops}) is None  # faster than the bf16 rest
+
+
+@pytest.mark.parametrize("name, key", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA GB200", "gb200"),
+                                       ("NVIDIA B200", "b200"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                                                 "rtx-pro-6000"), ("Tesla T4", None)])
+def test_planner_gpu_of_device_names(name, key):
+    assert gpu_bench.planner_gpu_of(name) == key
+
+
+def test_bench_refuses_an_unknown_model(tmp_path):
+    with pytest.raises(SolrlError, match="unknown model"):
+        gpu_bench.measure("nope", "cpu")
