@@ -76,6 +76,9 @@ SOLRL_SUBCOMMANDS = {
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
 }
 SOLRL_CONCRETE = {
+    "solrl doctor --gpu-bench": "tests/test_doctor.py::test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect",
+    "solrl plan --paper --calibration DIR/report.json":
+        "tests/test_planner_calibration.py::test_paper_comparison_shows_calibrated_errors_beside_stated",
     "solrl config --explain train.optimizer": CONFIG_EXPLAIN,
     "solrl config --explain": CONFIG_EXPLAIN,
     "solrl config --show configs/demo.yaml --set select.k=4":
