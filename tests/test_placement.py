@@ -87,7 +87,7 @@ def test_stage_table_is_what_every_list_reads(tmp_path):
     assert BY_NAME["update"].needs_previous_checkpoint and not BY_NAME["explore"].needs_previous_checkpoint
 
     empty = RunDir(tmp_path / "run")  # nothing complete
-    assert missing_inputs(empty, 3, "regenerate") == [(3, "select"), (3, "quantize")]
+    assert missing_inputs(empty, 3, "regenerate") == [(2, "update"), (3, "select")]
     assert missing_inputs(empty, 3, "quantize") == [(2, "update")]
 
 

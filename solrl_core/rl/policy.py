@@ -151,6 +151,13 @@ class LoraPolicy:
         self._active = adapter_name
         self._enforce_grad_flags()
 
+    def use(self, adapter_name: str) -> torch.nn.Module:
+        """From now on forward passes use `adapter_name` (``old`` = θ_old as a LoRA branch beside W0, unmerged);
+        returns the transformer, for a sampler that keeps it (the `adapter` context restores, this does not)."""
+        self._check_name(adapter_name)
+        self._activate(adapter_name)
+        return self.transformer
+
     @contextmanager
     def adapter(self, adapter_name: str):
         """Forward passes inside use `adapter_name` (``default`` = θ, ``old`` = θ_old); restores on exit."""
