@@ -84,6 +84,12 @@ class QuantConfig(_Strict):
     min_width: int | None = Field(None, ge=0, description="skip Linear layers with max(in, out) <= this; null = default")
     weight_format: Literal["nvfp4", "nvfp4_2d"] = "nvfp4_2d"
     act_format: Literal["nvfp4"] = "nvfp4"
+    lora_branch: bool = Field(
+        False,
+        description="explore with W0 quantized once per run and θ_old's LoRA applied in high precision beside the "
+        "4-bit base (no per-iteration merge and re-quantization; LoRA updates are never rounded away); false = "
+        "quantize the merged W0 + θ_old every iteration",
+    )
 
 
 class GuardrailConfig(_Strict):

@@ -213,6 +213,13 @@ class LoraPolicy:
             raise RuntimeError("peft replaced adapter parameters while loading; optimizer references would go stale")
         self._enforce_grad_flags()
 
+    def lora_factors(self, adapter_name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
+        """Module name → (A, B, scaling) of one adapter: its layer adds scaling·B·A·x to the base output."""
+        self._check_name(adapter_name)
+        return {name: (module.lora_A[adapter_name].weight, module.lora_B[adapter_name].weight,
+                       float(module.scaling[adapter_name]))
+                for name, module in self._lora_modules() if adapter_name in module.lora_A}
+
     @torch.no_grad()
     def merged_state_dict(self, adapter_name: str) -> dict[str, torch.Tensor]:
         """The un-adapted model's state dict (original keys) with W0 + ΔW(adapter) on the LoRA-targeted layers.

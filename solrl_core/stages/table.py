@@ -39,7 +39,7 @@ _AUDIT = "solrl_core.stages.audit"
 
 TABLE: tuple[Stage, ...] = (
     Stage("quantize", "solrl_core.stages.quantize:run_quantize", needs_previous_checkpoint=True),
-    Stage("explore", f"{_EXPLORE}:run_explore", ("quantize",), split=(f"{_EXPLORE}:sampling",)),
+    Stage("explore", f"{_EXPLORE}:run_explore", ("quantize",), needs_previous_checkpoint=True, split=(f"{_EXPLORE}:sampling",)),
     Stage("score_explore", f"{_SCORE}:run_score_explore", ("explore",), split=(f"{_SCORE}:explore_scoring",)),
     Stage("select", "solrl_core.stages.select:run_select", ("score_explore",), also_reads=("explore",)),
     Stage("regenerate", f"{_REGENERATE}:run_regenerate", ("select",), needs_previous_checkpoint=True,
