@@ -30,3 +30,25 @@ def test_rewards_follow_the_rows_prompt_and_seed(one_torch_thread):
     full = sample_rewards(cfg, Setting("fp32", 3), prompts, idx, seeds, batch_size=3)
     split = sample_rewards(cfg, Setting("fp32", 3), prompts, idx[1:], seeds[1:], batch_size=1)
     np.testing.assert_allclose(full[1:], split, atol=1e-5)
+
+
+def test_lora_branch_at_full_precision_ranks_as_the_merged_copy(tmp_path, one_torch_thread):
+    """θ_old of a checkpoint: as a branch beside unquantized W0 it samples what the merged copy samples."""
+    import pytest
+    import torch
+
+    from solrl_core.stages.context import attach_policy, load_backbone, save_adapters
+
+    cfg = load_config(TINY)
+    policy = attach_policy(cfg, load_backbone(cfg))
+    with torch.no_grad():
+        for key, p in policy.named_adapter_parameters("old").items():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(key))))
+    save_adapters(policy, tmp_path)
+    prompts, idx, seeds = ["a red circle", "two blue squares"], np.array([0, 0, 1, 1]), np.array([1, 2, 3, 4])
+    merged, branch = (sample_rewards(cfg, Setting("fp32", 3, lora=lora), prompts, idx, seeds, adapters=tmp_path)
+                      for lora in ("merged", "branch"))
+    np.testing.assert_allclose(branch, merged, atol=1e-4)
+    assert not np.allclose(merged, sample_rewards(cfg, Setting("fp32", 3), prompts, idx, seeds), atol=1e-3)
+    with pytest.raises(ValueError, match="give the checkpoint"):
+        sample_rewards(cfg, Setting("fp32", 3, lora="merged"), prompts, idx, seeds)

@@ -60,8 +60,11 @@ def test_memory_estimate_adds_up():
     assert est.gib["text_encoders"] == pytest.approx(memory.hf_params("GEMMA2_2B") * 2 / gib)
     assert est.gib["activations"] == pytest.approx(16 * est.activation_per_pair / gib)
     assert est.total_gib == pytest.approx(sum(est.gib.values()))
-    g = est.gib  # explore / regenerate: W0 + the inference copy, no LoRA state or training activations
+    g = est.gib  # explore: W0 + the inference copy, no LoRA state or training activations
     assert est.inference_gib == pytest.approx(2 * g["weights"] + g["text_encoders"] + g["vae"] + g["reward"])
+    # regenerate: W0 once with θ and θ_old attached (fp32), no copy
+    assert est.regenerate_gib == pytest.approx(
+        g["weights"] + est.lora_params * 8 / gib + g["text_encoders"] + g["vae"] + g["reward"])
     released = memory.memory_estimate("sana", micro_batch=4, text_encoders_resident=False)
     assert released.gib["text_encoders"] == 0
     assert released.gib["activations"] == pytest.approx(est.gib["activations"] / 4)

@@ -84,10 +84,10 @@ def test_stage_table_is_what_every_list_reads(tmp_path):
     for stage in TABLE:  # every named function exists
         assert callable(load(stage.run)) and all(callable(load(ref)) for ref in stage.split)
         assert set(stage.requires) <= set(BY_NAME)
-    assert BY_NAME["update"].needs_previous_checkpoint and not BY_NAME["explore"].needs_previous_checkpoint
+    assert BY_NAME["update"].needs_previous_checkpoint and not BY_NAME["score_explore"].needs_previous_checkpoint
 
     empty = RunDir(tmp_path / "run")  # nothing complete
-    assert missing_inputs(empty, 3, "regenerate") == [(3, "select"), (3, "quantize")]
+    assert missing_inputs(empty, 3, "regenerate") == [(2, "update"), (3, "select")]
     assert missing_inputs(empty, 3, "quantize") == [(2, "update")]
 
 

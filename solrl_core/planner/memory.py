@@ -20,8 +20,10 @@ The memory estimate is rough. Per GPU, during the update, in GiB:
                       ``torch.autograd.graph.saved_tensors_hooks`` on one pair at the official resolution (bf16, base
                       frozen, LoRA on the official targets); attention counts as FlashAttention does (query, key,
                       value, output and the per-row log-sum-exp, no score matrix).
-The explore and regenerate stages hold W0 plus the merged (or quantized) inference copy and no training state
-(``MemoryEstimate.inference_gib``, the table's last column); for FLUX and SD3.5-L that is the larger of the two.
+The explore stage holds W0 plus the quantized inference copy (merged W0 + θ_old, or with ``quant.lora_branch`` W0
+alone with θ_old's LoRA beside it) and no training state (``MemoryEstimate.inference_gib``); for FLUX and SD3.5-L
+that is the larger of the two. The regenerate stage holds no copy: θ_old runs as a LoRA branch on the cached W0
+(``stages.old_policy``), so W0 once plus the adapters θ and θ_old in fp32 (``MemoryEstimate.regenerate_gib``).
 Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the inference copies' sampling batches, text
 embeddings of the iteration's samples, and the no-grad forwards of v_old and v_ref (their
 activations are freed as they go).
@@ -53,6 +55,7 @@ MODELS = tuple(SPECS)
 GIB = 2**30
 BF16 = 2
 LORA_BYTES_PER_PARAM = 6 * 4  # fp32: θ, its gradient, AdamW m and v, θ_old, EMA
+ADAPTER_BYTES_PER_PARAM = 2 * 4  # fp32: θ and θ_old, the adapters a sampling process attaches (no training state)
 LORA_RANK = 32
 
 # Published config values (hub config.json of the released checkpoints), only what differs from the class defaults:
@@ -278,16 +281,25 @@ class MemoryEstimate:
 
     @property
     def inference_gib(self) -> float:
-        """The explore / regenerate stages: W0 (cached) + the merged inference copy, text encoders, VAE and reward;
-        no LoRA optimizer state, and sampling batches without grad (not counted). The copy is counted at full size
-        (bf16): so it is when emulated or on the FP8/BF16 fallbacks; Transformer Engine's NVFP4 layers hold less."""
+        """The explore stage: W0 (cached) + the quantized inference copy, text encoders, VAE and reward; no LoRA
+        optimizer state, and sampling batches without grad (not counted). The copy is counted at full size (bf16):
+        so it is when emulated or on the FP8/BF16 fallbacks; Transformer Engine's NVFP4 layers hold less."""
         g = self.gib
         return 2 * g["weights"] + g["text_encoders"] + g["vae"] + g["reward"]
+
+    @property
+    def regenerate_gib(self) -> float:
+        """The regenerate stage: W0 (cached) with θ_old as an unmerged LoRA branch (no copy), text encoders, VAE and
+        reward; sampling batches without grad (not counted)."""
+        g = self.gib
+        return (g["weights"] + self.lora_params * ADAPTER_BYTES_PER_PARAM / GIB + g["text_encoders"] + g["vae"]
+                + g["reward"])
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["total_gib"] = self.total_gib
         d["inference_gib"] = self.inference_gib
+        d["regenerate_gib"] = self.regenerate_gib
         return d
 
 
@@ -327,8 +339,8 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
     lines = [
         "| model | transformer | LoRA r 32 | text encoders | GiB: W0 | LoRA state | text encoders "
         "(resident) | VAE + reward | activations (micro-batch × per pair) | **total** | one pair without "
-        "checkpointing | explore / regenerate stage |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "checkpointing | explore stage | regenerate stage |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         g = r.gib
@@ -337,7 +349,7 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
             f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M | {encoders} | "
             f"{g['weights']:.1f} | {g['lora']:.1f} | {g['text_encoders']:.1f} | {g['vae'] + g['reward']:.1f} | "
             f"{g['activations']:.1f} ({r.micro_batch} × {r.activation_per_pair / GIB:.2f}) | **{r.total_gib:.0f}** | "
-            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} |"
+            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} | {r.regenerate_gib:.0f} |"
         )
     return "\n".join(lines)
 

@@ -151,6 +151,13 @@ class LoraPolicy:
         self._active = adapter_name
         self._enforce_grad_flags()
 
+    def use(self, adapter_name: str) -> torch.nn.Module:
+        """From now on forward passes use `adapter_name` (``old`` = θ_old as a LoRA branch beside W0, unmerged);
+        returns the transformer, for a sampler that keeps it (the `adapter` context restores, this does not)."""
+        self._check_name(adapter_name)
+        self._activate(adapter_name)
+        return self.transformer
+
     @contextmanager
     def adapter(self, adapter_name: str):
         """Forward passes inside use `adapter_name` (``default`` = θ, ``old`` = θ_old); restores on exit."""
@@ -205,6 +212,13 @@ class LoraPolicy:
         if any(a is not b for a, b in zip(self._collect(adapter_name).values(), params.values())):
             raise RuntimeError("peft replaced adapter parameters while loading; optimizer references would go stale")
         self._enforce_grad_flags()
+
+    def lora_factors(self, adapter_name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
+        """Module name → (A, B, scaling) of one adapter: its layer adds scaling·B·A·x to the base output."""
+        self._check_name(adapter_name)
+        return {name: (module.lora_A[adapter_name].weight, module.lora_B[adapter_name].weight,
+                       float(module.scaling[adapter_name]))
+                for name, module in self._lora_modules() if adapter_name in module.lora_A}
 
     @torch.no_grad()
     def merged_state_dict(self, adapter_name: str) -> dict[str, torch.Tensor]:

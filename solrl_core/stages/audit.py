@@ -2,7 +2,7 @@
 
 The regular pipeline regenerates only the K selected seeds per prompt, so its ranking fidelity (score_final) is
 measured on a biased subset: the extremes. The audit regenerates the WHOLE explore pool of the iteration with the
-full-precision copy (W0 + θ_old, the same copy and step count as the regenerate stage, same seeds, hence the same
+full-precision θ_old (W0 with θ_old as a LoRA branch, the same model and step count as the regenerate stage, same seeds, hence the same
 initial noise), scores it with the training rewards, and compares the proxy reward with that full-precision reward
 over whole prompt groups:
 
@@ -28,7 +28,8 @@ import numpy as np
 from solrl_core.config import RunConfig
 from solrl_core.pool import read_table, write_table
 from solrl_core.rundir import RunDir, write_json_atomic
-from solrl_core.stages.context import StageContext, load_merged_transformer
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.old_policy import old_policy_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
@@ -110,7 +111,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         keep_latents=False,
         attrs={"precision": "fp32", "iteration": ctx.iteration, "audit": True},
         desc=f"audit it{ctx.iteration} (fp32, {steps} steps, whole pool)",
-        model=load_merged_transformer,
+        model=old_policy_transformer,
         extra_columns={"candidate_index": np.arange(len(pool["seed"]), dtype=np.int64)},
     )
 

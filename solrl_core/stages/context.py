@@ -186,9 +186,3 @@ def explore_setting(ctx: StageContext) -> ExploreSetting:
     reason = choice.reason if guard.level == 0 else escalations[-1]["reason"]
     return ExploreSetting(guard.precision, guard.steps, reason, tuple(escalations))
 
-
-def load_merged_transformer(ctx: StageContext, backbone: Backbone) -> torch.nn.Module:
-    """A full-precision copy of W0 + θ_old, from the quantize stage's artifact."""
-    transformer = fresh_transformer(backbone)
-    transformer.load_state_dict(load_tensors(ctx.artifact("quantize", "merged_old.safetensors")))
-    return transformer

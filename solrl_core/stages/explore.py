@@ -1,5 +1,8 @@
 """explore: N seeds per prompt through the explore copy (4-bit or full precision), into the candidate pool.
 
+The copy is the quantize stage's merged W0 + θ_old, quantized; with ``quant.lora_branch`` it is W0 quantized with
+θ_old's LoRA beside it in high precision, read from the previous checkpoint (solrl_core/stages/quantize.py).
+
 With several devices (`orchestration.devices`) the pool is sampled in shards of whole batches, one per device
 (solrl_core/stages/shards.py); the pool is the same as one device makes.
 """
@@ -9,13 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from solrl_core.stages.context import StageContext, candidate_seed, explore_setting, iteration_prompts
-from solrl_core.stages.quantize import build_explore_copy
+from solrl_core.stages.quantize import build_branch_copy, build_explore_copy
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool
 from solrl_core.storage import load_tensors
 
 
 def _model(ctx: StageContext, backbone):
+    if ctx.cfg.quant.lora_branch:
+        return build_branch_copy(ctx, backbone)
     merged = load_tensors(ctx.artifact("quantize", "merged_old.safetensors"))
     return build_explore_copy(ctx, backbone, merged)[0]
 

@@ -1,4 +1,6 @@
-"""regenerate: the selected seeds again, same initial noise, full-precision copy, full step budget.
+"""regenerate: the selected seeds again, same initial noise, full precision, full step budget.
+
+The model is θ_old as a LoRA branch on the shared base weights (solrl_core/stages/old_policy.py): no merged copy.
 
 Families that train on the explore samples themselves (diffusionnft, naive_scaling, naive_quant) set
 `regenerate.enabled: false`; the stage then gathers the selected candidates from the pool instead, so the update
@@ -11,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from solrl_core.pool import read_rows, read_table, write_table
-from solrl_core.stages.context import StageContext, load_merged_transformer
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.old_policy import old_policy_transformer
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool
 
@@ -37,7 +40,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         keep_latents=True,
         attrs={"precision": "fp32", "iteration": ctx.iteration, "regenerated": True},
         desc=f"regenerate it{ctx.iteration} (fp32, {cfg.regenerate.steps} steps)",
-        model=load_merged_transformer,
+        model=old_policy_transformer,
         extra_columns={"candidate_index": chosen.astype(np.int64)},
     )
 

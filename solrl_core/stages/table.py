@@ -39,16 +39,16 @@ _AUDIT = "solrl_core.stages.audit"
 
 TABLE: tuple[Stage, ...] = (
     Stage("quantize", "solrl_core.stages.quantize:run_quantize", needs_previous_checkpoint=True),
-    Stage("explore", f"{_EXPLORE}:run_explore", ("quantize",), split=(f"{_EXPLORE}:sampling",)),
+    Stage("explore", f"{_EXPLORE}:run_explore", ("quantize",), needs_previous_checkpoint=True, split=(f"{_EXPLORE}:sampling",)),
     Stage("score_explore", f"{_SCORE}:run_score_explore", ("explore",), split=(f"{_SCORE}:explore_scoring",)),
     Stage("select", "solrl_core.stages.select:run_select", ("score_explore",), also_reads=("explore",)),
-    Stage("regenerate", f"{_REGENERATE}:run_regenerate", ("select", "quantize"), split=(f"{_REGENERATE}:sampling",),
-          also_reads=("explore",)),
+    Stage("regenerate", f"{_REGENERATE}:run_regenerate", ("select",), needs_previous_checkpoint=True,
+          split=(f"{_REGENERATE}:sampling",), also_reads=("explore",)),
     Stage("score_final", f"{_SCORE}:run_score_final", ("regenerate",), split=(f"{_SCORE}:final_scoring",),
           also_reads=("score_explore",)),
     Stage("update", "solrl_core.stages.update:run_update", ("score_final",), needs_previous_checkpoint=True,
           also_reads=("regenerate",)),
-    Stage("audit", f"{_AUDIT}:run_audit", ("quantize", "explore", "score_explore"),
+    Stage("audit", f"{_AUDIT}:run_audit", ("quantize", "explore", "score_explore"), needs_previous_checkpoint=True,
           split=(f"{_AUDIT}:sampling", f"{_AUDIT}:scoring"), in_pipeline=False, also_reads=("select",)),
 )
 # The held-out evaluation is not a recorded stage (its artifact lives in <run>/eval/step_NNNN), but its work is split

@@ -1,0 +1,24 @@
+"""θ_old for sampling at full precision: a LoRA branch on the shared base weights W0, no merged copy.
+
+The regenerate stage and the audit sample with θ_old. Rather than a second full transformer holding W0 + ΔW (what
+`LoraPolicy.merged_state_dict` gives), peft's LoRA layers wrap a module tree whose weights ARE the cached backbone's
+(`stages.context.attach_policy`), with the ``old`` adapter active: each targeted Linear computes W0·x + B·A·x·(α/r).
+The samples equal the merged copy's up to float rounding (tests/test_old_policy_branch.py); the memory is W0 once
+plus the adapters.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from solrl_core.backbones.base import Backbone
+from solrl_core.stages.context import StageContext, attach_policy, load_adapters, previous_checkpoint
+
+
+def old_policy_transformer(ctx: StageContext, backbone: Backbone) -> torch.nn.Module:
+    """W0 with θ_old (the previous checkpoint's ``old`` adapter) as an active, unmerged LoRA branch."""
+    from solrl_core.rl.policy import OLD
+
+    policy = attach_policy(ctx.cfg, backbone)
+    load_adapters(policy, previous_checkpoint(ctx))
+    return policy.use(OLD)
