@@ -51,7 +51,8 @@ def _preflight(cfg) -> None:
     from solrl_core.placement import check_devices
     from solrl_core.quant.backends import resolve_backend
     from solrl_core.rewards.registry import preflight_rewards
-    from solrl_core.stages.context import load_backbone, train_prompt_set
+    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.prompts import train_prompt_set
 
     check_devices(cfg)
     preflight_rewards(cfg.rewards, cfg.reward_models)

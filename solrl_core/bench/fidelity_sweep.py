@@ -28,7 +28,7 @@ from solrl_core.quant.backends import apply_backend
 from solrl_core.rewards.registry import score_images
 from solrl_core.rl.fidelity import ranking_fidelity
 from solrl_core.sampler import resolve_sampler, sample
-from solrl_core.stages.context import load_backbone
+from solrl_core.backbones.cache import load_backbone
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ import numpy as np
 from solrl_core.config import RunConfig
 from solrl_core.pool import read_table, write_table
 from solrl_core.rundir import RunDir, write_json_atomic
-from solrl_core.stages.context import StageContext, load_merged_transformer
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.transformer_copies import load_merged_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from solrl_core.pool import read_rows, read_table, write_table
-from solrl_core.stages.context import StageContext, load_merged_transformer
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.transformer_copies import load_merged_transformer
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool
 
