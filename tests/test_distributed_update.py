@@ -24,7 +24,7 @@ from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE
 from solrl_core.stages.registry import run_stage
 from solrl_core.stages.update_node import join_updates
-from solrl_core.stages.update_worker import launch_update
+from solrl_core.stages.update_launch import launch_update
 
 BEFORE_UPDATE = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final")
 

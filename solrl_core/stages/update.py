@@ -35,6 +35,7 @@ from solrl_core.stages.checkpoints import (
 )
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE, PURPOSE_TRAIN_T
+from solrl_core.stages.update_launch import launch_update
 
 
 def training_pairs(n_samples: int, n_times: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
@@ -76,8 +77,6 @@ def train_guidance(cfg, backbone) -> float:
 
 def run_update(ctx: StageContext) -> dict:
     if ctx.cfg.train.processes > 1 or ctx.cfg.train.nodes > 1:
-        from solrl_core.stages.update_worker import launch_update
-
         return launch_update(ctx)  # torchrun: `train.processes` ranks per node each run `update_on_rank`
     return update_on_rank(ctx, GradientSync())
 
