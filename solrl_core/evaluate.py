@@ -22,15 +22,10 @@ from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
 from solrl_core.rundir import start_attempt, write_json_atomic
 from solrl_core.staleness import eval_dependencies, eval_stale_cause, input_ids, lineage
-from solrl_core.stages.context import (
-    EMA_FILE,
-    StageContext,
-    attach_policy,
-    ensure_initial_checkpoint,
-    fresh_transformer,
-    load_adapters,
-    load_backbone,
-)
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.checkpoints import EMA_FILE, attach_policy, ensure_initial_checkpoint, load_adapters
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.transformer_copies import fresh_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole

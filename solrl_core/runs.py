@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from solrl_core.config import RunConfig, dump_config, validate_config
@@ -76,3 +78,8 @@ def load_run_config(run: RunDir) -> RunConfig:
     except yaml.YAMLError:
         raise DamagedArtifactError(f"{path} is damaged (not valid YAML); {remedy}") from None
     return validate_config(data, source=str(path))
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    """Where a run's artifacts go when no --run-dir is given: runs/<config name>/."""
+    return Path("runs") / cfg.name

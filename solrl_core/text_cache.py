@@ -24,7 +24,9 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from solrl_core.backbones.base import Backbone, Conditioning
+from solrl_core.backbones.cache import load_backbone
 from solrl_core.errors import SolrlError
+from solrl_core.prompts import CALIBRATION_PROMPT, eval_prompt_set, train_prompt_set
 from solrl_core.storage import as_path, is_remote, load_tensors_with_metadata, location, save_tensors
 
 CACHE_DIR = "text_cache"
@@ -145,8 +147,6 @@ def run_text_cache(run, cfg, progress: bool = False) -> TextCache:
     """The text cache of a run directory (one per process and model config). With model.release_text_encoders the
     run's train and evaluation prompts (and the empty prompt when guidance needs it) are encoded up front and the
     text encoders are released."""
-    from solrl_core.stages.context import load_backbone
-
     key = (location(run.root), cfg.model.model_dump_json())
     cache = _RUN_CACHES.get(key)
     if cache is None:
@@ -168,8 +168,6 @@ def needs_uncond(cfg, backbone: Backbone) -> bool:
 def run_prompts(cfg, backbone: Backbone) -> list[str]:
     """Every prompt a run encodes: the train set, the evaluated prompts (when the run evaluates), the quantize
     calibration prompt, and the empty prompt when classifier-free guidance is used."""
-    from solrl_core.prompts import CALIBRATION_PROMPT, eval_prompt_set, train_prompt_set
-
     prompts = [*train_prompt_set(cfg), *(eval_prompt_set(cfg) if cfg.eval.every else []), CALIBRATION_PROMPT]
     if needs_uncond(cfg, backbone):
         prompts.append("")

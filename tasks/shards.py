@@ -33,9 +33,9 @@ from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.shards import Shard, prepare, run_shard
 from solrl_core.storage import location
-from tasks.stage_task import _retry_unless_user_error
+from tasks.retry import retry_unless_user_error
 
-_TASK = {"retries": 1, "retry_delay_seconds": 1, "retry_condition_fn": _retry_unless_user_error,
+_TASK = {"retries": 1, "retry_delay_seconds": 1, "retry_condition_fn": retry_unless_user_error,
          "cache_policy": NO_CACHE, "persist_result": False}
 CONNECT_TIMEOUT = 30  # seconds to reach a scheduler named by orchestration.dask_address
 

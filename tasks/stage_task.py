@@ -10,22 +10,13 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.registry import run_stage
 from solrl_core.storage import is_remote
 from solrl_core.userfiles import format_bytes, tree_size, user_os_errors
-
-
-def _retry_unless_user_error(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except SolrlError:
-        return False
-    except BaseException:  # noqa: BLE001 - any other failure is worth a retry
-        return True
-    return True
+from tasks.retry import retry_unless_user_error
+from tasks.shards import dask_shards  # splittable stages with several devices or a Dask cluster
 
 
 def _space_needed(run: RunDir, iteration: int, stage: str) -> str | None:
@@ -41,14 +32,12 @@ def make_stage_task(stage: str, retries: int = 1):
         task_run_name=f"{stage}-it{{iteration}}",
         retries=retries,
         retry_delay_seconds=1,
-        retry_condition_fn=_retry_unless_user_error,
+        retry_condition_fn=retry_unless_user_error,
         cache_policy=NO_CACHE,
         persist_result=False,
     )
     def stage_task(run_dir: str, iteration: int, force: bool = False, progress: bool = True) -> dict:
         run = RunDir(run_dir)
-        from tasks.shards import dask_shards  # splittable stages with several devices or a Dask cluster
-
         # a full disk, missing permissions: one line naming the path (a SolrlError, so not retried)
         with user_os_errors(f"stage {stage} of iteration {iteration}", lambda: _space_needed(run, iteration, stage)), \
                 dask_shards():

@@ -32,7 +32,7 @@ from solrl_core.model_configs import PACKAGE_CONFIG_DIR
 from solrl_core.quant import eligible_linears, quantize_linears
 from solrl_core.quant.coverage import build_meta_model
 from solrl_core.quant.linear import skip_match
-from solrl_core.stages.context import fresh_transformer
+from solrl_core.stages.transformer_copies import fresh_transformer
 
 RES = 64
 DEFAULTS = SanaBackbone.defaults

@@ -20,10 +20,11 @@ from solrl_core.rundir import RunDir
 from solrl_core.storage import write_text_atomic
 from solrl_core.runs import prepare_run
 from solrl_core.seeds import derived_generator, randn_rows
-from solrl_core.stages.context import PURPOSE_TRAIN_NOISE, StageContext
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE
 from solrl_core.stages.registry import run_stage
 from solrl_core.stages.update_node import join_updates
-from solrl_core.stages.update_worker import launch_update
+from solrl_core.stages.update_launch import launch_update
 
 BEFORE_UPDATE = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final")
 

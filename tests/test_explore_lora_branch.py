@@ -13,14 +13,10 @@ from solrl_core.quant.linear import NVFP4EmulatedLinear
 from solrl_core.quant.lora_branch import LoraBranch
 from solrl_core.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.stages.context import (
-    StageContext,
-    attach_policy,
-    fresh_transformer,
-    load_adapters,
-    load_backbone,
-    previous_checkpoint,
-)
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.transformer_copies import fresh_transformer
 from solrl_core.stages.quantize import base_key, build_branch_copy
 from solrl_core.stages.registry import run_stage
 

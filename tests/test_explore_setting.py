@@ -4,7 +4,8 @@ import math
 
 from solrl_core.config import validate_config
 from solrl_core.rundir import RunDir
-from solrl_core.stages.context import StageContext, explore_setting
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.explore_setting import explore_setting
 
 
 def _ctx(tmp_path, iteration, spearmans, enabled=True, regenerate=True):

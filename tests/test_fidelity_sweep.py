@@ -37,7 +37,8 @@ def test_lora_branch_at_full_precision_ranks_as_the_merged_copy(tmp_path, one_to
     import pytest
     import torch
 
-    from solrl_core.stages.context import attach_policy, load_backbone, save_adapters
+    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.stages.checkpoints import attach_policy, save_adapters
 
     cfg = load_config(TINY)
     policy = attach_policy(cfg, load_backbone(cfg))

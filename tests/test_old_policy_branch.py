@@ -15,14 +15,10 @@ from solrl_core.pool import read_table
 from solrl_core.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
 from solrl_core.stages import regenerate
-from solrl_core.stages.context import (
-    StageContext,
-    attach_policy,
-    fresh_transformer,
-    load_adapters,
-    load_backbone,
-    previous_checkpoint,
-)
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.transformer_copies import fresh_transformer
 from solrl_core.stages.old_policy import old_policy_transformer
 from solrl_core.stages.registry import run_stage
 

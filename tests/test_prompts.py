@@ -100,9 +100,8 @@ def test_file_errors(tmp_path):
             prompt_set(spec, "k", split="train")
 
 
-def test_context_reexports_keep_working():
-    from solrl_core.stages import context
+def test_iteration_prompts_are_drawn_from_the_train_set():
+    from solrl_core.stages.draws import iteration_prompts
 
-    assert context.prompt_set is prompt_set and context.train_prompt_set is train_prompt_set
     cfg = load_config(TINY)
-    assert set(context.iteration_prompts(cfg, 0)) <= set(train_prompt_set(cfg))
+    assert set(iteration_prompts(cfg, 0)) <= set(train_prompt_set(cfg))

@@ -18,7 +18,7 @@ from solrl_core.rewards.registry import REWARDS
 from solrl_core.rewards.tiny import sample_batch, write_tiny_clip
 from solrl_core.rundir import RunDir
 from solrl_core.stages.pool_scoring import SCORES, InlineScorer, ScoreStore
-from solrl_core.stages.context import iteration_prompts
+from solrl_core.stages.draws import iteration_prompts
 from solrl_core.stages.registry import run_stage
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

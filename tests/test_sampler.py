@@ -211,7 +211,9 @@ def _tiny_cfg(*overrides):
 def test_explore_uses_the_configured_sampler_and_rollout_guidance_and_records_them(tmp_path, one_torch_thread):
     from solrl_core.pool import read_table
     from solrl_core.rundir import RunDir
-    from solrl_core.stages.context import StageContext, iteration_prompts, load_backbone
+    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.stages.context import StageContext
+    from solrl_core.stages.draws import iteration_prompts
     from solrl_core.stages.registry import run_stage
 
     cfg = _tiny_cfg("model.sampler=dpmpp_2m", "guidance.rollout=1.5")

@@ -10,9 +10,11 @@ import torch
 from solrl_core import text_cache
 from solrl_core.config import ModelConfig, load_config
 from solrl_core.errors import SolrlError
-from solrl_core.prompts import CALIBRATION_PROMPT, train_prompt_set
 from solrl_core.rundir import RunDir
-from solrl_core.stages import context
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.prompts import CALIBRATION_PROMPT, prompt_set, train_prompt_set
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.draws import iteration_prompts
 from solrl_core.text_cache import TextCache, model_key, run_text_cache
 
 TINY = Path(__file__).resolve().parent / "configs" / "tiny.yaml"
@@ -40,7 +42,7 @@ class CountingBackbone:
 
 @pytest.fixture(scope="module")
 def embedded():
-    return context.load_backbone(load_config(TINY))
+    return load_backbone(load_config(TINY))
 
 
 @pytest.fixture
@@ -98,17 +100,17 @@ def test_a_file_holding_another_prompt_is_refused(tmp_path, counting):
 
 def test_release_encodes_the_run_prompts_up_front_then_frees_the_encoders(tmp_path, monkeypatch, counting):
     monkeypatch.setattr(text_cache, "_RUN_CACHES", {})
-    monkeypatch.setattr(context, "load_backbone", lambda cfg: counting)
+    monkeypatch.setattr(text_cache, "load_backbone", lambda cfg: counting)
     cfg = load_config(TINY, ["model.release_text_encoders=true", "eval.every=1", "eval.num_prompts=3"])
     run = RunDir(tmp_path / "run")
     cache = run_text_cache(run, cfg)
-    expected = {*train_prompt_set(cfg), *context.prompt_set(cfg.eval.prompts, "eval.prompts")[:3], CALIBRATION_PROMPT}
+    expected = {*train_prompt_set(cfg), *prompt_set(cfg.eval.prompts, "eval.prompts")[:3], CALIBRATION_PROMPT}
     assert set(counting.encoded) == expected and len(counting.encoded) == len(expected)
     assert counting.released == 1 and cache.released
     assert run_text_cache(run, cfg) is cache  # one per run and process
     # the stages' conditioning now comes from the cache alone
-    ctx = context.StageContext(run, cfg, 0, progress=False)
-    cond = ctx.encode(context.iteration_prompts(cfg, 0))
+    ctx = StageContext(run, cfg, 0, progress=False)
+    cond = ctx.encode(iteration_prompts(cfg, 0))
     assert cond["encoder_hidden_states"].shape[0] == cfg.prompts.per_iteration
     with pytest.raises(SolrlError, match="release_text_encoders"):
         ctx.encode(["a prompt of no set"])
@@ -121,7 +123,7 @@ def test_release_encodes_the_run_prompts_up_front_then_frees_the_encoders(tmp_pa
 
 def test_release_adds_the_empty_prompt_when_cfg_is_used(tmp_path, monkeypatch, counting):
     monkeypatch.setattr(text_cache, "_RUN_CACHES", {})
-    monkeypatch.setattr(context, "load_backbone", lambda cfg: counting)
+    monkeypatch.setattr(text_cache, "load_backbone", lambda cfg: counting)
     cfg = load_config(TINY, ["model.release_text_encoders=true", "guidance.rollout=2.0"])
     run_text_cache(RunDir(tmp_path / "run"), cfg)
     assert "" in counting.encoded and counting.released == 1
@@ -138,14 +140,14 @@ def test_stages_share_the_run_cache(tmp_path, monkeypatch, one_torch_thread):
     for stage in ("quantize", "explore"):
         run_stage(run, cfg, 0, stage, progress=False)
     stored = {p.name for p in (run.root / "text_cache" / model_key(cfg.model)).iterdir()}
-    cache = TextCache(run.root / "text_cache", context.load_backbone(cfg), cfg.model)
-    assert {cache.path(p).name for p in [*context.iteration_prompts(cfg, 0), CALIBRATION_PROMPT]} == stored
+    cache = TextCache(run.root / "text_cache", load_backbone(cfg), cfg.model)
+    assert {cache.path(p).name for p in [*iteration_prompts(cfg, 0), CALIBRATION_PROMPT]} == stored
 
-    real = context.load_backbone(cfg)
+    real = load_backbone(cfg)
     counting = CountingBackbone(real)
     monkeypatch.setattr(real, "encode_prompts", _no_encoding)  # a stage encoding directly would fail
     monkeypatch.setattr(text_cache, "_RUN_CACHES", {})
-    monkeypatch.setattr(context, "load_backbone", lambda cfg: counting)
+    monkeypatch.setattr(text_cache, "load_backbone", lambda cfg: counting)
     run_stage(run, cfg, 0, "explore", force=True, progress=False)
     assert counting.encoded == []
 

@@ -1,1 +1,1 @@
-"""The `solrl` commands, one module per command group, each with `register(sub)`."""
+"""The `solrl` commands, one module per command group; each exposes `register(sub)` (flows/cli.py lists them)."""

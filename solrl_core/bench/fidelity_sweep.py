@@ -35,7 +35,8 @@ from solrl_core.quant.lora_branch import attach_lora_branches
 from solrl_core.rewards.registry import score_images
 from solrl_core.rl.fidelity import ranking_fidelity
 from solrl_core.sampler import resolve_sampler, sample
-from solrl_core.stages.context import attach_policy, load_adapters, load_backbone
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.checkpoints import attach_policy, load_adapters
 
 
 @dataclass(frozen=True)

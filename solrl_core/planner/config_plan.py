@@ -63,7 +63,7 @@ def embedded_forward(cfg) -> ForwardFlops:
 
     from solrl_core.planner.flops import count_flops
     from solrl_core.quant.linear import eligible_linears
-    from solrl_core.stages.context import load_backbone
+    from solrl_core.backbones.cache import load_backbone
 
     backbone = load_backbone(cfg)
     transformer = backbone.transformer

@@ -8,7 +8,7 @@ config values below (their parameter counts match the released checkpoints).
 The memory estimate is rough. Per GPU, during the update, in GiB:
 
 * ``weights``       — the transformer in bf16, once: the policy's LoRA layers wrap a copy of the module tree whose
-                      weights are the cached base W0 (``stages.context.weight_sharing_transformer``);
+                      weights are the cached base W0 (``stages.transformer_copies.weight_sharing_transformer``);
 * ``lora``          — the official LoRA targets at rank 32 in fp32: θ with its gradient and AdamW's two moments,
                       θ_old and the EMA of θ (6 × 4 bytes per LoRA parameter);
 * ``text_encoders`` — bf16, resident (``model.release_text_encoders`` frees them once every prompt is cached);

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from solrl_core.quant.nvfp4 import E4M3_MAX, _as_float32
+from solrl_core.quant.numerics import E4M3_MAX, as_float32
 
 _FLT_MAX = torch.finfo(torch.float32).max
 
@@ -41,7 +41,7 @@ def fp8_encode(x: torch.Tensor, check_finite: bool = True) -> tuple[torch.Tensor
     NaN/inf check (a device sync on GPUs) for hot inference paths.
     """
     if check_finite:
-        x32 = _as_float32(x, "fp8_encode")
+        x32 = as_float32(x, "fp8_encode")
     else:
         x32 = x.detach().to(torch.float32)
     if x32.numel() == 0:

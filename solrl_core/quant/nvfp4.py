@@ -40,8 +40,10 @@ from typing import NamedTuple
 
 import torch
 
+from solrl_core.quant.fp8 import fp8_quantize_dequantize
+from solrl_core.quant.numerics import E4M3_MAX, as_float32
+
 E2M1_MAX = 6.0
-E4M3_MAX = 448.0
 BLOCK = 16
 FORMATS = ("nvfp4", "nvfp4_2d")  # the NVFP4 layouts
 QDQ_FORMATS = ("nvfp4", "nvfp4_2d", "fp8")  # everything ``quantize_dequantize`` accepts
@@ -59,15 +61,6 @@ E2M1_VALUES = torch.tensor(
 _E2M1_MIDPOINTS = (
     (0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False)
 )
-
-
-def _as_float32(x: torch.Tensor, what: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"{what} needs a floating-point tensor, got {getattr(x, 'dtype', type(x))}")
-    x32 = x.detach().to(torch.float32)
-    if not bool(torch.isfinite(x32).all()):
-        raise ValueError(f"{what}: input has non-finite values (NaN or ±inf, or beyond float32 range)")
-    return x32
 
 
 def e2m1_codes(x: torch.Tensor) -> torch.Tensor:
@@ -180,7 +173,7 @@ def nvfp4_encode(
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown NVFP4 format {fmt!r}; expected one of {FORMATS}")
-    x32 = _as_float32(x, "nvfp4_encode")
+    x32 = as_float32(x, "nvfp4_encode")
     shape = x32.shape
     if fmt == "nvfp4_2d" and x32.dim() != 2:
         raise ValueError(f"fmt 'nvfp4_2d' needs a 2-D tensor (out × in), got shape {tuple(shape)}")
@@ -240,8 +233,6 @@ def quantize_dequantize(x: torch.Tensor, fmt: str = "nvfp4") -> torch.Tensor:
     Non-finite input raises ValueError. See the module docstrings for the float32 arithmetic order.
     """
     if fmt == "fp8":
-        from solrl_core.quant.fp8 import fp8_quantize_dequantize
-
         return fp8_quantize_dequantize(x)
     if fmt not in FORMATS:
         raise ValueError(f"unknown quantization format {fmt!r}; expected one of {QDQ_FORMATS}")
@@ -262,7 +253,7 @@ def _round_e2m1_float(y: torch.Tensor) -> torch.Tensor:
 
 def _qdq_nvfp4(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """encode + decode fused: identical float32 arithmetic, without materialising the 4-bit codes."""
-    x32 = _as_float32(x, "quantize_dequantize")
+    x32 = as_float32(x, "quantize_dequantize")
     if fmt == "nvfp4_2d" and x32.dim() != 2:
         raise ValueError(f"fmt 'nvfp4_2d' needs a 2-D tensor (out × in), got shape {tuple(x32.shape)}")
     if x32.numel() == 0 or x32.dim() == 0:

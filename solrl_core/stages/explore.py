@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solrl_core.stages.context import StageContext, candidate_seed, explore_setting, iteration_prompts
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.draws import candidate_seed, iteration_prompts
+from solrl_core.stages.explore_setting import explore_setting
 from solrl_core.stages.quantize import build_branch_copy, build_explore_copy
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from solrl_core.backbones.base import Backbone
-from solrl_core.stages.context import StageContext, attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.context import StageContext
 
 
 def old_policy_transformer(ctx: StageContext, backbone: Backbone) -> torch.nn.Module:

@@ -14,15 +14,11 @@ import json
 import torch
 
 from solrl_core.prompts import CALIBRATION_PROMPT
-from solrl_core.stages.context import (
-    StageContext,
-    explore_setting,
-    attach_policy,
-    fresh_transformer,
-    load_adapters,
-    load_backbone,
-    previous_checkpoint,
-)
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.explore_setting import explore_setting
+from solrl_core.stages.transformer_copies import fresh_transformer
 from solrl_core.storage import save_tensors
 
 

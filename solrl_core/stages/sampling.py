@@ -189,13 +189,13 @@ class PoolSampling:
 
     def prepare(self, ctx) -> None:
         """Create the pool (or keep the one a previous attempt left) before the shards write into it."""
-        from solrl_core.stages.context import load_backbone
+        from solrl_core.backbones.cache import load_backbone
 
         self.open(ctx, load_backbone(ctx.cfg))
 
     def run_shard(self, ctx, shard) -> tuple[dict, None]:
         """Sample the batches of `shard` that are not done yet; return what it did."""
-        from solrl_core.stages.context import load_backbone
+        from solrl_core.backbones.cache import load_backbone
 
         try:
             todo = CandidateWriter(self._group("r")).pending(shard.batches)

@@ -6,7 +6,8 @@ import numpy as np
 
 from solrl_core.pool import read_table, write_table
 from solrl_core.rl.selection import select_candidates
-from solrl_core.stages.context import PURPOSE_SELECT, StageContext
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.draws import PURPOSE_SELECT
 from solrl_core.seeds import derived_generator
 
 

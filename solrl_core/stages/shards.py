@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from solrl_core.placement import local_name, placed_config, resolve_devices
-from solrl_core.stages.context import StageContext, load_backbone
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.context import StageContext
 from solrl_core.stages.pool_scoring import scoring_while_sampling
 from solrl_core.stages.table import load
 

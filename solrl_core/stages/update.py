@@ -23,19 +23,19 @@ from solrl_core.rl.policy import EmaWeights, old_policy_eta
 from solrl_core.rundir import write_json_atomic
 from solrl_core.seeds import derived_generator, randn_rows
 from solrl_core.storage import load_tensors, save_tensors
-from solrl_core.stages.context import (
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.stages.checkpoints import (
     EMA_FILE,
     OPTIMIZER_FILE,
-    PURPOSE_TRAIN_NOISE,
-    PURPOSE_TRAIN_T,
     STATE_FILE,
-    StageContext,
     attach_policy,
     load_adapters,
-    load_backbone,
     previous_checkpoint,
     save_adapters,
 )
+from solrl_core.stages.context import StageContext
+from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE, PURPOSE_TRAIN_T
+from solrl_core.stages.update_launch import launch_update
 
 
 def training_pairs(n_samples: int, n_times: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
@@ -77,8 +77,6 @@ def train_guidance(cfg, backbone) -> float:
 
 def run_update(ctx: StageContext) -> dict:
     if ctx.cfg.train.processes > 1 or ctx.cfg.train.nodes > 1:
-        from solrl_core.stages.update_worker import launch_update
-
         return launch_update(ctx)  # torchrun: `train.processes` ranks per node each run `update_on_rank`
     return update_on_rank(ctx, GradientSync())
 

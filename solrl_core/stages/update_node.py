@@ -21,7 +21,7 @@ from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.registry import missing_inputs
-from solrl_core.stages.update_worker import launch_update
+from solrl_core.stages.update_launch import launch_update
 from solrl_core.staleness import is_current
 
 POLL_SECONDS = 5.0

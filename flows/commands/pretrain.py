@@ -1,0 +1,29 @@
+"""`solrl pretrain`: the embedded default model's pretraining."""
+
+from __future__ import annotations
+
+import json
+
+
+
+
+def cmd_pretrain(args) -> int:
+    from solrl_core.embedded.pretrain import pretrain
+
+    summary = pretrain(
+        args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed, progress=True
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pretrain", help="pretrain the embedded default model (reproduces the shipped weights)",
+                       description="Flow-matching pretraining of the embedded text-to-image model on procedurally "
+                       "drawn shapes. The defaults reproduce the weights shipped in solrl_core/embedded/pretrained/.")
+    p.add_argument("--out", required=True, help="output directory (diffusers/transformers layout)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the shipped weights' count)")
+    p.add_argument("--batch-size", type=int, default=None, help="images per step (default: the shipped weights')")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the shipped weights')")
+    p.add_argument("--seed", type=int, default=0, help="random seed (shapes drawn, initial weights)")
+    p.set_defaults(func=cmd_pretrain)

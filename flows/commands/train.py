@@ -1,0 +1,151 @@
+"""Training commands: a whole run, one stage alone, and a machine's share of a multi-node update."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from flows.commands.options import output_options, show_progress
+from flows.prefect_server import client_env, prefect_api
+from flows.preflight import check_services
+from solrl_core.errors import SolrlError
+from solrl_core.wording import plural
+
+
+def cmd_train(args) -> int:
+    from solrl_core.config import load_config
+    from solrl_core.rundir import RunDir
+    from solrl_core.run_preflight import preflight
+    from solrl_core.runs import default_run_dir, prepare_run
+
+    overrides = list(args.set or [])
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise SolrlError(f"--iterations {args.iterations} is out of range: give 1 or more")
+        overrides.append(f"iterations={args.iterations}")
+    cfg = load_config(args.config, overrides)
+    run = RunDir(args.run_dir or default_run_dir(cfg))
+    run.check_writable()
+    client_env()
+    check_services(cfg, run)
+    with run.hold():
+        api = prefect_api()  # a temporary Prefect server boots while the model loads
+        preflight(cfg)
+        prepare_run(run, cfg)
+        from flows.training import training_flow
+        from flows.tracking import ensure_mlflow_run
+
+        info = ensure_mlflow_run(run, cfg)
+        with api.ready():
+            history = training_flow(str(run.root), cfg.iterations, progress=show_progress(args))
+    train = [h["reward/train_mean"] for h in history]
+    if args.quiet:
+        print(f"trained {plural(cfg.iterations, 'iteration')} in {run.root}; reward/train_mean by iteration: "
+              + " ".join(f"{r:.2f}" for r in train))
+        return 0
+    print(f"\ntrained {plural(cfg.iterations, 'iteration')}; reward/train_mean by iteration "
+          "(depends on the prompts drawn): " + " ".join(f"{r:.2f}" for r in train))
+    evals = run.evaluations()
+    curve = None
+    if evals:
+        from solrl_core.learning_curve import CURVE_FILE, eval_table, plot_eval_curve
+
+        print("held-out evaluation (EMA weights, fixed prompts and seeds):")
+        print(eval_table(evals))
+        curve = plot_eval_curve(evals, run.root / CURVE_FILE, title=f"{cfg.name}: held-out evaluation")
+    print(f"run directory : {run.root}")
+    if curve is not None:
+        print(f"learning curve: {curve}")
+    print(f"best/worst    : {run.iteration_dir(cfg.iterations - 1) / 'best_worst.png'}")
+    print(f"status        : solrl status --run-dir {run.root}")
+    print(f"MLflow UI     : mlflow ui --backend-store-uri {info['tracking_uri']} --host 127.0.0.1 --port 5000")
+    print("Prefect UI    : prefect server start --host 127.0.0.1  (then open http://127.0.0.1:4200)")
+    return 0
+
+
+def cmd_stage(args) -> int:
+    from solrl_core.rundir import STAGES, RunDir
+    from solrl_core.placement import check_devices
+    from solrl_core.runs import check_iteration, load_run_config
+    from solrl_core.stages.registry import missing_input_error, missing_inputs, verify_inputs
+    from solrl_core.staleness import is_current, recompute_command, stale_items, stale_where
+    from solrl_core.status import stale_lines
+
+    if args.name not in STAGES:
+        raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
+    run = RunDir(args.run_dir)
+    cfg = load_run_config(run)
+    check_iteration(cfg, args.iteration)
+    check_devices(cfg)
+    missing = missing_inputs(run, args.iteration, args.name)
+    if missing:
+        raise missing_input_error(run, args.iteration, f"stage '{args.name}'", missing)
+    if is_current(run, args.iteration, args.name) and not args.force:
+        print(f"{args.name} of iteration {args.iteration} is already complete (use --force to run it again)")
+        return 0
+    verify_inputs(run, args.iteration, args.name)  # checked again by the stage; here before Prefect starts
+    stale_before = {stale_where(item) for item in stale_items(run)}
+    with run.hold():
+        client_env()
+        check_services(cfg, tracking=False)
+        api = prefect_api()
+        from flows.stage import stage_flow
+
+        with api.ready():
+            manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force,
+                                  progress=not args.quiet)
+    print(json.dumps(manifest["summary"], indent=2))
+    made_stale = [item for item in stale_items(run) if stale_where(item) not in stale_before]
+    for line in stale_lines(made_stale, recompute_command(run), label="made stale"):
+        print(line, file=sys.stderr)
+    return 0
+
+
+def cmd_update_node(args) -> int:
+    from solrl_core.rundir import RunDir
+    from solrl_core.runs import check_iteration, load_run_config
+    from solrl_core.stages.update_node import join_updates
+
+    run = RunDir(args.run_dir)
+    if args.iteration is not None:
+        check_iteration(load_run_config(run), args.iteration)
+    summaries = join_updates(run, args.iteration, force=args.force,
+                             say=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps({str(it): summary for it, summary in summaries.items()}, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a run from a YAML config (resumes an existing run directory)",
+                       description="Run the training flow: iterations of quantize → explore → score → select → "
+                       "regenerate → score → update. Re-running the same command resumes after a crash.")
+    p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
+    p.add_argument("--run-dir", help="where artifacts go (default runs/<config name>/)")
+    p.add_argument("--iterations", type=int, help="number of iterations (overrides the config's `iterations`)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.optimizer.lr=1e-4 (repeatable)")
+    output_options(p, no_progress=True)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("stage", help="run one stage of one iteration alone",
+                       description="Run a single stage from the artifacts of the stages before it. Stages: "
+                       "quantize, explore, score_explore, select, regenerate, score_final, update.")
+    p.add_argument("name", help="stage name")
+    p.add_argument("--run-dir", required=True, help="an existing run directory")
+    p.add_argument("--iteration", type=int, required=True, help="iteration number (from 0)")
+    p.add_argument("--force", action="store_true",
+                   help="compute the stage again (its artifact stays until the new one is complete); the stages that "
+                   "read it become stale (`solrl status` lists them, `solrl train` recomputes them)")
+    output_options(p)
+    p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("update-node", help="take part in a multi-node update from another training machine",
+                       description="With train.nodes > 1: this machine's share of the update (train.processes "
+                       "torchrun processes meeting the machine that runs the update stage at train.rdzv_endpoint). "
+                       "Waits until an iteration's update can start in the run directory (shared by all machines), "
+                       "joins it, and goes on until the run's last iteration is updated.")
+    p.add_argument("--run-dir", required=True, help="the run directory, as this machine sees it")
+    p.add_argument("--iteration", type=int, help="join this iteration's update only")
+    p.add_argument("--force", action="store_true",
+                   help="with --iteration: join even when that update is complete (the stage runs again with --force)")
+    p.set_defaults(func=cmd_update_node)

@@ -1,0 +1,22 @@
+"""Fail fast, before any flow starts, on what a user can fix: devices, rewards, explore precision, prompts and
+model weights."""
+
+from __future__ import annotations
+
+from solrl_core.backbones.cache import load_backbone
+from solrl_core.config import RunConfig
+from solrl_core.placement import check_devices
+from solrl_core.prompts import train_prompt_set
+from solrl_core.quant.backends import resolve_backend
+from solrl_core.rewards.registry import preflight_rewards
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Raise a SolrlError naming what to fix (the model's weights are loaded: the backbone cache keeps them)."""
+    check_devices(cfg)
+    preflight_rewards(cfg.rewards, cfg.reward_models)
+    if cfg.eval.every and cfg.eval.rewards:
+        preflight_rewards(cfg.eval.rewards, cfg.reward_models)
+    resolve_backend(cfg.explore.precision, cfg.model.device)
+    train_prompt_set(cfg)
+    load_backbone(cfg)

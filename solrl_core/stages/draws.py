@@ -1,0 +1,28 @@
+"""The run's seeded draws: one generator stream per purpose, each iteration's prompts, each candidate's noise seed."""
+
+from __future__ import annotations
+
+import torch
+
+from solrl_core.config import RunConfig
+from solrl_core.prompts import train_prompt_set
+from solrl_core.seeds import derived_generator
+
+# Purposes for derived random generators: each random choice has its own stream.
+PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_LORA_INIT = range(5)
+
+
+def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
+    """The prompts of one iteration: a seeded draw without replacement (with repeats only if the set is small)."""
+    prompts = train_prompt_set(cfg)
+    gen = derived_generator(cfg.seed, iteration, PURPOSE_PROMPTS)
+    order: list[int] = []
+    while len(order) < cfg.prompts.per_iteration:
+        order += torch.randperm(len(prompts), generator=gen).tolist()
+    return [prompts[i] for i in order[: cfg.prompts.per_iteration]]
+
+
+def candidate_seed(cfg: RunConfig, iteration: int, prompt_slot: int, candidate: int) -> int:
+    """The noise seed of candidate `candidate` of the prompt in slot `prompt_slot`: unique within a run."""
+    n = cfg.explore.seeds_per_prompt
+    return ((cfg.seed * 100_003 + iteration) * cfg.prompts.per_iteration + prompt_slot) * n + candidate

@@ -1,0 +1,38 @@
+"""The explore precision and steps of an iteration, with the fidelity guardrail's escalations replayed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from solrl_core.quant.backends import resolve_backend
+from solrl_core.quant.guardrail import FidelityGuardrail
+from solrl_core.stages.context import StageContext
+
+
+@dataclass(frozen=True)
+class ExploreSetting:
+    precision: str  # a concrete backend name (auto resolved)
+    steps: int
+    reason: str
+    escalations: tuple[dict, ...] = ()
+
+
+def explore_setting(ctx: StageContext) -> ExploreSetting:
+    """The explore precision and steps of this iteration: the configured ones, raised by the fidelity guardrail
+    when earlier iterations ranked seeds badly. Replayed from the finished iterations' manifests, so a resumed or
+    re-run stage always agrees with the first run."""
+    ex = ctx.cfg.explore
+    choice = resolve_backend(ex.precision, ctx.cfg.model.device)
+    if not (ex.guardrail.enabled and ctx.cfg.regenerate.enabled):
+        return ExploreSetting(choice.name, ex.steps, choice.reason)
+    g = ex.guardrail
+    guard = FidelityGuardrail(g.floor, g.patience, [(choice.name, ex.steps), *[tuple(r) for r in g.ladder]])
+    escalations = []
+    for i in range(ctx.iteration):
+        summary = ctx.run.manifest(i, "score_final")["summary"]
+        event = guard.observe(i, summary.get("fidelity_spearman", math.nan))
+        if event is not None:
+            escalations.append(event.to_dict())
+    reason = choice.reason if guard.level == 0 else escalations[-1]["reason"]
+    return ExploreSetting(guard.precision, guard.steps, reason, tuple(escalations))

@@ -1,0 +1,27 @@
+"""Copies of the base transformer: private ones (to load, merge or quantize into) and weight-sharing ones."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from solrl_core.backbones.base import Backbone
+from solrl_core.stages.context import StageContext
+from solrl_core.storage import load_tensors
+
+
+def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
+    """A private copy of the base transformer, safe to load other weights into, merge into or quantize."""
+    return copy.deepcopy(backbone.transformer).eval()
+
+
+def weight_sharing_transformer(backbone: Backbone) -> torch.nn.Module:
+    """A copy of the base transformer's modules whose parameters and buffers ARE W0's (no weight memory).
+
+    For the LoRA policy: peft wraps the copy's layers (the cached module tree is untouched) and never writes to base
+    weights; merged weights are computed out of place (`LoraPolicy.merged_state_dict`). Anything that writes weights
+    in place (load_state_dict, quantization, `.to(dtype)`) must use `fresh_transformer` instead."""
+    base = backbone.transformer
+    shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
+    return copy.deepcopy(base, memo=shared).eval()
