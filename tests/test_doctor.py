@@ -120,7 +120,7 @@ def test_bench_flops_are_the_planners_count_of_the_same_model():
     m, config = gpu_bench._config("flux1", None, TINY_FLUX)
     config = gpu_bench._with_blocks(config, 2)
     meta = build_meta_model_from(config)
-    inputs = example_inputs("flux", config, 16, 8)
+    inputs = example_inputs(m.spec.kind, config, 16, 8)
     assert report["model"]["flops_per_forward"] == count_flops(meta, lambda: meta(**inputs, return_dict=False)).total
     assert (config["num_layers"], config["num_single_layers"]) == (1, 1)
 

@@ -79,13 +79,13 @@ def _build(config: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
     return model.to(dtype).eval().requires_grad_(False)
 
 
-def _inputs(family: str, config: dict, image_tokens: int, text_tokens: int, device: str, dtype) -> dict:
+def _inputs(kind: str, config: dict, image_tokens: int, text_tokens: int, device: str, dtype) -> dict:
     """Real random inputs shaped like ``planner.flops.example_inputs``' (ids zero, timestep 0.5)."""
     from solrl_core.planner.flops import example_inputs
 
     g = torch.Generator(device="cpu").manual_seed(1)
     out = {}
-    for k, v in example_inputs(family, config, image_tokens, text_tokens).items():
+    for k, v in example_inputs(kind, config, image_tokens, text_tokens).items():
         if k.endswith("_ids"):
             out[k] = torch.zeros(v.shape, device=device, dtype=dtype)
         elif k in ("timestep", "guidance"):
@@ -151,7 +151,7 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         try:
             cfg = _with_blocks(config, n)
             base = _build(cfg, device, dtype)
-            inputs = _inputs(spec.family, cfg, image_tokens, text_tokens, device, dtype)
+            inputs = _inputs(spec.kind, cfg, image_tokens, text_tokens, device, dtype)
             with torch.no_grad():
                 flops = count_flops(base, lambda: base(**inputs, return_dict=False)).total
             break
