@@ -143,7 +143,7 @@ def format_calibrated(result: dict) -> list[str]:
            "| model | measure | family | paper (s) | stated (s) | error | calibrated (s) | error |",
            "|---|---|---|---:|---:|---:|---:|---:|"]
     for r, c in zip(result["rows"], cal["rows"]):
-        out.append(f"| {backbone_spec(r["model"]).title} | {r['measure'].replace('iteration', 'end-to-end')} | "
+        out.append(f"| {backbone_spec(r['model']).title} | {r['measure'].replace('iteration', 'end-to-end')} | "
                    f"{FAMILY_LABEL[r['family']]} | {r['paper_s']:.0f} | {r['predicted_s']:.0f} | {_pct(r['error'])} | "
                    f"{c['predicted_s']:.0f} | {_pct(c['error'])} |")
     out += ["", f"Mean |error| stated {100 * result['mean_abs_error']:.0f}%, calibrated "
