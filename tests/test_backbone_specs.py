@@ -23,7 +23,7 @@ FULL_SIZE = [s.key for s in SPECS if s.config_file]
 
 
 def test_every_consumer_lists_the_models_of_the_specs():
-    assert FULL_SIZE == ["flux1", "sd35l", "sd35m", "sana"]
+    assert FULL_SIZE == ["flux1", "sd35l", "sd35m", "sana", "qwenimage"]
     assert list(presets.MODELS) == FULL_SIZE
     assert list(tiny_models()) == FULL_SIZE
     assert list(memory.MODELS) == FULL_SIZE
@@ -41,19 +41,20 @@ def test_planner_names_resolve_through_the_specs():
     for spec in SPECS:
         for alias in spec.aliases:
             assert flops.get_model(alias).backbone == spec.key
-    with pytest.raises(SolrlError, match="known: flux1, sd35l, sd35m, sana, sana-diffusers"):
+    with pytest.raises(SolrlError, match="known: flux1, sd35l, sd35m, sana, sana-diffusers, qwenimage"):
         flops.get_model("nope")
 
 
 def test_config_validation_accepts_exactly_the_kinds_of_the_specs():
     kinds = {s.kind for s in SPECS}
-    assert set(adapters()) == kinds == {"embedded", "flux1", "sd35", "sana"}
+    assert set(adapters()) == kinds == {"embedded", "flux1", "sd35", "sana", "qwenimage"}
     for kind in kinds:
         assert validate_config({"model": {"kind": kind}}).model.kind == kind
     with pytest.raises(ConfigError) as info:
         validate_config({"model": {"kind": "flux2"}})
     assert str(info.value) == (
-        "config: model.kind 'flux2' is not a backbone (known: embedded, flux1, sd35, sana; or package.module:Class)")
+        "config: model.kind 'flux2' is not a backbone (known: embedded, flux1, sd35, sana, qwenimage; or "
+        "package.module:Class)")
 
 
 def test_each_adapter_is_a_backbone_with_the_defaults_of_its_kind():

@@ -9,8 +9,9 @@ import torch
 from solrl_core.planner import memory
 
 # published sizes (model cards / papers)
-TRANSFORMERS = {"flux1": 12.0e9, "sd35l": 8.1e9, "sd35m": 2.5e9, "sana": 1.6e9}
-ENCODERS = {"T5_XXL": 4.7e9, "CLIP_L_TEXT": 123e6, "CLIP_G_TEXT": 695e6, "GEMMA2_2B": 2.6e9, "CLIP_H14": 986e6}
+TRANSFORMERS = {"flux1": 12.0e9, "sd35l": 8.1e9, "sd35m": 2.5e9, "sana": 1.6e9, "qwenimage": 20e9}
+ENCODERS = {"T5_XXL": 4.7e9, "CLIP_L_TEXT": 123e6, "CLIP_G_TEXT": 695e6, "GEMMA2_2B": 2.6e9, "CLIP_H14": 986e6,
+            "QWEN25_VL_7B": 8.29e9}
 
 
 @pytest.mark.parametrize("model", list(TRANSFORMERS))

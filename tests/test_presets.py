@@ -30,11 +30,15 @@ OFFICIAL_MODEL = {
     "sana": dict(kind="sana", resolution=1024, sampler="euler", micro_batch=16, timestep_fraction=0.6,
                  skip=[d for n in SANA_NATIVE_SKIP for d in SANA_NATIVE_TO_DIFFUSERS[n]], min_width=2240,
                  eval_steps=40),
+    # Qwen-Image has no official setting: FLUX.1's rule in its module names (configs/parts/models/qwenimage.yaml)
+    "qwenimage": dict(kind="qwenimage", resolution=512, sampler="euler", micro_batch=8, timestep_fraction=0.4,
+                      skip=["img_in", "txt_in", "time_text_embed", "norm_out"], min_width=1000, eval_steps=50),
 }
 # Text length and gradient-norm clip as the reference runs each model (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN of
 # train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
 # configs/sol_rl/{flux1,sd3,sana}.py, where sd3.py keeps configs/sol_rl/base.py's 0.002. SD3.5-M: SD3.5-L's.
-REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0)}
+REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0),
+                      "qwenimage": (128, 1.0)}  # Qwen-Image (no reference): FLUX.1's
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "diffusionnft": ("fp32", 10, 24, "all", 24, False),
@@ -53,7 +57,7 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 def test_checked_in_presets_equal_the_generator_output(tmp_path):
     expected = presets.expected_presets()
-    assert len(expected) == 64
+    assert len(expected) == 16 * len(presets.MODELS) == 80
     assert sorted(p.name for p in PRESETS.glob("*.yaml")) == sorted(expected)
     assert presets.differences(PRESETS) == []
     # the generator run into an empty directory writes exactly the checked-in files
@@ -177,6 +181,7 @@ OFFICIAL_LORA = {
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"],
 }
 OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
+OFFICIAL_LORA["qwenimage"] = OFFICIAL_LORA["flux1"]  # no official setting: FLUX.1's rule
 
 
 @pytest.mark.parametrize("model", presets.MODELS)

@@ -124,11 +124,15 @@ def test_counts_are_consistent(rows):
         "sd35-medium": (392, 48),
         "sana-1600m": (166, 0),
         "sana-1600m-linear-ffn": (206, 40),
+        # 60 blocks x 14 Linear (img/txt modulation, 8 attention projections, 2 x 2 MLP) + 6 outside; kept: the
+        # 2 timestep Linear, img_in, txt_in, norm_out.linear (the skip names)
+        "qwen-image": (60 * 14 + 6, 60 * 14 + 1),
     }
     # Parameter counts of the configs (billions): the models really are the full-size ones.
     assert rows["flux1-dev"]["params_total"] / 1e9 == pytest.approx(11.90, abs=0.01)
     assert rows["sd35-large"]["params_total"] / 1e9 == pytest.approx(8.06, abs=0.01)
     assert rows["sana-1600m"]["params_total"] / 1e9 == pytest.approx(1.60, abs=0.01)
+    assert rows["qwen-image"]["params_total"] / 1e9 == pytest.approx(20.43, abs=0.01)  # Qwen-Image's "20B"
 
 
 def test_sana_native_names_are_all_mapped(rows):

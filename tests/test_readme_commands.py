@@ -117,6 +117,7 @@ PYTHON_MODULES = {
     "flows.servers": MAKE_SERVER, "flows.devices_bench": CHECKED,  # its options and files (minutes to run)
     "solrl_core.config_explain": CONFIG_DOC,
     "solrl_core.doctor": DOCTOR_BENCH,
+    "solrl_core.bench.fidelity_sweep": "tests/test_fidelity_sweep.py::test_lora_branch_at_full_precision_ranks_as_the_merged_copy",
     "flows.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
 }
 

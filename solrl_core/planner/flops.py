@@ -237,6 +237,8 @@ VAE_DECODERS: dict[str, dict] = {
             use_quant_conv=False, use_post_quant_conv=False,
         ),
     ),
+    # Qwen/Qwen-Image vae/config.json: the class defaults (base width 96, levels 1/2/4/4, 2 res blocks, z 16, f8)
+    "qwen-f8c16": dict(cls="AutoencoderKLQwenImage", kwargs={}),
     # mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers: 3 ResBlock + 3 EfficientViT levels, 3 layers each, multiscale 5
     # attention, interpolation upsampling (the class defaults hold the channel widths and layer counts).
     "dc-ae-f32c32": dict(

@@ -72,6 +72,11 @@ HF_MODELS: dict[str, tuple[str, str, dict]] = {
     "GEMMA2_2B": ("Gemma2Model", "Gemma2Config", dict(
         vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
         num_key_value_heads=4, head_dim=256)),
+    "QWEN25_VL_7B": ("Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLConfig", dict(  # Qwen-Image's text_encoder
+        text_config=dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                         num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
+        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
+                           fullatt_block_indexes=[7, 15, 23, 31]))),
     "CLIP_H14": ("CLIPModel", "CLIPConfig", dict(
         text_config=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16),
         vision_config=dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
@@ -211,8 +216,8 @@ def activation_bytes(model: str) -> ActivationBytes:
     _attach_meta_lora(module, lora_targets(m.key), LORA_RANK)
     module = module.to(torch.bfloat16)
     config = json.loads((config_dir() / m.spec.config_file).read_text())
-    inputs = {k: v.to(torch.bfloat16) if v.is_floating_point() and not k.endswith("_ids") else v
-              for k, v in example_inputs(m.spec.kind, config, m.spec.image_tokens, m.spec.text_tokens).items()}
+    inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and not k.endswith("_ids")
+              else v for k, v in example_inputs(m.spec.kind, config, m.spec.image_tokens, m.spec.text_tokens).items()}
     params = {p.untyped_storage()._cdata for p in module.parameters()}
     seen: set[int] = set()
     keep: list[torch.Tensor] = []  # hold the saved tensors so their storages are not reused mid-count
