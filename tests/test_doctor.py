@@ -93,7 +93,8 @@ TINY_FLUX = dict(num_attention_heads=2, attention_head_dim=16, axes_dims_rope=[4
 
 def test_bench_on_cpu_at_tiny_size_writes_a_report_the_planner_reads(tmp_path):
     report = gpu_bench.run_bench(tmp_path, "flux1", "cpu", planner_gpu="h100", blocks=2, repeats=1,
-                                 config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16)
+                                 config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16,
+                                 micro_batch=2)
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
     assert "| bf16 |" in (tmp_path / "report.md").read_text()
@@ -106,6 +107,11 @@ def test_bench_on_cpu_at_tiny_size_writes_a_report_the_planner_reads(tmp_path):
     # 4-bit blocks err more than 8-bit per-tensor E4M3, both well below 1 on random weights
     err = report["rel_error"]
     assert 0 < err["fp8_emulated_vs_bf16"] < err["nvfp4_emulated_vs_bf16"] < 0.5
+
+    # the regenerate and update stages ran at the micro-batch (peaks are CUDA's: none on a CPU)
+    assert report["stages"]["ok"] == ["regenerate", "update"] and report["stages"]["micro_batch"] == 2
+    assert report["stages"]["peak_gib"] == {"regenerate": None, "update": None}
+    assert "- update: peak" in (tmp_path / "report.md").read_text()
 
     cal = load_calibration(tmp_path / "report.json")
     assert cal.gpu == "h100" and cal.measured_tflops["bf16"] == pytest.approx(tp["bf16"]["tflops"])
@@ -154,3 +160,14 @@ def test_planner_gpu_of_device_names(name, key):
 def test_bench_refuses_an_unknown_model(tmp_path):
     with pytest.raises(SolrlError, match="unknown model"):
         gpu_bench.measure("nope", "cpu")
+
+
+def test_stage_peaks_run_both_stages_and_leave_w0_untouched():
+    m, config = gpu_bench._config("flux1", None, TINY_FLUX)
+    config = gpu_bench._with_blocks(config, 2)
+    base = gpu_bench._build(config, "cpu", torch.float32)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    out = gpu_bench.stage_peaks(base, m.spec.kind, config, 16, 8, 2, ["to_q", "to_v"], "cpu", torch.float32, rank=4)
+    assert out["ok"] == ["regenerate", "update"]
+    after = base.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # W0 is shared, never written

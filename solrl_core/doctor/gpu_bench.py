@@ -79,13 +79,16 @@ def _build(config: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
     return model.to(dtype).eval().requires_grad_(False)
 
 
-def _inputs(kind: str, config: dict, image_tokens: int, text_tokens: int, device: str, dtype) -> dict:
+def _inputs(kind: str, config: dict, image_tokens: int, text_tokens: int, device: str, dtype, batch: int = 1) -> dict:
     """Real random inputs shaped like ``planner.flops.example_inputs``' (ids zero, timestep 0.5)."""
     from solrl_core.planner.flops import example_inputs
 
     g = torch.Generator(device="cpu").manual_seed(1)
     out = {}
-    for k, v in example_inputs(kind, config, image_tokens, text_tokens).items():
+    for k, v in example_inputs(kind, config, image_tokens, text_tokens, batch).items():
+        if not torch.is_tensor(v):  # e.g. Qwen-Image's img_shapes
+            out[k] = v
+            continue
         if k.endswith("_ids"):
             out[k] = torch.zeros(v.shape, device=device, dtype=dtype)
         elif k in ("timestep", "guidance"):
@@ -131,7 +134,8 @@ def _share_rate(flops: float, low: float, seconds: float, bf16: dict | None) -> 
 
 def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = None, precisions=PRECISIONS,
             repeats: int = 3, config_directory=None, config_overrides: dict | None = None,
-            image_tokens: int | None = None, text_tokens: int | None = None, min_width: int | None = None) -> dict:
+            image_tokens: int | None = None, text_tokens: int | None = None, min_width: int | None = None,
+            micro_batch: int | None = None) -> dict:
     """The bench's measurements as a dict (see the module docstring). ``blocks``: at most this many transformer
     blocks (None: the whole model, halved on out-of-memory). The keyword overrides shrink the model and the sample
     (tests run it on a CPU at tiny sizes); without them it is the full-size model at the official resolution."""
@@ -199,11 +203,22 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         if name != "bf16" and "bf16" in outputs:
             errors[f"{name}_vs_bf16"] = _rel(outputs[name], outputs["bf16"])
 
+    from solrl_core.backbones.registry import backbone_spec
+
+    bspec = backbone_spec(m.backbone)
+    micro_batch = micro_batch or bspec.micro_batch
+    try:
+        stages = stage_peaks(base, spec.kind, cfg, image_tokens, text_tokens, micro_batch,
+                             list(bspec.defaults.lora_targets), device, dtype)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        stages = {"micro_batch": micro_batch, "error": "out of memory"}
     estimate = None
     if torch.device(device).type == "cuda" and n == full and not config_overrides:
         from solrl_core.planner.memory import memory_estimate
 
         estimate = 2 * memory_estimate(m.key).gib["weights"]  # the planner's W0 + bf16 copy, GiB
+        stages["planner_gib"] = planner_stage_estimates(m.key)
     cap = device_capability(device)
     name = torch.cuda.get_device_name(torch.device(device)) if cap is not None else "cpu"
     return {
@@ -216,7 +231,60 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
                   "flops_per_forward": flops, "planner_weights_and_copy_gib": estimate},
         "throughput": throughput,
         "rel_error": errors,
+        "stages": stages,
     }
+
+
+def stage_peaks(base: torch.nn.Module, kind: str, config: dict, image_tokens: int, text_tokens: int,
+                micro_batch: int, targets: list[str], device: str, dtype: torch.dtype, rank: int = 32) -> dict:
+    """Peak memory of the transformer part of the regenerate and update stages at a micro-batch, built as those
+    stages build it: the LoRA policy (`rl.policy.LoraPolicy`, adapters θ and θ_old) on a module tree that shares
+    `base`'s weights (W0 held once). regenerate: θ_old as a branch, one forward without grad. update: θ with
+    gradient checkpointing, one forward and backward and an AdamW step. GiB from torch.cuda.max_memory_allocated
+    (None off CUDA, where only the path runs); `ok` says each ran."""
+    from types import SimpleNamespace
+
+    from solrl_core.rl.policy import LoraPolicy
+    from solrl_core.stages.transformer_copies import weight_sharing_transformer
+    from solrl_core.stages.update import enable_gradient_checkpointing
+
+    cuda = torch.device(device).type == "cuda"
+    policy = LoraPolicy.attach(weight_sharing_transformer(SimpleNamespace(transformer=base)), targets=targets,
+                               rank=rank, alpha=2 * rank)
+    policy.transformer.to(device)
+    for p in policy.trainable_parameters():
+        p.data = p.data.float()  # θ in fp32, as the update keeps it
+    inputs = _inputs(kind, config, image_tokens, text_tokens, device, dtype, batch=micro_batch)
+    peaks = {}
+    for stage in ("regenerate", "update"):
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        if stage == "regenerate":
+            with torch.no_grad():
+                policy.use("old")(**inputs, return_dict=False)
+        else:
+            model = policy.use("default")
+            enable_gradient_checkpointing(model)
+            model.train()
+            optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4)
+            model(**inputs, return_dict=False)[0].float().square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            model.eval()
+        peaks[stage] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+    return {"micro_batch": micro_batch, "lora_rank": rank, "peak_gib": peaks, "ok": sorted(peaks)}
+
+
+def planner_stage_estimates(model_key: str) -> dict[str, float]:
+    """`planner.memory`'s figures for what `stage_peaks` holds (no text encoders, VAE or reward): regenerate = W0 +
+    the two adapters; update = W0 + the LoRA training state + the micro-batch's checkpointed activations."""
+    from solrl_core.planner.memory import ADAPTER_BYTES_PER_PARAM, GIB, memory_estimate
+
+    est = memory_estimate(model_key)
+    g = est.gib
+    return {"regenerate": g["weights"] + est.lora_params * ADAPTER_BYTES_PER_PARAM / GIB,
+            "update": g["weights"] + g["lora"] + g["activations"]}
 
 
 def _gib(x: float | None) -> str:
@@ -245,6 +313,18 @@ def format_markdown(report: dict) -> str:
             out.append(f"| {name} | {row['impl']} | {1e3 * row['seconds_per_forward']:.2f} | "
                        f"{row['tflops_forward']:.3g} | {share} | {row['replaced_layers']} | "
                        f"{_gib(row['peak_gib'])} |")
+    st = report.get("stages", {})
+    if st:
+        planned = st.get("planner_gib", {})
+        out += ["", f"Regenerate and update, transformer part, at the official micro-batch ({st['micro_batch']}): "
+                "θ_old as a LoRA branch on W0 (one forward, no grad); θ with gradient checkpointing (forward, "
+                "backward, AdamW step). The planner's figure counts the same parts (no text encoders, VAE, reward).",
+                ""]
+        if "error" in st:
+            out.append(f"- not measured: {st['error']}")
+        for stage in ("regenerate", "update"):
+            if stage in st.get("peak_gib", {}):
+                out.append(f"- {stage}: peak {_gib(st['peak_gib'][stage])} GiB; planner {_gib(planned.get(stage))} GiB")
     out += ["", "Relative output error (‖a − b‖ / ‖b‖, same inputs and weights):", ""]
     out += [f"- {k.replace('_vs_', ' vs ')}: {v:.4g}" for k, v in report["rel_error"].items()] or ["- none measured"]
     return "\n".join(out) + "\n"
