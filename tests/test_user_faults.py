@@ -282,7 +282,7 @@ def test_sqlite_store_in_read_only_folder(tmp_path, monkeypatch):
 def test_main_maps_user_os_errors_and_keeps_bugs(capsys, monkeypatch, tmp_path):
     """main() turns a full disk or a permission error anywhere into one line naming the path; any other OSError (a
     bug, or nothing the user can fix) keeps its traceback."""
-    import flows.cli
+    import flows.commands.runs
 
     def failing(error):
         def command(args):
@@ -290,15 +290,15 @@ def test_main_maps_user_os_errors_and_keeps_bugs(capsys, monkeypatch, tmp_path):
         return command
 
     target = tmp_path / "iter_0000" / "pool.zarr"
-    monkeypatch.setattr(flows.cli, "cmd_status", failing(OSError(errno.ENOSPC, "No space left on device",
+    monkeypatch.setattr(flows.commands.runs, "cmd_status", failing(OSError(errno.ENOSPC, "No space left on device",
                                                                  str(target))))
     code, err = run_main(capsys, "status", "--run-dir", str(tmp_path))
     assert_one_line(code, err, "no space left", str(target), "free")
-    monkeypatch.setattr(flows.cli, "cmd_status", failing(PermissionError(errno.EACCES, "Permission denied",
+    monkeypatch.setattr(flows.commands.runs, "cmd_status", failing(PermissionError(errno.EACCES, "Permission denied",
                                                                          str(target))))
     code, err = run_main(capsys, "status", "--run-dir", str(tmp_path))
     assert_one_line(code, err, "Permission denied", str(target))
-    monkeypatch.setattr(flows.cli, "cmd_status", failing(OSError(errno.EIO, "Input/output error", str(target))))
+    monkeypatch.setattr(flows.commands.runs, "cmd_status", failing(OSError(errno.EIO, "Input/output error", str(target))))
     with pytest.raises(OSError, match="Input/output"):
         run_main(capsys, "status", "--run-dir", str(tmp_path))
 
