@@ -10,7 +10,7 @@ STAMP := $(VENV)/.solrl-installed-$(shell cat pyproject.toml constraints.txt | s
 help:
 	@echo "make demo   - set up, then train the embedded default with configs/demo.yaml into runs/demo/"
 	@echo "make test   - set up, then run the test suite"
-	@echo "make test-fast - set up, then run the tests that start no process or server (pytest -m 'not e2e')"
+	@echo "make test-fast - set up, then run the tests that start no process or server (pytest -m 'not e2e', one worker per core)"
 	@echo "make bench  - set up, then run the four families side by side (~45 min on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
 	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on 127.0.0.1"
@@ -32,7 +32,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not e2e"
+	$(BIN)/python -m pytest -m "not e2e" -n auto
 
 bench: setup
 	$(BIN)/solrl bench configs/bench.yaml

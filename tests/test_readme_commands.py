@@ -401,8 +401,8 @@ def test_make_help_lists_every_target_the_readme_shows():
 def test_make_test_fails_when_pytest_collects_nothing(tmp_path):
     """pytest exits 5 when no test is selected; `make test-fast` passes that on (make fails)."""
     plan = _make_plan("test-fast")
-    assert '-m pytest -m "not e2e"' in plan
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider",
+    assert '-m pytest -m "not e2e" -n auto' in plan
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "not e2e", "-n", "2", "-q", "-p", "no:cacheprovider",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 5, proc.stdout
 
