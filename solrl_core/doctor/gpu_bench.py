@@ -277,14 +277,13 @@ def stage_peaks(base: torch.nn.Module, kind: str, config: dict, image_tokens: in
 
 
 def planner_stage_estimates(model_key: str) -> dict[str, float]:
-    """`planner.memory`'s figures for what `stage_peaks` holds (no text encoders, VAE or reward): regenerate = W0 +
-    the two adapters; update = W0 + the LoRA training state + the micro-batch's checkpointed activations."""
-    from solrl_core.planner.memory import ADAPTER_BYTES_PER_PARAM, GIB, memory_estimate
+    """`planner.memory`'s regenerate and update figures without what `stage_peaks` does not load (text encoders,
+    VAE, reward): W0 + the two adapters; W0 + the LoRA training state + the micro-batch's activations."""
+    from solrl_core.planner.memory import memory_estimate
 
     est = memory_estimate(model_key)
-    g = est.gib
-    return {"regenerate": g["weights"] + est.lora_params * ADAPTER_BYTES_PER_PARAM / GIB,
-            "update": g["weights"] + g["lora"] + g["activations"]}
+    return {"regenerate": est.regenerate_gib - est.beside_transformer_gib,
+            "update": est.total_gib - est.beside_transformer_gib}
 
 
 def _gib(x: float | None) -> str:

@@ -285,20 +285,23 @@ class MemoryEstimate:
         return sum(self.gib.values())
 
     @property
+    def beside_transformer_gib(self) -> float:
+        """What every stage holds besides the transformer and its LoRA: text encoders, VAE and reward model."""
+        g = self.gib
+        return g["text_encoders"] + g["vae"] + g["reward"]
+
+    @property
     def inference_gib(self) -> float:
         """The explore stage: W0 (cached) + the quantized inference copy, text encoders, VAE and reward; no LoRA
         optimizer state, and sampling batches without grad (not counted). The copy is counted at full size (bf16):
         so it is when emulated or on the FP8/BF16 fallbacks; Transformer Engine's NVFP4 layers hold less."""
-        g = self.gib
-        return 2 * g["weights"] + g["text_encoders"] + g["vae"] + g["reward"]
+        return 2 * self.gib["weights"] + self.beside_transformer_gib
 
     @property
     def regenerate_gib(self) -> float:
         """The regenerate stage: W0 (cached) with θ_old as an unmerged LoRA branch (no copy), text encoders, VAE and
         reward; sampling batches without grad (not counted)."""
-        g = self.gib
-        return (g["weights"] + self.lora_params * ADAPTER_BYTES_PER_PARAM / GIB + g["text_encoders"] + g["vae"]
-                + g["reward"])
+        return self.gib["weights"] + self.lora_params * ADAPTER_BYTES_PER_PARAM / GIB + self.beside_transformer_gib
 
     def to_dict(self) -> dict:
         d = asdict(self)
