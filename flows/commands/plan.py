@@ -8,6 +8,7 @@ from pathlib import Path
 from flows.commands.options import output_options, show_progress
 from flows.prefect_server import client_env, prefect_api
 from flows.preflight import check_services
+from solrl_core.backbones.registry import full_size_models
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -104,7 +105,7 @@ def register(sub) -> None:
                        "ones (MODEL). --paper compares the predictions with the paper's iteration times.")
     p.add_argument("target", nargs="?", metavar="CONFIG|MODEL",
                    help="a run config (its backbone and per-iteration sizes; the other families at the same sizes) "
-                   "or a model: flux1 | sd35l | sd35m | sana (official sizes)")
+                   "or a model: " + " | ".join(full_size_models()) + " (official sizes)")
     p.add_argument("--model", help="with CONFIG: price its sizes on this backbone instead (flux1, sd35l, ...)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with CONFIG: override a config key")
     p.add_argument("--gpu", help="b200, gb200, b300, h100, h200, a100, rtx-pro-6000, rtx-5090, l40s, ...")

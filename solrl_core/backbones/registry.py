@@ -41,6 +41,11 @@ def backbone_specs() -> tuple[BackboneSpec, ...]:
     return tuple(found)
 
 
+def full_size_models() -> list[str]:
+    """The keys of the backbones with a full-size config (what the planner, coverage and gpu-bench know)."""
+    return [s.key for s in backbone_specs() if s.config_file]
+
+
 def backbone_spec(key: str) -> BackboneSpec:
     """The spec of model `key` (e.g. "sd35l")."""
     for s in backbone_specs():

@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from solrl_core.backbones.registry import full_size_models
+
 DEFAULT_OUT = "doctor-report"
 
 
@@ -14,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--gpu-bench", action="store_true",
                    help="measure a full-size backbone (random weights) per precision; write report.json/md")
-    p.add_argument("--model", default="flux1", help="with --gpu-bench: flux1 | sd35l | sd35m | sana (default flux1)")
+    p.add_argument("--model", default="flux1", help="with --gpu-bench: " + " | ".join(full_size_models()) + " (default flux1)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"with --gpu-bench: output directory (default {DEFAULT_OUT})")
     p.add_argument("--blocks", type=int, default=None,
                    help="with --gpu-bench: at most this many transformer blocks (default: the whole model, halved "
