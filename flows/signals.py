@@ -5,13 +5,24 @@ committed; the command then exits 128 + the signal's number (130 for SIGINT, 143
 Inside a flow Prefect's own SIGTERM handler runs first (it marks the flow run Crashed), then passes the signal on to
 this one. A second SIGTERM while the command is stopping is ignored (SIGKILL still ends it; the children then stop by
 themselves, see solrl_core/orphan_guard.py).
+
+A signal whose handler raises while Python runs a finalizer (a weakref callback, `__del__`) is not lost: Python
+would print "Exception ignored" and carry on as if nothing had been sent, so the command would finish and exit 0.
+`sys.unraisablehook` sees that exception; the hook has a timer thread send the signal again a moment later (sent at
+once it would be handled inside the hook, and lost the same way), when the finalizer has returned.
 """
 
 from __future__ import annotations
 
+import _thread
+import os
 import signal
+import sys
+import threading
 
+REDELIVERY_DELAY_S = 0.1  # after the finalizer that swallowed the stop has returned
 _received = [signal.SIGINT]
+_previous_unraisablehook = sys.unraisablehook
 
 
 def _stop(signum, frame) -> None:
@@ -30,7 +41,26 @@ def stop_on_sigterm() -> None:
     try:
         signal.signal(signal.SIGTERM, _stop)
     except ValueError:
-        pass
+        return
+    sys.unraisablehook = _redeliver_lost_stop
+
+
+def _redeliver_lost_stop(unraisable) -> None:
+    """Send again a stop signal whose exception a finalizer swallowed (see the module's docstring)."""
+    exc = unraisable.exc_value
+    lost = getattr(exc, "signal", None)  # Prefect's TerminationSignal carries the signal it stands for
+    if isinstance(lost, int):  # to the handler installed then: Prefect's again inside a flow, else ours
+        _later(os.kill, os.getpid(), lost)
+    elif isinstance(exc, KeyboardInterrupt):  # KeyboardInterrupt again; _received keeps which signal it stood for
+        _later(_thread.interrupt_main, signal.SIGINT)
+    else:
+        _previous_unraisablehook(unraisable)
+
+
+def _later(send, *args) -> None:
+    timer = threading.Timer(REDELIVERY_DELAY_S, send, args)
+    timer.daemon = True
+    timer.start()
 
 
 def interrupted_exit_code() -> int:
