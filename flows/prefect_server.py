@@ -124,18 +124,24 @@ class PrefectApi:
     def ready(self) -> Iterator[str]:
         """Run flows inside this block: waits for the temporary server (if one was started and no profile names a
         server) and points Prefect, and the processes started inside, at it. Yields the API URL (None: the
-        profile's)."""
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        profile's).
+
+        The flows a command runs in its own process send no heartbeat: the heartbeat automation watches runs of solrl
+        deployments only (their processes set their own frequency, flows/deploy.py), and Prefect's heartbeat thread
+        holds up the end of every flow run by up to a second (it sleeps in 1 s steps) - a second per iteration."""
+        from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
         configured = PREFECT_API_URL.value()
+        updates = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
         if self.server is None or configured:
             if self.server is not None:
                 self.server.stop()  # a Prefect profile names a server: use that one
-            yield configured
+            with temporary_settings(updates=updates):
+                yield configured
             return
         self.server.wait_ready()
         os.environ[API_URL] = self.server.url  # Dask workers and other Prefect children started inside
-        with temporary_settings(updates={PREFECT_API_URL: self.server.url}):
+        with temporary_settings(updates={**updates, PREFECT_API_URL: self.server.url}):
             yield self.server.url
 
 

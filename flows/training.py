@@ -7,7 +7,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.iteration import iteration_flow
-from flows.tracking import ensure_mlflow_run, log_audit, log_evaluation, log_iteration
+from flows.tracking import ensure_mlflow_run, iteration_metrics, log_audit, log_evaluation, log_iteration
+from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
 from solrl_core.config import load_config
 from solrl_core.rundir import RunDir
@@ -23,29 +24,31 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
     ensure_mlflow_run(run, cfg)
     logger = get_run_logger()
     history = []
-    if cfg.eval.every:
-        log_evaluation(run, cfg, evaluate_task(run_dir, 0, progress=progress))
-    for iteration in range(iterations):
-        iteration_flow(run_dir, iteration, progress=progress)
-        metrics = log_iteration(run, cfg, iteration)
-        history.append(metrics)
-        if run.is_complete(iteration, AUDIT):
-            log_audit(run, cfg, iteration)
-        logger.info(
-            "iteration %d: explore reward %.4f, train reward %.4f, loss %.4f",
-            iteration,
-            metrics["reward/explore_mean"],
-            metrics["reward/train_mean"],
-            metrics["loss/total"],
-        )
-        step = iteration + 1
-        if cfg.eval.every and (step % cfg.eval.every == 0 or step == iterations):
-            evaluation = evaluate_task(run_dir, step, progress=progress)
-            log_evaluation(run, cfg, evaluation)
-            logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
-    for item in stale_items(run):  # evaluations off the schedule whose checkpoint was computed again
-        if item["stage"] == "eval" and item["step"] <= iterations:
-            log_evaluation(run, cfg, evaluate_task(run_dir, item["step"], progress=progress))
+    with TrackingQueue() as tracking:  # MLflow logs in its own thread while the next iteration computes
+        if cfg.eval.every:
+            tracking.submit(log_evaluation, run, cfg, evaluate_task(run_dir, 0, progress=progress))
+        for iteration in range(iterations):
+            iteration_flow(run_dir, iteration, progress=progress)
+            tracking.submit(log_iteration, run, cfg, iteration)
+            metrics = iteration_metrics(run, iteration)
+            history.append(metrics)
+            if run.is_complete(iteration, AUDIT):
+                tracking.submit(log_audit, run, cfg, iteration)
+            logger.info(
+                "iteration %d: explore reward %.4f, train reward %.4f, loss %.4f",
+                iteration,
+                metrics["reward/explore_mean"],
+                metrics["reward/train_mean"],
+                metrics["loss/total"],
+            )
+            step = iteration + 1
+            if cfg.eval.every and (step % cfg.eval.every == 0 or step == iterations):
+                evaluation = evaluate_task(run_dir, step, progress=progress)
+                tracking.submit(log_evaluation, run, cfg, evaluation)
+                logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
+        for item in stale_items(run):  # evaluations off the schedule whose checkpoint was computed again
+            if item["stage"] == "eval" and item["step"] <= iterations:
+                tracking.submit(log_evaluation, run, cfg, evaluate_task(run_dir, item["step"], progress=progress))
     return history
 
 

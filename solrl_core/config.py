@@ -415,6 +415,14 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ~15x faster
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with libyaml when available (each stage task reads the run's config.yaml)."""
+    return yaml.load(text, Loader=_YamlLoader)
+
+
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in seen:
@@ -422,7 +430,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(read_text(path, "config"))
+        data = load_yaml(read_text(path, "config"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -460,7 +468,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key.strip():
         raise ConfigError(f"override '{text}' has an empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value

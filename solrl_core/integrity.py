@@ -10,6 +10,10 @@ compares the files against it before reading; anything missing, of another size 
 Files added after completion are not checked (e.g. the MLflow "logged" marker in an evaluation directory). Records
 written before inventories existed (runs started by older versions) have none: they are accepted unchecked.
 
+Within one process a local file's digest is remembered under its identity and timestamps (device, inode, size,
+mtime, ctime): the stages of an iteration verify the files the previous stage just hashed without reading them again
+(any write, or a timestamp reset, changes mtime or ctime; another process hashes afresh).
+
 The frozen config.yaml carries its own digest in its first line (`config_text` / `config_body`): a truncated or
 garbled copy would otherwise still parse, as a different config.
 """
@@ -27,6 +31,8 @@ from solrl_core.storage import as_path, is_remote
 
 FILES_KEY = "files"  # where a completion record keeps its directory's inventory
 BLOCK = 1 << 20
+KNOWN_DIGESTS_MAX = 50_000  # remembered digests (a few MB); forgotten all at once beyond
+_known_digests: dict[tuple[int, ...], str] = {}
 
 
 def _digest(chunks) -> str:
@@ -63,8 +69,21 @@ def _file_digest(directory, relative: str) -> str:
     if is_remote(directory):
         with directory.fs.open(f"{directory.path.rstrip('/')}/{relative}", "rb") as fh:
             return _digest(_blocks(fh))
-    with open(directory / relative, "rb") as fh:
-        return _digest(_blocks(fh))
+    path = directory / relative
+    known = _known_digests.get(_identity(os.stat(path)))
+    if known is not None:
+        return known
+    with open(path, "rb") as fh:
+        identity = _identity(os.fstat(fh.fileno()))
+        digest = _digest(_blocks(fh))
+    if len(_known_digests) >= KNOWN_DIGESTS_MAX:
+        _known_digests.clear()
+    _known_digests[identity] = digest
+    return digest
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def inventory(directory) -> dict[str, dict[str, Any]]:

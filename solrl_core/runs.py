@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from solrl_core.config import RunConfig, dump_config, validate_config
+from solrl_core.config import RunConfig, dump_config, load_yaml, validate_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
 from solrl_core.integrity import config_body, config_text
 from solrl_core.rundir import RunDir
@@ -72,7 +72,7 @@ def load_run_config(run: RunDir) -> RunConfig:
               f"solrl train THAT_CONFIG --run-dir {run.root} (another config would not match the finished stages); "
               "otherwise start a new --run-dir")
     try:
-        data = yaml.safe_load(config_body(path.read_text(), str(path), remedy))
+        data = load_yaml(config_body(path.read_text(), str(path), remedy))
     except UnicodeDecodeError:
         raise DamagedArtifactError(f"{path} is damaged (not UTF-8 text); {remedy}") from None
     except yaml.YAMLError:

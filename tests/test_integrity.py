@@ -242,3 +242,21 @@ def test_truncated_run_json_and_evaluation_metrics(tmp_path):
     (run.eval_dir(2) / "metrics.json").write_text('{"step": 2, "metr')
     _refused(run.evaluations, "eval/step_0002/metrics.json", "not valid JSON",
              f"delete {run.eval_dir(2)} and run: solrl eval --run-dir {run.root} --step 2")
+
+
+@pytest.mark.parametrize("restore_mtime", [False, True])
+def test_a_file_rewritten_in_place_is_damaged_though_its_digest_was_remembered(tmp_path, restore_mtime):
+    """Digests are remembered per file within a process (solrl_core/integrity.py): a rewrite of the same size, even one
+    that puts the old modification time back, is still found."""
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    (artifact / "data.bin").write_bytes(b"a" * 4096)
+    recorded = inventory(artifact)
+    verify(artifact, recorded, "artifact", "rebuild it")  # remembered now, and still the same file
+    before = os.stat(artifact / "data.bin")
+    with open(artifact / "data.bin", "r+b") as fh:
+        fh.write(b"b")  # same size, other content
+    if restore_mtime:
+        os.utime(artifact / "data.bin", ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(DamagedArtifactError, match="artifact/data.bin is damaged .content changed"):
+        verify(artifact, recorded, "artifact", "rebuild it")

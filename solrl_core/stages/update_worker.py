@@ -21,8 +21,6 @@ import logging
 import os
 from pathlib import Path
 
-import yaml
-
 from solrl_core.errors import SolrlError
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.update_launch import WORKER_MODULE
@@ -31,7 +29,7 @@ from solrl_core.stages.update_launch import WORKER_MODULE
 def main(argv: list[str] | None = None) -> int:
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # as the CLI: no import notices per rank
 
-    from solrl_core.config import validate_config
+    from solrl_core.config import load_yaml, validate_config
     from solrl_core.rl.distributed import process_group
     from solrl_core.rundir import RunDir, write_json_atomic
     from solrl_core.stages.update import update_on_rank
@@ -46,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
 
-    cfg = validate_config(yaml.safe_load(Path(args.config).read_text()), source=args.config)
+    cfg = validate_config(load_yaml(Path(args.config).read_text()), source=args.config)
     result = Path(args.result)
     reporter = int(os.environ.get("LOCAL_RANK", 0)) == 0  # one rank per machine answers its launching process
     with process_group(cfg.train.dist_backend, args.store, cfg.model.device) as sync:
