@@ -30,7 +30,7 @@ from solrl_core.embedded.model import (
 )
 
 # The run that produced the shipped weights (solrl_core/embedded/pretrained/).
-DEFAULT_STEPS = 3000
+DEFAULT_STEPS = 9000
 DEFAULT_BATCH = 32
 DEFAULT_LR = 1e-3
 DEFAULT_SEED = 0
