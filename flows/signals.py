@@ -14,7 +14,6 @@ once it would be handled inside the hook, and lost the same way), when the final
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import sys
@@ -51,10 +50,21 @@ def _redeliver_lost_stop(unraisable) -> None:
     lost = getattr(exc, "signal", None)  # Prefect's TerminationSignal carries the signal it stands for
     if isinstance(lost, int):  # to the handler installed then: Prefect's again inside a flow, else ours
         _later(os.kill, os.getpid(), lost)
-    elif isinstance(exc, KeyboardInterrupt):  # KeyboardInterrupt again; _received keeps which signal it stood for
-        _later(_thread.interrupt_main, signal.SIGINT)
+    elif isinstance(exc, KeyboardInterrupt):  # the signal it stood for again (not SIGINT for all: a command started
+        signum = _received[0]                    # in the background by a shell ignores SIGINT)
+        if signum == signal.SIGTERM:
+            _rearm_sigterm()
+        _later(os.kill, os.getpid(), signum)
     else:
         _previous_unraisablehook(unraisable)
+
+
+def _rearm_sigterm() -> None:
+    """The next SIGTERM stops the command again (the lost one had set SIGTERM aside as a second stop)."""
+    try:
+        signal.signal(signal.SIGTERM, _stop)
+    except ValueError:  # not the main thread: the stop was not raised by a signal handler
+        pass
 
 
 def _later(send, *args) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -88,6 +89,12 @@ def pytest_runtest_teardown(item, nextitem):
         if watched and _started:
             pytest.fail(f"{item.nodeid} started a process ({_started[0]}): mark it @pytest.mark.e2e so that "
                         "`make test-fast` leaves it out", pytrace=False)
+
+
+def sigint_as_at_a_terminal() -> None:
+    """`preexec_fn` for a child that is sent Ctrl-C: SIGINT at its default, as in a terminal (a suite started in the
+    background by a shell ignores SIGINT, and its children would inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from conftest import ROOT
+from conftest import ROOT, sigint_as_at_a_terminal
 
 # Workers poll every second (default 10 s) so that stage runs start at once.
 WORKER_ENV = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
@@ -57,6 +57,7 @@ def process_workers(env: dict[str, str], pools: list[str], log_dir: Path, timeou
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
                 env={**env, **WORKER_ENV}, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=sigint_as_at_a_terminal,
             ))
         deadline = time.time() + timeout
         while not all(online_workers(env, pool) for pool in pools):

@@ -113,13 +113,17 @@ def test_two_gloo_processes_give_the_one_process_update(ready_for_update, one_pr
         for key in ("loss", "policy_loss", "kl", "x0_pos_err", "x0_neg_err", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-12), key
     c1, c2 = _checkpoint(one), _checkpoint(two)
+    # Adam divides each gradient element by its own running scale, so the rounding of a near-zero element's gradient
+    # can move that weight by a visible part of one step (CI saw 0.19% of a step: 1.9e-6 at lr 1e-3); and a tensor
+    # whose gradient is a near-cancelling sum (exp_avg of ~1e-8 here) keeps the rounding of its terms, not of its
+    # size (1.4e-4 of its norm was seen). So: each weight within 2% of one step, each tensor within 1e-3 of its norm;
+    # a rank's gradient lost or counted twice moves many weights by whole steps and the moments by ~50%.
+    step_atol = 0.02 * cfg.train.optimizer.lr
     for name in c1:
         assert c1[name].keys() == c2[name].keys()
         for key in c1[name]:
-            # atol 1e-6 = 0.1% of one Adam step at lr 1e-3; Adam divides each gradient element by its own running
-            # scale, so rounding differences of near-zero elements show in the weights at ~1e-5 of their norm
-            np.testing.assert_allclose(c2[name][key], c1[name][key], rtol=1e-5, atol=1e-6, err_msg=f"{name} {key}")
-            assert _relative(c1[name][key], c2[name][key]) < 1e-4, (name, key)
+            np.testing.assert_allclose(c2[name][key], c1[name][key], rtol=1e-5, atol=step_atol, err_msg=f"{name} {key}")
+            assert _relative(c1[name][key], c2[name][key]) < 1e-3, (name, key)
     init = load_file(str(base.checkpoint_dir(-1) / "adapters.safetensors"))
     assert any(not np.array_equal(init[k], c1["adapters.safetensors"][k]) for k in init if k.startswith("default."))
     state1, state2 = (json.loads((r.checkpoint_dir(0) / "state.json").read_text()) for r in (one, two))

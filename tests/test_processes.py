@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, TINY, solrl, tracking_set
+from conftest import ROOT, TINY, sigint_as_at_a_terminal, solrl, tracking_set
 from solrl_core.rundir import STAGES, RunDir
 
 MARK = "SOLRL_TEST_PROCESS_MARK"  # inherited by every process the command starts
@@ -68,7 +68,8 @@ def test_signal_stops_train_and_every_child_then_it_resumes(session_env, tmp_pat
     args = ["train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
             *SMALL, *(["--set", "orchestration.devices=[cpu, cpu]"] if dask else []), *tracking_set(session_env)]
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_as_at_a_terminal)
     try:
         # mid-run; after explore the Dask cluster serves the stages up to the update
         wait_for(RunDir(run_dir).manifest_path(0, "explore" if dask else "quantize"), proc)

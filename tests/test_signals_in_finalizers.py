@@ -4,6 +4,7 @@ let `solrl train` finish and exit 0; flows/signals.py sends such a signal again 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -47,13 +48,19 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def _sigint(disposition):
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
 @pytest.mark.e2e  # a subprocess of a few seconds
 @pytest.mark.parametrize("where", ["outside-a-flow", "inside-a-flow"])
-def test_sigterm_handled_inside_a_finalizer_still_stops_the_command(tmp_path, where):
+# SIGINT ignored: a command started in the background by a shell script (`solrl train ... &`) still stops on SIGTERM
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+def test_sigterm_handled_inside_a_finalizer_still_stops_the_command(tmp_path, where, sigint):
     script = tmp_path / "stop_in_finalizer.py"
     script.write_text(SCRIPT)
     done = subprocess.run([sys.executable, str(script), where], cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, preexec_fn=_sigint(sigint))
     assert done.returncode == 143, done.stderr[-2000:]  # 128 + SIGTERM, as after a SIGTERM anywhere else
     assert "finished the work" not in done.stdout
     assert "Exception ignored" not in done.stderr, done.stderr[-2000:]  # no traceback for a stop
