@@ -269,3 +269,16 @@ def test_orchestration_overhead_is_the_wall_time_no_stage_evaluation_or_audit_to
     summary = overhead_summary([hist])
     assert summary["iterations"] == 2 and summary["seconds"] == pytest.approx(4.0)
     assert summary["fraction"] == pytest.approx(8 / 50)
+
+
+def test_families_are_ranked_on_the_gold_evaluator_when_runs_have_one(tmp_path, bench_cfg):
+    runs = [make_run(tmp_path / "bench", f, s) for s in (0, 1) for f in REWARDS]
+    for path in (tmp_path / "bench").glob("*/eval/step_*/metrics.json"):
+        data = json.loads(path.read_text())
+        data["metrics"]["gold"] = data["metrics"]["reward"] - 0.1  # a learned reward above the gold one
+        write_json_atomic(path, data)
+    report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer)
+    assert report["eval_key"] == "gold"
+    assert report["target"] == pytest.approx(0.52 - 0.1)
+    assert report["families"]["sol_rl"]["statistics"]["final_reward"]["value"] == pytest.approx(0.63 - 0.1)
+    assert "value compared: `gold`" in (tmp_path / "bench" / "report.md").read_text()
