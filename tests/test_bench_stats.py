@@ -87,7 +87,7 @@ def _curve(per_seed_rewards: dict[int, list[float]], gpu_per_iteration: float) -
 
 
 def test_verdicts_from_constructed_curves():
-    seeds = range(5)
+    seeds = range(MIN_SEEDS)
     curves = {  # final values per seed; diffusionnft reaches 0.50 at step 4, sol_rl at step 1, at 0.8 the GPU cost
         "diffusionnft": _curve({s: [0.1, 0.2, 0.3, 0.4, 0.50 + 0.01 * (s - 2)] for s in seeds}, 10.0),
         "naive_scaling": _curve({s: [0.1, 0.3, 0.4, 0.5, 0.60 + 0.01 * s] for s in seeds}, 40.0),
@@ -120,7 +120,7 @@ def test_verdicts_from_constructed_curves():
 
 
 def test_a_censored_sol_rl_cannot_confirm_the_speedup():
-    seeds = range(4)
+    seeds = range(MIN_SEEDS)
     curves = {"diffusionnft": _curve({s: [0.1, 0.2, 0.3, 0.5] for s in seeds}, 10.0),
               "sol_rl": _curve({s: [0.1, 0.2, 0.2, 0.5 if s else 0.2] for s in seeds}, 1.0)}
     stats = {f: family_statistics(c, 0.5) for f, c in curves.items()}
@@ -158,7 +158,7 @@ def test_shipped_bench_config_meets_the_protocol():
     quick, _ = load_bench_config(ROOT / "configs" / "bench.yaml", quick=True)
     assert full.seeds >= 5 and full.eval_every == 1
     assert full.overrides["eval.num_prompts"] * full.overrides["eval.seeds_per_prompt"] >= 200
-    assert quick.seeds >= MIN_SEEDS and quick.run_root != full.run_root
+    assert full.seeds >= MIN_SEEDS and quick.iterations < full.iterations and quick.run_root != full.run_root
 
 
 @pytest.mark.parametrize("keys, message", [
