@@ -30,10 +30,11 @@ def train_one(run: BenchRun, progress: bool = True) -> None:
 
 @flow(name="solrl-bench", flow_run_name="bench-{config_path}")
 def bench_flow(config_path: str, overrides: list[str] | None = None, run_root: str | None = None,
-               progress: bool = True, command: str | None = None) -> dict:
-    """Train every run of the bench config, then build `<root>/report.md` (+ plots, report.json) and log it."""
+               progress: bool = True, command: str | None = None, quick: bool = False) -> dict:
+    """Train every run of the bench config (its `quick` protocol with `quick`), then build `<root>/report.md`
+    (+ plots, report.json) and log it."""
     logger = get_run_logger()
-    bench, base_dir = load_bench_config(config_path, overrides)
+    bench, base_dir = load_bench_config(config_path, overrides, quick=quick)
     runs = bench_runs(bench, base_dir, run_root)
     root = Path(run_root or bench.run_root)
     for i, run in enumerate(runs, 1):

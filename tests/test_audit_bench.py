@@ -105,7 +105,7 @@ def test_bench_report_of_two_families(bench):
 
     md = (out / "report.md").read_text()
     for section in ("## Families", "## Final held-out evaluation reward", "## Time to target",
-                    "## Cost per iteration", "## Ranking fidelity", "### Full-fidelity audit", "## Targets (issue 4)",
+                    "## Cost per iteration", "## Ranking fidelity", "### Full-fidelity audit", "## Verdicts",
                     "## Runs", "embedded model's own forward"):
         assert section in md, section
     report = json.loads((out / "report.json").read_text())

@@ -88,6 +88,7 @@ SOLRL_CONCRETE = {
     "solrl deploy configs/pools.yaml --set iterations=2 --interval 600": DEPLOY,
     "solrl update-node --run-dir s3://bucket/runs/NAME": NODES,
     "solrl bench configs/bench.yaml": BENCH,
+    "solrl bench configs/bench.yaml --quick": "tests/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line",
     # the real backbones: the same presets on tiny random-weight models of each architecture
     "solrl rewards check --config configs/presets/flux1_sol_rl_pickscore.yaml": REWARDS_CHECK,
     "solrl train configs/presets/flux1_sol_rl_pickscore.yaml --set model.path=/models/FLUX.1-dev": BACKBONES,

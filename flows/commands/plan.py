@@ -53,10 +53,11 @@ def cmd_bench(args) -> int:
     from solrl_core.run_preflight import preflight
 
     overrides = list(args.set or [])
-    bench, base_dir = load_bench_config(args.config, overrides)
+    bench, base_dir = load_bench_config(args.config, overrides, quick=args.quick)
     runs = bench_runs(bench, base_dir, args.run_dir)
     root = RunDir(args.run_dir or bench.run_root)
-    command = " ".join(["solrl", "bench", str(args.config), *[f"--set {o}" for o in overrides]])
+    command = " ".join(["solrl", "bench", str(args.config), *(["--quick"] if args.quick else []),
+                        *[f"--set {o}" for o in overrides]])
     if args.report_only:
         from flows.tracking import log_bench_report, tracking_uri
         from solrl_core.bench.report import build_report
@@ -80,8 +81,9 @@ def cmd_bench(args) -> int:
 
             with api.ready():
                 report = bench_flow(str(args.config), overrides, args.run_dir, progress=show_progress(args),
-                                    command=command)
-    print(f"\nbenchmark '{bench.name}': {plural(len(runs), 'run')} ({plural(bench.seeds, 'seed')} x "
+                                    command=command, quick=args.quick)
+    print(f"\nbenchmark '{bench.name}' ({bench.protocol} protocol): {plural(len(runs), 'run')} "
+          f"({plural(bench.seeds, 'seed')} x "
           f"{plural(len(report['families']), 'family', 'families')}, {plural(bench.iterations, 'iteration')})")
     print(f"{'family':<16} {'final eval reward':>22}   modeled GPU-s to target (speed-up vs {bench.baseline})")
     for fam, d in report["families"].items():
@@ -92,6 +94,8 @@ def cmd_bench(args) -> int:
         cost = "not reached" if gpu.get("cost") is None else f"{gpu['cost']:.4g}"
         speed = gpu.get("speedup", {}).get(bench.baseline)
         print(f"{fam:<16} {final:>22}   {cost}" + ("" if speed is None else f" ({speed:.2f}x)"))
+    for claim in report.get("claims", []):
+        print(f"verdict: {claim['verdict']:<26} {claim['claim']}")
     print(f"report        : {root.root / 'report.md'}")
     print(f"MLflow run    : {report['mlflow']['mlflow_run_id']} at {report['mlflow']['tracking_uri']}")
     return 0
@@ -125,11 +129,16 @@ def register(sub) -> None:
                        "and report.json, and log them to MLflow: held-out eval reward against iterations, measured "
                        "CPU seconds and modeled GPU cost; time to reach the baseline's final reward and the speed-ups; "
                        "final rewards with their spread over seeds; ranking fidelity per iteration and the "
-                       "full-fidelity audits. configs/bench.yaml is sized for about 45 minutes on 2 CPU cores.")
+                       "full-fidelity audits; 95% bootstrap intervals over training seeds, paired differences "
+                       "and a verdict per claim of the method. configs/bench.yaml is sized for about 60 minutes "
+                       "on 2 CPU cores; --quick runs its smaller protocol (under 15 minutes).")
     p.add_argument("config", help="bench YAML, e.g. configs/bench.yaml")
     p.add_argument("--run-dir", help="where the runs and the report go (default: the config's run_root, runs/bench)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a bench config key, e.g. --set iterations=4 or --set seeds=1 (repeatable)")
+    p.add_argument("--quick", action="store_true",
+                   help="the config's smaller 'quick' protocol (fewer seeds and iterations; its own run directory), "
+                   "the report labelled quick")
     p.add_argument("--report-only", action="store_true",
                    help="do not train: rebuild the report from the runs already in the run directory")
     output_options(p, no_progress=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -51,6 +51,11 @@ class BenchConfig(_Strict):
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted run-config keys set in every family "
                                       "(e.g. prompts.per_iteration: 4), so all share the same shapes")
     run_root: str = Field("runs/bench", description="where runs/<family>-s<seed>/ and the report go")
+    margin: float = Field(0.01, ge=0, description="non-inferiority margin of the final-value claims (absolute "
+                          "reward): 'A is not below B' holds when the CI of A - B lies above -margin")
+    quick: dict[str, Any] = Field(default_factory=dict, description="bench keys replaced under `solrl bench "
+                                  "--quick` (a smaller protocol, e.g. {seeds: 3, iterations: 6})")
+    protocol: Literal["full", "quick"] = Field("full", description="set by the loader: 'quick' under --quick")
     cost: BenchCostConfig = BenchCostConfig()
     tracking: BenchTrackingConfig = BenchTrackingConfig()
 
@@ -97,11 +102,23 @@ def check_cost_names(bench: BenchConfig) -> None:
             get_model(name)
 
 
-def load_bench_config(path: str | Path, overrides: list[str] | None = None) -> tuple[BenchConfig, Path]:
-    """Read and validate a bench YAML (with `extends` and `--set` overrides); returns it with its directory."""
+def load_bench_config(path: str | Path, overrides: list[str] | None = None,
+                      quick: bool = False) -> tuple[BenchConfig, Path]:
+    """Read and validate a bench YAML (with `extends` and `--set` overrides); returns it with its directory.
+    `quick`: the config's `quick` keys replace the protocol's (before the overrides), labelled protocol 'quick'."""
     path = Path(path)
-    data = apply_overrides(_read_yaml(path), overrides or [])
+    data = _read_yaml(path)
     data.setdefault("name", path.stem)
+    if quick:
+        smaller = data.get("quick") or {}
+        if not isinstance(smaller, dict) or not smaller:
+            raise ConfigError(f"{path}: --quick needs a 'quick' section (bench keys of the smaller protocol)")
+        if "quick" in smaller or "protocol" in smaller:
+            raise ConfigError(f"{path}: quick: set bench keys such as seeds or iterations, not quick/protocol")
+        data = _deep_merge(data, {**smaller, "protocol": "quick"})
+    data = apply_overrides(data, overrides or [])
+    if data.get("protocol", "full") != ("quick" if quick else "full"):
+        raise ConfigError(f"{path}: protocol is set by --quick, not in the file or by --set")
     try:
         return BenchConfig.model_validate(data), path.resolve().parent
     except ValidationError as exc:

@@ -6,7 +6,8 @@ Pure library code (no Prefect, no MLflow). What it reads from each run directory
 * `iter_XXXX/manifests/<stage>.json` of the finished iterations (all seven stages): measured seconds per stage,
   the explore precision and steps actually used, and score_final's ranking fidelity on the selected seeds;
 * `iter_XXXX/manifests/audit.json`: the full-fidelity audits;
-* `eval/step_NNNN/metrics.json`: held-out evaluation rewards (EMA weights) after NNNN iterations.
+* `eval/step_NNNN/metrics.json`: held-out evaluation rewards (EMA weights) after NNNN iterations; the value
+  compared is `eval_value` (the gold evaluator's reward when the run has one, else the weighted total).
 
 Costs. "Measured CPU seconds" = the sum of the seven stages' wall-clock seconds (evaluation and audits excluded:
 they are the same work for every family or are diagnostics). "Modeled GPU cost" = GPU-seconds the cost planner
@@ -20,6 +21,10 @@ each family the cost to target is the cost at the first evaluation whose seed-av
 modeled GPU-seconds (costs averaged over seeds at that evaluation). speed-up vs a reference = reference's cost to
 target / this family's cost to target. A family that never reaches it gets no value; when only the reference
 misses it, the ratio is reported as a lower bound (the reference's total cost / this family's cost).
+
+Statistics over training seeds (`verdicts`, `stats`): the same target reached per seed at one-evaluation
+resolution (censored when never), 95% bootstrap intervals of each family's final value and time to target, paired
+differences and speed-ups between families, and one verdict per claim of the method.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from solrl_core.bench.stats import MIN_SEEDS, bootstrap_mean
+from solrl_core.bench.verdicts import claims, family_statistics, pair_statistics
 from solrl_core.rundir import STAGES, RunDir, write_json_atomic
 
-EVAL_KEY = "reward"  # the weighted total of the eval rewards (metrics.json "metrics" -> "reward")
+GOLD_KEY, TOTAL_KEY = "gold", "reward"  # metrics.json "metrics": the gold evaluator's reward; the weighted total
 AXES = ("iteration", "cpu", "gpu")
 AXIS_TITLES = {"iteration": "iterations", "cpu": "measured CPU seconds", "gpu": "modeled GPU-seconds"}
 
@@ -47,6 +54,11 @@ class Pricer(Protocol):
     title: str
 
     def __call__(self, cfg, explore_precision: str, explore_steps: int) -> dict[str, float]: ...
+
+
+def eval_key(metrics: dict) -> str:
+    """The evaluation metric the benchmark compares: the gold evaluator's reward when present, else the total."""
+    return GOLD_KEY if GOLD_KEY in metrics else TOTAL_KEY
 
 
 # ----------------------------------------------------------------------------------------------- pricing
@@ -119,6 +131,8 @@ class RunHistory:
     eval_metrics: dict[int, dict] = field(default_factory=dict)  # step -> every eval metric
     audits: dict[int, dict] = field(default_factory=dict)  # iteration -> audit summary
     eval_seconds: dict[int, float] = field(default_factory=dict)  # step -> wall seconds of that evaluation
+    eval_samples: dict[int, int] = field(default_factory=dict)  # step -> images in that evaluation
+    eval_key: str = TOTAL_KEY  # which metric `evals` holds (see `eval_key`)
     mlflow_run_id: str | None = None
 
 
@@ -152,7 +166,9 @@ def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
     for data in run.evaluations():
         step = int(data["step"])
         if step <= len(hist.iterations):
-            hist.evals[step] = float(data["metrics"][EVAL_KEY])
+            hist.eval_key = eval_key(data["metrics"])
+            hist.evals[step] = float(data["metrics"][hist.eval_key])
+            hist.eval_samples[step] = int(data.get("samples", 0))
             hist.eval_metrics[step] = {k: float(v) for k, v in data["metrics"].items()}
             hist.eval_seconds[step] = float(data.get("seconds", math.nan))
     _orchestration_overhead(hist)
@@ -216,14 +232,18 @@ def family_curves(histories: list[RunHistory], pricer: Callable, store: bool = T
         costs = cumulative_costs(h, pricer, store)
         per_seed.append((h, costs))
     steps = sorted(set.intersection(*(set(h.evals) for h in histories))) if histories else []
-    curve = {"steps": steps, "reward": [], "reward_std": [], "reward_min": [], "reward_max": [],
-             **{f"cost_{a}": [] for a in AXES}}
+    curve = {"steps": steps, "reward": [], "reward_std": [], "reward_min": [], "reward_max": [], "reward_lo": [],
+             "reward_hi": [], **{f"cost_{a}": [] for a in AXES}}
     for s in steps:
-        st = _stats([h.evals[s] for h in histories])
+        values = [h.evals[s] for h in histories]
+        st = _stats(values)
+        ci = bootstrap_mean(values, resamples=2000)  # the plots' band: 95% CI of the seed mean
         curve["reward"].append(st["mean"])
         curve["reward_std"].append(st["std"])
         curve["reward_min"].append(st["min"])
         curve["reward_max"].append(st["max"])
+        curve["reward_lo"].append(ci.lo)
+        curve["reward_hi"].append(ci.hi)
         for a in AXES:
             curve[f"cost_{a}"].append(float(np.mean([c[a][s] for _, c in per_seed])))
     curve["per_seed"] = {
@@ -322,7 +342,7 @@ def _alternative_costs(groups: dict[str, list[RunHistory]], alternatives: dict[s
 
 def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | None = None) -> dict:
     """All numbers of the report (JSON-serialisable): per family curves, final rewards, costs, time to target,
-    fidelity, and the issue's targets checked. `runs`: objects with `label`, `seed`, `run_dir`; `alternatives`:
+    fidelity, statistics over seeds and the verdict per claim. `runs`: objects with `label`, `seed`, `run_dir`; `alternatives`:
     more pricers (name -> pricer) whose per-iteration cost and speed-ups are reported beside the main axis."""
     groups: dict[str, list[RunHistory]] = {}
     for r in runs:
@@ -370,14 +390,21 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
     ttt = time_to_target(curves, target, references) if np.isfinite(target) else {}
     for fam in families:
         families[fam]["time_to_target"] = ttt.get(fam, {})
+        families[fam]["statistics"] = family_statistics(curves[fam], target)
+    pairs = pair_statistics({fam: d["statistics"] for fam, d in families.items()})
     selected, audits = _fidelity_tables(groups)
     alternative = _alternative_costs(groups, alternatives or {}, target, references)
+    all_hs = [h for hs in groups.values() for h in hs]
     report = {
         "name": bench.name,
+        "protocol": bench.protocol,
         "iterations": bench.iterations,
         "seeds": bench.seeds,
         "eval_every": bench.eval_every,
         "audit_every": bench.audit_every,
+        "eval_samples": min((n for h in all_hs for n in h.eval_samples.values()), default=0),
+        "eval_key": "gold" if any(h.eval_key == GOLD_KEY for h in all_hs) else TOTAL_KEY,
+        "margin": bench.margin,
         "baseline": baseline,
         "references": references,
         "target": target,
@@ -387,62 +414,26 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
         "alternative_costs": alternative,
         "fidelity_selected": selected,
         "audits": audits,
+        "pairs": pairs,
         "runs": {f"{h.label}-s{h.seed}": {"run_dir": str(h.run_dir), "mlflow_run_id": h.mlflow_run_id,
                                           "iterations": len(h.iterations)}
                  for hs in groups.values() for h in hs},
     }
-    report["targets"] = check_targets(report)
+    report["claims"] = claims({fam: d["statistics"] for fam, d in families.items()}, pairs, baseline,
+                              bench.margin, _audits_per_seed(groups))
     return report
+
+
+def _audits_per_seed(groups: dict[str, list[RunHistory]]) -> dict[str, dict[int, dict]]:
+    """Per audited family and seed, each audit figure averaged over that seed's audits."""
+    keys = ("spearman_within_prompt", "kendall_within_prompt", "spearman_pooled", "kendall_pooled")
+    return {fam: {h.seed: {k: _stats([a.get(k, math.nan) for a in h.audits.values()])["mean"] for k in keys}
+                  for h in hs if h.audits}
+            for fam, hs in groups.items() if any(h.audits for h in hs)}
 
 
 def _rel(a: float, b: float) -> float:
     return (a - b) / abs(b) if b else math.nan
-
-
-def check_targets(report: dict) -> list[dict]:
-    """The issue's targets, each: {target, value, met (True/False/None = not measurable), detail}."""
-    fams = report["families"]
-    out = []
-    base = report["baseline"]
-    if "sol_rl" in fams and base in fams:
-        sp = fams["sol_rl"]["time_to_target"].get("gpu", {}).get("speedup", {}).get(base)
-        kind = fams["sol_rl"]["time_to_target"].get("gpu", {}).get("speedup_kind", {}).get(base)
-        if sp is None:
-            detail = "sol_rl did not reach the target"
-        else:
-            detail = f"{sp:.2f}x" + (" (lower bound)" if kind == "lower_bound" else "")
-            detail += "" if sp >= 3 else f"; short of 3x by {3 - sp:.2f}x"
-        out.append({"target": f"sol_rl reaches {base}'s final eval reward at >= 3x lower modeled GPU cost",
-                    "value": sp, "met": None if sp is None else bool(sp >= 3), "detail": detail})
-    if "sol_rl" in fams and "naive_scaling" in fams:
-        s, n = fams["sol_rl"], fams["naive_scaling"]
-        rel = _rel(s["final_reward"], n["final_reward"])
-        spread = max(s["final_reward_std"] or 0.0, n["final_reward_std"] or 0.0)
-        within = abs(rel) <= 0.01 or (spread > 0 and abs(s["final_reward"] - n["final_reward"]) <= spread)
-        out.append({"target": "sol_rl's final eval reward within 1% (or the seed spread) of naive_scaling's",
-                    "value": rel, "met": bool(within) if np.isfinite(rel) else None,
-                    "detail": f"sol_rl {s['final_reward']:.4f} vs naive_scaling {n['final_reward']:.4f}: "
-                              f"{100 * rel:+.2f}%; larger seed std {spread:.4f}"})
-    if "sol_rl" in fams and "naive_quant" in fams:
-        s, q = fams["sol_rl"], fams["naive_quant"]
-        gap = s["final_reward"] - q["final_reward"]
-        spread = max(s["final_reward_std"] or 0.0, q["final_reward_std"] or 0.0)
-        out.append({"target": "naive_quant's final eval reward visibly lower than sol_rl's",
-                    "value": gap, "met": bool(gap > spread) if np.isfinite(gap) else None,
-                    "detail": f"sol_rl - naive_quant = {gap:+.4f} (larger seed std {spread:.4f}; 'visibly' = "
-                              "the gap exceeds it)"})
-    audits = report["audits"].get("sol_rl") or next(iter(report["audits"].values()), None)
-    if audits:
-        fam = "sol_rl" if "sol_rl" in report["audits"] else next(iter(report["audits"]))
-        for key, bar in (("spearman", 0.93), ("kendall", 0.80)):
-            within = _stats([a[f"{key}_within_prompt"] for a in audits])["mean"]
-            pooled = _stats([a[f"{key}_pooled"] for a in audits])["mean"]
-            out.append({"target": f"audit {key} of the 4-bit explore over whole groups >= {bar} ({fam})",
-                        "value": within, "met": bool(within >= bar) if np.isfinite(within) else None,
-                        "detail": f"mean within prompt {within:.3f}, pooled {pooled:.3f}"
-                                  + ("" if not np.isfinite(within) or within >= bar else
-                                     f"; short by {bar - within:.3f}")})
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- plots
@@ -462,12 +453,13 @@ def _plot_curves(report: dict, axis: str, path: Path) -> None:
         x = c[f"cost_{axis}"]
         (line,) = ax.plot(x, c["reward"], marker="o", ms=3, label=f"{fam} (n={len(data['seeds'])})")
         if len(data["seeds"]) > 1:
-            ax.fill_between(x, c["reward_min"], c["reward_max"], color=line.get_color(), alpha=0.15, lw=0)
+            ax.fill_between(x, c["reward_lo"], c["reward_hi"], color=line.get_color(), alpha=0.15, lw=0)
     if np.isfinite(report["target"]):
         ax.axhline(report["target"], color="grey", ls="--", lw=1, label=f"target ({report['baseline']} final)")
     ax.set_xlabel(AXIS_TITLES[axis])
-    ax.set_ylabel("held-out eval reward (EMA)")
-    ax.set_title(f"eval reward vs {AXIS_TITLES[axis]}" + (" (band: min-max over seeds)" if report["seeds"] > 1 else ""))
+    ax.set_ylabel(f"held-out eval {report['eval_key']} (EMA)")
+    ax.set_title(f"eval reward vs {AXIS_TITLES[axis]}" + (" (band: 95% CI of the seed mean)" if report["seeds"] > 1
+                                                          else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -587,16 +579,78 @@ def _speed(entry: dict, ref: str) -> str:
     return ("≥ " if entry.get("speedup_kind", {}).get(ref) == "lower_bound" else "") + f"{v:.2f}×"
 
 
+def _ci(est: dict, digits: int = 4, unit: str = "") -> str:
+    """value [lo, hi]; a censored estimate (a lower bound) as "> value [lo, > hi]"."""
+    if not est or not est.get("n") or est.get("value") is None:
+        return "–"
+    cens = est.get("censored", 0)
+    mark = "> " if cens else ""
+    text = f"{mark}{est['value']:.{digits}f}{unit} [{est['lo']:.{digits}f}, {mark}{est['hi']:.{digits}f}]"
+    return text + (f" ({cens}/{est['n']} censored)" if cens else "")
+
+
+def _ratio(est: dict) -> str:
+    """A speed-up with its interval; ≥ / ≤ when censoring makes it a lower / upper bound."""
+    if not est or not est.get("n") or est.get("value") is None:
+        return "–"
+    mark = {(True, False): "≥ ", (False, True): "≤ "}.get((est["lower_bound"], est["upper_bound"]), "")
+    if est["lower_bound"] and est["upper_bound"]:
+        mark = "? "
+    return f"{mark}{est['value']:.2f}× [{est['lo']:.2f}, {est['hi']:.2f}]"
+
+
+def format_statistics(report: dict) -> list[str]:
+    """The statistics over training seeds: per family, per pair, and the verdict table."""
+    fams = report["families"]
+    L = ["## Statistics over training seeds", "",
+         "Mean over seeds [95% bootstrap CI]. Time to target per seed: the cost at its first evaluation reaching "
+         f"{_f(report['target'])}; a seed that never does counts at its last cost and the mean is a lower bound (>).",
+         "", "| family | seeds | final value | iterations to target | CPU s to target | GPU-s to target (modeled) |",
+         "|---|---:|---|---|---|---|"]
+    for fam, d in fams.items():
+        st = d["statistics"]
+        t = st["time_to_target"]
+        L.append(f"| {fam} | {st['final_reward']['n']} | {_ci(st['final_reward'])} | {_ci(t['iteration'], 1)} | "
+                 f"{_ci(t['cpu'], 1)} | {_ci(t['gpu'], 1)} |")
+    L += ["", "Paired by seed (a − b over the seeds both have; speed-up = b's cost to target / a's; ≥: b censored, "
+          "a lower bound; ≤: a censored, an upper bound):", "",
+          "| a | b | final value a − b | speed-up (iterations) | speed-up (CPU s) | speed-up (GPU-s) |",
+          "|---|---|---|---|---|---|"]
+    for row in report["pairs"]:
+        sp = row["speedup"]
+        L.append(f"| {row['a']} | {row['b']} | {_ci(row['final_reward_diff'])} | {_ratio(sp['iteration'])} | "
+                 f"{_ratio(sp['cpu'])} | {_ratio(sp['gpu'])} |")
+    L += ["", "## Verdicts", "",
+          "Each claim of the method with its test: **holds** when the whole 95% interval satisfies it, **does not "
+          "hold** when the whole interval contradicts it, else **cannot tell at this power** (more seeds needed; "
+          f"always with fewer than {MIN_SEEDS} seeds).",
+          "", "| claim | test | estimate [95% CI] | verdict |", "|---|---|---|---|"]
+    for c in report["claims"]:
+        L.append(f"| {c['claim']} | {c['test']} | {c['detail']} | **{c['verdict']}** |")
+    if not report["claims"]:
+        L.append("| (needs sol_rl and the reference families) | | | |")
+    L.append("")
+    return L
+
+
 def format_markdown(report: dict, plots: dict[str, str], command: str | None = None) -> str:
     fams = report["families"]
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     machine = _machine()
     L = [f"# Benchmark `{report['name']}`: the families side by side", ""]
     L.append(f"Generated {now} on {machine}" + (f" by `{command}`" if command else "") + ".")
-    L.append(f"{report['iterations']} iterations × {report['seeds']} seed(s) per family, held-out evaluation every "
-             f"{report['eval_every']} iterations (EMA weights, fixed prompts and seeds)"
-             + (f", full-fidelity audit every {report['audit_every']} iterations of the low-precision families"
-                if report["audit_every"] else "") + ".")
+    L += ["", f"## Protocol ({report['protocol']})", "",
+          f"- {report['iterations']} iterations × {report['seeds']} training seed(s) per family; seed s of every "
+          "family trains on the same prompts and noise (comparisons are paired by seed).",
+          f"- Held-out evaluation every {report['eval_every']} iteration(s) and before training: EMA weights, the "
+          f"same prompts and fixed evaluation seeds for every family, {report['eval_samples']} samples; value "
+          f"compared: `{report['eval_key']}`.",
+          f"- Full-fidelity audit every {report['audit_every']} iterations of the low-precision families."
+          if report["audit_every"] else "- No full-fidelity audit.",
+          f"- Target for time to target: {report['baseline']}'s final value (mean over seeds), reached per seed at "
+          "one-evaluation resolution; a seed that never reaches it is censored at its last cost (shown as >).",
+          "- Intervals: 95% percentile bootstrap over training seeds (10000 resamples, fixed RNG seed); "
+          f"non-inferiority margin {report['margin']:g}.", ""]
     L += ["", "## Families", "",
           "| family | explore | select | regenerate | iterations done | seeds |", "|---|---|---|---|---:|---|"]
     for fam, d in fams.items():
@@ -617,7 +671,8 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None = N
         L.append(f"| {fam} | {_f(d['final_reward'])} | {_f(d['final_reward_std'])} | "
                  f"{_f(d['final_reward_min'])} – {_f(d['final_reward_max'])} | {_f(d['initial_reward'])} | {delta} |")
     L += ["", f"![eval vs iteration]({plots['eval_vs_iteration.png']})", ""]
-    L += ["## Time to target", "",
+    L += format_statistics(report)
+    L += ["## Time to target of the seed-mean curve", "",
           f"Cost at the first evaluation whose seed-mean reward reaches {_f(report['target'])} (resolution: the "
           "evaluation interval), and the speed-up = reference's cost / this family's cost (≥: the reference "
           "never reached it, so its total cost is used).", ""]
@@ -705,12 +760,6 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None = N
     else:
         L.append("(no audits in this benchmark)")
     L += ["", f"![ranking fidelity]({plots['fidelity.png']})", ""]
-    L += ["## Targets (issue 4)", "", "| target | met | measured |", "|---|---|---|"]
-    for t in report["targets"]:
-        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
-        L.append(f"| {t['target']} | {met} | {t['detail']} |")
-    if not report["targets"]:
-        L.append("| (needs sol_rl and the reference families) | n/a | |")
     L += ["", "## Runs", "", "| run | directory | iterations | MLflow run |", "|---|---|---:|---|"]
     for key, r in report["runs"].items():
         L.append(f"| {key} | `{r['run_dir']}` | {r['iterations']} | {r['mlflow_run_id'] or '–'} |")
