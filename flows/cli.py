@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from flows.commands import config, deploy, doctor, models, plan, pretrain, runs, train
+from flows.commands import config, deploy, distill, doctor, models, plan, pretrain, runs, train
 from flows.signals import interrupted_exit_code, stop_on_sigterm
 from flows.user_errors import as_user_error, hide_user_error_logs, report
 from solrl_core.errors import SolrlError
@@ -35,7 +35,7 @@ def _terminal(args) -> None:
 
 
 # The command groups in the order `solrl --help` lists them; each module's register(sub) adds its subcommands.
-COMMANDS = (train, deploy, runs, models, plan, doctor, pretrain, config)
+COMMANDS = (train, deploy, runs, models, plan, doctor, pretrain, distill, config)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -277,6 +277,12 @@ class EvalConfig(_Strict):
     rewards: dict[str, float] | None = Field(
         None, description="reward name -> weight of the held-out score; null = the training rewards"
     )
+    gold: str | None = Field(
+        None, description="the gold evaluator: a reward also scored on every evaluation (weight 0, not in the total), "
+        "logged as `gold` with `gold_gap` = reward - gold. Train on a learned reward and evaluate with the one it "
+        "imitates (embedded_learned with gold: embedded): the learned reward rising while gold does not is reward "
+        "hacking; the benchmark compares families on gold when runs have it. null = none"
+    )
 
 
 class AuditConfig(_Strict):
@@ -377,6 +383,14 @@ class RunConfig(_Strict):
     orchestration: OrchestrationConfig = Field(OrchestrationConfig(), description="where the stages run (Prefect "
                                                "work pools, devices, Dask)")
 
+    def evaluation_rewards(self) -> dict[str, float]:
+        """Reward name -> weight an evaluation scores with: `eval.rewards` (else the training rewards), plus the gold
+        evaluator at weight 0 (scored and reported, not added to the total)."""
+        weights = dict(self.eval.rewards or self.rewards)
+        if self.eval.gold is not None:
+            weights.setdefault(self.eval.gold, 0.0)
+        return weights
+
     @model_validator(mode="after")
     def _check_shapes(self) -> RunConfig:
         from solrl_core.rl.selection import selection_rule
@@ -391,12 +405,14 @@ class RunConfig(_Strict):
         if not self.rewards:
             raise ValueError("rewards: name at least one reward")
         from solrl_core.errors import SolrlError
-        from solrl_core.rewards.registry import parse_reward_models
+        from solrl_core.rewards.registry import check_reward_names, parse_reward_models
 
         try:
             parse_reward_models(self.reward_models)
+            if self.eval.gold is not None:
+                check_reward_names([self.eval.gold])
         except SolrlError as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(("eval.gold: " if "reward_models" not in str(exc) else "") + str(exc)) from None
         if any(precision == "auto" for precision, _ in self.explore.guardrail.ladder):
             raise ValueError("explore.guardrail.ladder: name concrete precisions (not auto)")
         conflict = family_conflict(self)

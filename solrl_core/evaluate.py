@@ -16,6 +16,7 @@ import torch
 
 from solrl_core import commit
 from solrl_core.config import RunConfig
+from solrl_core.eval_metrics import evaluation_metrics
 from solrl_core.grids import Tile, labelled_grid, rank_captions
 from solrl_core.integrity import FILES_KEY, inventory, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
@@ -112,7 +113,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
 
 def scoring(ctx: StageContext) -> PoolScoring:
     return pool_scoring(ctx, _partial(ctx) / "pool.zarr", f"score evaluation step {ctx.iteration}",
-                        ctx.cfg.eval.rewards or ctx.cfg.rewards)
+                        ctx.cfg.evaluation_rewards())
 
 
 def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
@@ -140,7 +141,7 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     writer, sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)
     (total, per), score_shards = split_or_whole(ctx, f"{__name__}:scoring")
     pool = writer.group
-    metrics = {"reward": float(total.mean()), **{name: float(values.mean()) for name, values in per.items()}}
+    metrics = evaluation_metrics(total, per, cfg.eval.gold)
     images = np.asarray(pool["image"][...])
     grid = sample_grid(images, np.asarray(total), np.asarray(pool["prompt_index"][...]), list(pool.attrs["prompts"]))
     save_image(Image.fromarray(grid), partial / "samples.png")

@@ -1,5 +1,6 @@
 """What a finished training shows at its end: the held-out evaluations as a small table and a plot
-(`learning_curve.png` in the run directory), one line per reward, the training reward (`reward`) drawn thicker."""
+(`learning_curve.png` in the run directory), one line per reward, the training reward (`reward`) and the gold
+evaluator (`gold`, dashed) drawn thicker; the table also has `gold_gap`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solrl_core.eval_metrics import GAP_KEY, GOLD_KEY, TOTAL_KEY
 from solrl_core.storage import as_path
 
 CURVE_FILE = "learning_curve.png"
@@ -43,11 +45,15 @@ def plot_eval_curve(evals: list[dict], path: str | Path, title: str = "") -> Pat
     fig = Figure(figsize=(6, 3.6), dpi=110)
     ax = fig.subplots()
     steps = np.array([e["step"] for e in evals])
+    marked = GOLD_KEY if any(GOLD_KEY in e["metrics"] for e in evals) else TOTAL_KEY  # the honest curve gets the marker
     for name in _names(evals):
+        if name == GAP_KEY:  # a difference, not a reward: it stays in the table
+            continue
         values = np.array([e["metrics"].get(name, np.nan) for e in evals], np.float64)
-        ax.plot(steps, values, marker="o", ms=3, lw=2.2 if name == "reward" else 1.2,
-                label="reward (weighted)" if name == "reward" else name)
-        if name == "reward" and np.isfinite(values).any():
+        label = {TOTAL_KEY: "reward (weighted)", GOLD_KEY: "gold evaluator"}.get(name, name)
+        ax.plot(steps, values, marker="o", ms=3, lw=2.2 if name in (TOTAL_KEY, GOLD_KEY) else 1.2,
+                ls="--" if name == GOLD_KEY else "-", label=label)
+        if name == marked and np.isfinite(values).any():
             best = int(np.nanargmax(values))
             ax.annotate(f"best {values[best]:.3f}", (steps[best], values[best]), textcoords="offset points",
                         xytext=(0, 6), ha="center", fontsize=8)

@@ -114,7 +114,7 @@ def local_name(device: str) -> str:
 
 def placed_config(cfg, device: str):
     """`cfg` with the model and every reward it scores with on `device` (a torch device of this process)."""
-    rewards = set(cfg.rewards) | set(cfg.eval.rewards or {})
+    rewards = set(cfg.rewards) | set(cfg.evaluation_rewards())
     models = {name: dict(spec or {}) for name, spec in cfg.reward_models.items()}
     for name in sorted(rewards):
         spec = models.get(name) or {}

@@ -15,8 +15,8 @@ def preflight(cfg: RunConfig) -> None:
     """Raise a SolrlError naming what to fix (the model's weights are loaded: the backbone cache keeps them)."""
     check_devices(cfg)
     preflight_rewards(cfg.rewards, cfg.reward_models)
-    if cfg.eval.every and cfg.eval.rewards:
-        preflight_rewards(cfg.eval.rewards, cfg.reward_models)
+    if cfg.eval.every:
+        preflight_rewards(cfg.evaluation_rewards(), cfg.reward_models)
     resolve_backend(cfg.explore.precision, cfg.model.device)
     train_prompt_set(cfg)
     load_backbone(cfg)

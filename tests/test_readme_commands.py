@@ -63,6 +63,8 @@ PAPER = "tests/test_planner.py::test_compare_rows_and_doc_table"  # the same tab
 CI = ".ci/run"  # `make test` is what CI runs
 CONFIG_EXPLAIN = "tests/test_config_explain.py::test_solrl_config_explain_and_its_error"  # in process, as make-tiny
 CONFIG_DOC = "tests/test_config_explain.py::test_checked_in_reference_equals_the_generator_output"
+LEARNED_DISTILL = "tests/test_learned_reward.py::test_distill_writes_a_scorer_the_reward_loads_and_that_learned_something"
+LEARNED_DEMO = "tests/test_learned_reward.py::test_the_learned_demo_trains_on_the_learned_reward_and_evaluates_gold"
 
 HERE = "run by this file"
 CHECKED = "checked by this file, not run"  # environment commands; a benchmark of minutes: its options and files
@@ -73,6 +75,7 @@ SOLRL_SUBCOMMANDS = {
     "train": PIPELINE, "deploy": DEPLOY, "stage": HERE, "status": HERE, "inspect": HERE, "eval": HERE,
     "plan": HERE, "rewards": HERE, "bench": BENCH, "pretrain": PRETRAIN, "update-node": NODES, "make-tiny": HERE,
     "config": CONFIG_EXPLAIN,
+    "distill-reward": LEARNED_DISTILL,
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
 }
 SOLRL_CONCRETE = {
@@ -84,6 +87,8 @@ SOLRL_CONCRETE = {
     "solrl config --show configs/demo.yaml --set select.k=4":
         "tests/test_config_explain.py::test_solrl_config_show_prints_the_resolved_config",
     "solrl train configs/demo.yaml": PIPELINE,
+    "solrl train configs/demo_learned.yaml": LEARNED_DEMO,
+    "solrl distill-reward --out DIR": LEARNED_DISTILL,
     "solrl train configs/pools.yaml": POOLS,
     "solrl deploy configs/pools.yaml --set iterations=2 --interval 600": DEPLOY,
     "solrl update-node --run-dir s3://bucket/runs/NAME": NODES,

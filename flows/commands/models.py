@@ -23,7 +23,7 @@ def cmd_rewards(args) -> int:
 
     cfg = load_config(args.config, args.set or [])
     weights = dict(cfg.rewards)
-    for name in cfg.eval.rewards or {}:
+    for name in cfg.evaluation_rewards():
         weights.setdefault(name, 0.0)
     rows = check_rewards(weights, cfg.reward_models)
     print(format_table(rows, list(rows[0].keys())))

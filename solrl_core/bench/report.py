@@ -41,9 +41,9 @@ import numpy as np
 
 from solrl_core.bench.stats import MIN_SEEDS, bootstrap_mean
 from solrl_core.bench.verdicts import claims, family_statistics, pair_statistics
+from solrl_core.eval_metrics import GOLD_KEY, TOTAL_KEY
 from solrl_core.rundir import STAGES, RunDir, write_json_atomic
 
-GOLD_KEY, TOTAL_KEY = "gold", "reward"  # metrics.json "metrics": the gold evaluator's reward; the weighted total
 AXES = ("iteration", "cpu", "gpu")
 AXIS_TITLES = {"iteration": "iterations", "cpu": "measured CPU seconds", "gpu": "modeled GPU-seconds"}
 
@@ -403,7 +403,7 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
         "eval_every": bench.eval_every,
         "audit_every": bench.audit_every,
         "eval_samples": min((n for h in all_hs for n in h.eval_samples.values()), default=0),
-        "eval_key": "gold" if any(h.eval_key == GOLD_KEY for h in all_hs) else TOTAL_KEY,
+        "eval_key": GOLD_KEY if any(h.eval_key == GOLD_KEY for h in all_hs) else TOTAL_KEY,
         "margin": bench.margin,
         "baseline": baseline,
         "references": references,

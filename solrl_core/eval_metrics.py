@@ -1,0 +1,19 @@
+"""The names and the arithmetic of what a held-out evaluation reports (`metrics.json` "metrics", MLflow `eval/*`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+TOTAL_KEY = "reward"  # the weighted total of the evaluation rewards (the trained-on ones unless eval.rewards is set)
+GOLD_KEY = "gold"  # the gold evaluator's mean (eval.gold)
+GAP_KEY = "gold_gap"  # TOTAL_KEY - GOLD_KEY
+
+
+def evaluation_metrics(total: np.ndarray, per: dict[str, np.ndarray], gold: str | None) -> dict[str, float]:
+    """The means an evaluation reports: the weighted total, each reward, and with a gold evaluator its mean and the gap
+    total - gold (positive and growing: the reward trained on has moved away from the gold one)."""
+    metrics = {TOTAL_KEY: float(np.mean(total)), **{name: float(np.mean(values)) for name, values in per.items()}}
+    if gold is not None:
+        metrics[GOLD_KEY] = float(np.mean(per[gold]))
+        metrics[GAP_KEY] = metrics[TOTAL_KEY] - metrics[GOLD_KEY]
+    return metrics
