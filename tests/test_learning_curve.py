@@ -25,3 +25,14 @@ def test_plot_is_a_png_that_depends_on_the_values(tmp_path):
     image_a, image_b = np.asarray(Image.open(a)), np.asarray(Image.open(b))
     assert image_a.shape == image_b.shape and image_a.shape[0] > 200
     assert not np.array_equal(image_a, image_b)
+
+
+def test_the_gold_gap_is_in_the_table_but_not_drawn_as_a_reward(tmp_path):
+    def evals(gaps):
+        return [{"step": s, "metrics": {"reward": 0.5 + s / 10, "gold": 0.5, "gold_gap": g}} for s, g in gaps]
+
+    lines = eval_table(evals([(0, 0.0), (4, 0.4)])).splitlines()
+    assert lines[0].split()[-3:] == ["reward", "gold", "gold_gap"] and lines[-1].split()[-1] == "+0.4000"
+    a = np.asarray(Image.open(plot_eval_curve(evals([(0, 0.0), (4, 0.4)]), tmp_path / "a.png")))
+    b = np.asarray(Image.open(plot_eval_curve(evals([(0, 0.0), (4, -0.4)]), tmp_path / "b.png")))
+    np.testing.assert_array_equal(a, b)  # only the gap differs, and it is not plotted
