@@ -39,21 +39,30 @@ def eval_table(evals: list[dict]) -> str:
 
 
 def plot_eval_curve(evals: list[dict], path: str | Path, title: str = "") -> Path:
-    """A PNG at `path`: held-out reward against iterations, one line per reward, the best evaluation marked."""
+    """A PNG at `path`: held-out reward against iterations, one line per distinct curve (metrics with the same values
+    share a line and its label), the best evaluation of gold (else of the weighted reward) marked."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry is touched
 
     fig = Figure(figsize=(6, 3.6), dpi=110)
     ax = fig.subplots()
     steps = np.array([e["step"] for e in evals])
     marked = GOLD_KEY if any(GOLD_KEY in e["metrics"] for e in evals) else TOTAL_KEY  # the honest curve gets the marker
+    series: list[tuple[list[str], np.ndarray]] = []  # one line per distinct curve, named by every metric it is
     for name in _names(evals):
         if name == GAP_KEY:  # a difference, not a reward: it stays in the table
             continue
         values = np.array([e["metrics"].get(name, np.nan) for e in evals], np.float64)
-        label = {TOTAL_KEY: "reward (weighted)", GOLD_KEY: "gold evaluator"}.get(name, name)
-        ax.plot(steps, values, marker="o", ms=3, lw=2.2 if name in (TOTAL_KEY, GOLD_KEY) else 1.2,
-                ls="--" if name == GOLD_KEY else "-", label=label)
-        if name == marked and np.isfinite(values).any():
+        same = next((names for names, v in series if np.array_equal(v, values, equal_nan=True)), None)
+        if same is not None:  # e.g. the total of one reward, or gold that is a trained-on reward
+            same.append(name)
+        else:
+            series.append(([name], values))
+    for names, values in series:
+        label = " = ".join({TOTAL_KEY: "reward (weighted)", GOLD_KEY: "gold evaluator"}.get(n, n) for n in names)
+        bold = bool({TOTAL_KEY, GOLD_KEY} & set(names))
+        ax.plot(steps, values, marker="o", ms=3, lw=2.2 if bold else 1.2, ls="--" if GOLD_KEY in names else "-",
+                label=label)
+        if marked in names and np.isfinite(values).any():
             best = int(np.nanargmax(values))
             ax.annotate(f"best {values[best]:.3f}", (steps[best], values[best]), textcoords="offset points",
                         xytext=(0, 6), ha="center", fontsize=8)

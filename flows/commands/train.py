@@ -39,20 +39,21 @@ def cmd_train(args) -> int:
         with api.ready():
             history = training_flow(str(run.root), cfg.iterations, progress=show_progress(args))
     train = [h["reward/train_mean"] for h in history]
+    evals = run.evaluations()
+    curve = None
+    if evals:  # the plot is part of the run directory, also under --quiet
+        from solrl_core.learning_curve import CURVE_FILE, eval_table, plot_eval_curve
+
+        curve = plot_eval_curve(evals, run.root / CURVE_FILE, title=f"{cfg.name}: held-out evaluation")
     if args.quiet:
         print(f"trained {plural(cfg.iterations, 'iteration')} in {run.root}; reward/train_mean by iteration: "
               + " ".join(f"{r:.2f}" for r in train))
         return 0
     print(f"\ntrained {plural(cfg.iterations, 'iteration')}; reward/train_mean by iteration "
           "(depends on the prompts drawn): " + " ".join(f"{r:.2f}" for r in train))
-    evals = run.evaluations()
-    curve = None
     if evals:
-        from solrl_core.learning_curve import CURVE_FILE, eval_table, plot_eval_curve
-
         print("held-out evaluation (EMA weights, fixed prompts and seeds):")
         print(eval_table(evals))
-        curve = plot_eval_curve(evals, run.root / CURVE_FILE, title=f"{cfg.name}: held-out evaluation")
     print(f"run directory : {run.root}")
     if curve is not None:
         print(f"learning curve: {curve}")
