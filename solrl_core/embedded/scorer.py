@@ -32,6 +32,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from solrl_core.embedded import shapes
+from solrl_core.embedded.model import images_to_latents
 from solrl_core.errors import SolrlError
 
 WEIGHTS_FILE = "model.safetensors"
@@ -92,7 +93,7 @@ class PromptImageScorer(nn.Module):
     def score(self, images_u8: np.ndarray, prompts: list[str]) -> np.ndarray:
         """float64 scores (B,) of uint8 images (B, 32, 32, 3)."""
         device = next(self.parameters()).device
-        x = torch.from_numpy(np.ascontiguousarray(images_u8)).to(device).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+        x = images_to_latents(images_u8).to(device)
         return torch.sigmoid(self.logits(x, self.words(prompts).to(device))).double().cpu().numpy()
 
 
@@ -128,12 +129,13 @@ class Groups:
 
 def build_dataset(prompts: list[str], recipe: dict, seed: int, progress: bool = True) -> Groups:
     """Each prompt's group: the model's own samples, renders, and foreign images, labelled by the gold reward."""
+    from solrl_core.backbones.embedded import PRETRAINED_DIR
     from solrl_core.embedded.model import load_model
     from solrl_core.embedded.pretrain import sample_rewards
     from solrl_core.rewards.embedded import prompt_match_reward
 
     rng = np.random.default_rng(seed)
-    model = load_model(Path(__file__).parent / "pretrained")
+    model = load_model(PRETRAINED_DIR)
     n_seeds = recipe["seeds_per_prompt"]
     samples = []  # per step count: (P * S, H, W, 3), prompt-major
     for steps in tqdm(recipe["sample_steps"], desc="sample", disable=not progress):
@@ -198,7 +200,7 @@ def train_scorer(train: Groups, recipe: dict, progress: bool = True) -> tuple[Pr
     gold + `pair_weight` x the within-group pairwise loss; AdamW with a one-cycle rate. (model, loss per epoch)."""
     torch.manual_seed(recipe["seed"])
     model = PromptImageScorer(shapes.vocabulary(), recipe["widths"])
-    x_all = torch.from_numpy(train.images).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+    x_all = images_to_latents(train.images)
     w_all = model.words(train.prompts)
     gold_all = torch.from_numpy(train.gold).float()
     group_all = torch.from_numpy(train.group)
