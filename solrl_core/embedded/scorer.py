@@ -33,21 +33,15 @@ from tqdm.auto import tqdm
 
 from solrl_core.embedded import shapes
 from solrl_core.embedded.model import images_to_latents
+from solrl_core.embedded.scorer_files import METADATA_FILE, WEIGHTS_FILE, shipped_dir
 from solrl_core.errors import SolrlError
 
-WEIGHTS_FILE = "model.safetensors"
-METADATA_FILE = "scorer.json"
 FORMAT = "solrl-embedded-scorer"
 TEXT_WIDTH = 64
 # The recipe of the shipped weights (solrl_core/embedded/scorer/).
 DEFAULT_RECIPE = dict(seeds_per_prompt=12, sample_steps=(3, 6, 10), renders_per_prompt=8, foreign_per_prompt=16,
                       widths=(16, 32, 64), epochs=45, batch_groups=16, group_size=16, lr=2e-3, pair_weight=1.0,
                       seed=0)
-
-
-def shipped_dir() -> Path:
-    """The scorer shipped with the package (reproduced by `solrl distill-reward --out DIR`)."""
-    return Path(__file__).parent / "scorer"
 
 
 class PromptImageScorer(nn.Module):

@@ -24,7 +24,7 @@ class LearnedEmbeddedReward(ModelReward):
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
-        from solrl_core.embedded.scorer import METADATA_FILE, WEIGHTS_FILE, shipped_dir
+        from solrl_core.embedded.scorer_files import METADATA_FILE, WEIGHTS_FILE, shipped_dir
 
         root = Path(spec.path).expanduser() if spec.path else shipped_dir()
         files = {"weights": root / WEIGHTS_FILE, "metadata": root / METADATA_FILE}
