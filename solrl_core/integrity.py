@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from solrl_core.errors import DamagedArtifactError
@@ -47,8 +46,10 @@ def _blocks(fh):
         yield block
 
 
-def _listing(directory) -> dict[str, int]:
-    """{relative path: size} of every file under `directory` (empty when it does not exist)."""
+def _listing(directory) -> dict[str, os.stat_result | int]:
+    """{relative path: its stat (local) or size (object store)} of every file under `directory` (empty when it does
+    not exist). Local trees are walked with os.scandir on plain strings: a zarr artifact holds a directory per chunk,
+    and os.walk with pathlib cost ≈0.1 s per check of one explore pool."""
     directory = as_path(directory)
     if is_remote(directory):
         fs, base = directory.fs, directory.path.rstrip("/")
@@ -56,21 +57,35 @@ def _listing(directory) -> dict[str, int]:
             return {}
         found = fs.find(base, detail=True)
         return {key[len(base) + 1:]: int(info["size"]) for key, info in found.items() if info["type"] == "file"}
-    out = {}
-    for parent, _, names in os.walk(directory):
-        for name in names:
-            path = Path(parent) / name
-            out[path.relative_to(directory).as_posix()] = path.stat().st_size
+    out: dict[str, os.stat_result | int] = {}
+    pending = [("", os.fspath(directory))]
+    while pending:
+        prefix, path = pending.pop()
+        try:
+            entries = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_dir():
+                if not entry.is_symlink():  # as os.walk: a linked directory is not entered
+                    pending.append((f"{prefix}{entry.name}/", entry.path))
+            else:
+                out[f"{prefix}{entry.name}"] = entry.stat()
     return out
 
 
-def _file_digest(directory, relative: str) -> str:
+def _size(found: os.stat_result | int) -> int:
+    return found if isinstance(found, int) else found.st_size
+
+
+def _file_digest(directory, relative: str, st: os.stat_result | None = None) -> str:
+    """The file's blake2b; a local file's `st` (its stat, when the caller has it) finds a remembered digest."""
     directory = as_path(directory)
     if is_remote(directory):
         with directory.fs.open(f"{directory.path.rstrip('/')}/{relative}", "rb") as fh:
             return _digest(_blocks(fh))
-    path = directory / relative
-    known = _known_digests.get(_identity(os.stat(path)))
+    path = os.path.join(os.fspath(directory), relative)
+    known = _known_digests.get(_identity(st if st is not None else os.stat(path)))
     if known is not None:
         return known
     with open(path, "rb") as fh:
@@ -86,10 +101,14 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
+def _stat_of(found: os.stat_result | int) -> os.stat_result | None:
+    return None if isinstance(found, int) else found
+
+
 def inventory(directory) -> dict[str, dict[str, Any]]:
     """{relative path: {"size", "blake2b"}} of every file under `directory`."""
-    return {rel: {"size": size, "blake2b": _file_digest(directory, rel)}
-            for rel, size in sorted(_listing(directory).items())}
+    return {rel: {"size": _size(found), "blake2b": _file_digest(directory, rel, _stat_of(found))}
+            for rel, found in sorted(_listing(directory).items())}
 
 
 def damage(directory, recorded: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
@@ -99,10 +118,10 @@ def damage(directory, recorded: dict[str, dict[str, Any]]) -> tuple[str, str] | 
     for rel, expected in sorted(recorded.items()):
         if rel not in present:
             return rel, "missing"
-        if present[rel] != expected["size"]:
-            return rel, f"size {present[rel]} != recorded {expected['size']}"
+        if _size(present[rel]) != expected["size"]:
+            return rel, f"size {_size(present[rel])} != recorded {expected['size']}"
     for rel, expected in sorted(recorded.items()):  # sizes first: a missing chunk is found without hashing
-        if _file_digest(directory, rel) != expected["blake2b"]:
+        if _file_digest(directory, rel, _stat_of(present[rel])) != expected["blake2b"]:
             return rel, "content changed since it was written"
     return None
 

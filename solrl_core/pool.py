@@ -21,6 +21,9 @@ from solrl_core.errors import SolrlError
 from solrl_core.storage import zarr_store
 
 DONE = "batch_done"  # per-batch completion markers, one chunk each
+# Chunk files named "c.<row>.0.0.0" side by side in their array's directory, not "c/<row>/0/0/0" (zarr 3's default):
+# a pool of 192 rows was ≈1,200 directories, created by the writers and walked by every integrity check.
+FLAT_KEYS = {"name": "default", "separator": "."}
 
 
 class CandidateWriter:
@@ -77,14 +80,17 @@ class CandidateWriter:
         group = zarr.open_group(zarr_store(path), mode="w")
         group.attrs.update({**attrs, "n_rows": n_rows, "batch_size": batch_size, "committed": 0})
         rows = (max(min(batch_size, n_rows), 1),)
-        group.create_array("prompt_index", shape=(n_rows,), dtype="int32", chunks=rows, fill_value=-1)
-        group.create_array("seed", shape=(n_rows,), dtype="int64", chunks=rows, fill_value=-1)
-        group.create_array("image", shape=(n_rows, *image_shape), dtype="uint8", chunks=(1, *image_shape))
+        flat = {"chunk_key_encoding": FLAT_KEYS}
+        group.create_array("prompt_index", shape=(n_rows,), dtype="int32", chunks=rows, fill_value=-1, **flat)
+        group.create_array("seed", shape=(n_rows,), dtype="int64", chunks=rows, fill_value=-1, **flat)
+        group.create_array("image", shape=(n_rows, *image_shape), dtype="uint8", chunks=(1, *image_shape), **flat)
         for name, dtype in (extra_dtypes or {}).items():
-            group.create_array(name, shape=(n_rows,), dtype=dtype, chunks=rows, fill_value=-1)
+            group.create_array(name, shape=(n_rows,), dtype=dtype, chunks=rows, fill_value=-1, **flat)
         if latent_shape is not None:
-            group.create_array("latent", shape=(n_rows, *latent_shape), dtype="float32", chunks=(1, *latent_shape))
-        group.create_array(DONE, shape=(batch_count(n_rows, batch_size),), dtype="uint8", chunks=(1,), fill_value=0)
+            group.create_array("latent", shape=(n_rows, *latent_shape), dtype="float32", chunks=(1, *latent_shape),
+                               **flat)
+        group.create_array(DONE, shape=(batch_count(n_rows, batch_size),), dtype="uint8", chunks=(1,), fill_value=0,
+                           **flat)
         return cls(group)
 
     @property
@@ -156,7 +162,8 @@ def write_table(path: Path, columns: dict[str, np.ndarray], attrs: dict[str, Any
     for name, values in columns.items():
         values = np.asarray(values)
         chunks = values.shape if values.ndim <= 1 else (1, *values.shape[1:])
-        group.create_array(name, data=values, chunks=tuple(max(c, 1) for c in chunks))
+        group.create_array(name, data=values, chunks=tuple(max(c, 1) for c in chunks),
+                           chunk_key_encoding=FLAT_KEYS)
 
 
 def read_table(path: Path, names: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -119,7 +119,7 @@ def row_mtimes(pool_zarr: Path, rows: int):
 
     out = []
     for row in range(rows):
-        files = [p for p in (pool_zarr / "image" / "c" / str(row)).rglob("*") if p.is_file()]
+        files = list((pool_zarr / "image").glob(f"c.{row}.*"))  # solrl_core.pool.FLAT_KEYS: c.<row>.0.0.0
         out.append(max(p.stat().st_mtime for p in files))
     return np.array(out)
 

@@ -260,3 +260,25 @@ def test_a_file_rewritten_in_place_is_damaged_though_its_digest_was_remembered(t
         os.utime(artifact / "data.bin", ns=(before.st_atime_ns, before.st_mtime_ns))
     with pytest.raises(DamagedArtifactError, match="artifact/data.bin is damaged .content changed"):
         verify(artifact, recorded, "artifact", "rebuild it")
+
+
+def test_local_inventory_lists_nested_chunk_directories_and_skips_linked_ones(tmp_path):
+    """The local listing (os.scandir, a directory per zarr chunk) finds every file at any depth, by "/"-separated
+    relative path, and does not enter a linked directory (as os.walk)."""
+    root = tmp_path / "artifact"
+    for row in range(3):
+        chunk = root / "pool.zarr" / "latent" / "c" / str(row) / "0"
+        chunk.mkdir(parents=True)
+        (chunk / "0").write_bytes(bytes(range(row + 1)))
+    (root / "state.json").write_text('{"step": 1}')
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(b"x" * 10)
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    recorded = inventory(root)
+    assert {k: v["size"] for k, v in recorded.items()} == {
+        "pool.zarr/latent/c/0/0/0": 1, "pool.zarr/latent/c/1/0/0": 2, "pool.zarr/latent/c/2/0/0": 3, "state.json": 11}
+    verify(root, recorded, "iter_0000/explore", "rebuild it")
+    (root / "pool.zarr" / "latent" / "c" / "1" / "0" / "0").unlink()
+    with pytest.raises(DamagedArtifactError, match="iter_0000/explore/pool.zarr/latent/c/1/0/0 is damaged .missing"):
+        verify(root, recorded, "iter_0000/explore", "rebuild it")

@@ -3,7 +3,7 @@
 Each fault is `(name, {arguments})`; `apply(step, case_dir, run_dir)` performs it and returns the run-relative paths
 it touched on purpose (those are not counted as lost). Paths in arguments are relative to the run directory unless
 they start with "{case}/" (the case's own folder, for bad input files). A path with a glob picks the first file it
-matches, in sorted order, so "iter_0001/explore/pool.zarr/image/c/**" is one chunk of the explore pool's images.
+matches, in sorted order, so "iter_0001/explore/pool.zarr/image/c.*" is one chunk of the explore pool's images.
 """
 
 from __future__ import annotations
