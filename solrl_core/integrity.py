@@ -46,18 +46,18 @@ def _blocks(fh):
         yield block
 
 
-def _listing(directory) -> dict[str, os.stat_result | int]:
-    """{relative path: its stat (local) or size (object store)} of every file under `directory` (empty when it does
-    not exist). Local trees are walked with os.scandir on plain strings: a zarr artifact holds a directory per chunk,
-    and os.walk with pathlib cost ≈0.1 s per check of one explore pool."""
+def _listing(directory) -> dict[str, tuple[int, os.stat_result | None]]:
+    """{relative path: (size, its stat; None on an object store)} of every file under `directory` (empty when it does
+    not exist). Local trees are walked with os.scandir on plain strings, and the stat it returns finds a remembered
+    digest: os.walk with pathlib and a second stat cost ≈0.1 s per check of one explore pool."""
     directory = as_path(directory)
     if is_remote(directory):
         fs, base = directory.fs, directory.path.rstrip("/")
         if not fs.exists(base):
             return {}
         found = fs.find(base, detail=True)
-        return {key[len(base) + 1:]: int(info["size"]) for key, info in found.items() if info["type"] == "file"}
-    out: dict[str, os.stat_result | int] = {}
+        return {key[len(base) + 1:]: (int(info["size"]), None) for key, info in found.items() if info["type"] == "file"}
+    out: dict[str, tuple[int, os.stat_result | None]] = {}
     pending = [("", os.fspath(directory))]
     while pending:
         prefix, path = pending.pop()
@@ -70,12 +70,9 @@ def _listing(directory) -> dict[str, os.stat_result | int]:
                 if not entry.is_symlink():  # as os.walk: a linked directory is not entered
                     pending.append((f"{prefix}{entry.name}/", entry.path))
             else:
-                out[f"{prefix}{entry.name}"] = entry.stat()
+                st = entry.stat()
+                out[f"{prefix}{entry.name}"] = (st.st_size, st)
     return out
-
-
-def _size(found: os.stat_result | int) -> int:
-    return found if isinstance(found, int) else found.st_size
 
 
 def _file_digest(directory, relative: str, st: os.stat_result | None = None) -> str:
@@ -85,11 +82,11 @@ def _file_digest(directory, relative: str, st: os.stat_result | None = None) -> 
         with directory.fs.open(f"{directory.path.rstrip('/')}/{relative}", "rb") as fh:
             return _digest(_blocks(fh))
     path = os.path.join(os.fspath(directory), relative)
-    known = _known_digests.get(_identity(st if st is not None else os.stat(path)))
+    known = _known_digests.get(file_identity(st if st is not None else os.stat(path)))
     if known is not None:
         return known
     with open(path, "rb") as fh:
-        identity = _identity(os.fstat(fh.fileno()))
+        identity = file_identity(os.fstat(fh.fileno()))
         digest = _digest(_blocks(fh))
     if len(_known_digests) >= KNOWN_DIGESTS_MAX:
         _known_digests.clear()
@@ -97,18 +94,16 @@ def _file_digest(directory, relative: str, st: os.stat_result | None = None) -> 
     return digest
 
 
-def _identity(st: os.stat_result) -> tuple[int, ...]:
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes whenever a local file is written or replaced: device, inode, size, mtime, ctime (the key under
+    which this process remembers what it read from the file)."""
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-def _stat_of(found: os.stat_result | int) -> os.stat_result | None:
-    return None if isinstance(found, int) else found
 
 
 def inventory(directory) -> dict[str, dict[str, Any]]:
     """{relative path: {"size", "blake2b"}} of every file under `directory`."""
-    return {rel: {"size": _size(found), "blake2b": _file_digest(directory, rel, _stat_of(found))}
-            for rel, found in sorted(_listing(directory).items())}
+    return {rel: {"size": size, "blake2b": _file_digest(directory, rel, st)}
+            for rel, (size, st) in sorted(_listing(directory).items())}
 
 
 def damage(directory, recorded: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
@@ -118,10 +113,10 @@ def damage(directory, recorded: dict[str, dict[str, Any]]) -> tuple[str, str] | 
     for rel, expected in sorted(recorded.items()):
         if rel not in present:
             return rel, "missing"
-        if _size(present[rel]) != expected["size"]:
-            return rel, f"size {_size(present[rel])} != recorded {expected['size']}"
+        if present[rel][0] != expected["size"]:
+            return rel, f"size {present[rel][0]} != recorded {expected['size']}"
     for rel, expected in sorted(recorded.items()):  # sizes first: a missing chunk is found without hashing
-        if _file_digest(directory, rel, _stat_of(present[rel])) != expected["blake2b"]:
+        if _file_digest(directory, rel, present[rel][1]) != expected["blake2b"]:
             return rel, "content changed since it was written"
     return None
 

@@ -16,6 +16,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING
 
+from solrl_core.integrity import file_identity
 from solrl_core.stages.table import BY_NAME, TABLE
 from solrl_core.storage import is_remote
 
@@ -170,7 +171,7 @@ def _manifests(run: RunDir, upto: int | None) -> dict[str, dict]:
     return {key: record for key, record in records.items() if record is not None}
 
 
-# Local manifests already read, by path: (stat identity, the fields staleness reads). A manifest is replaced by a
+# Local manifests already read, by path: (file_identity, the fields staleness reads). A manifest is replaced by a
 # rename (a new inode, times and usually size), so an unchanged identity means unchanged content; without this cache
 # every stage of iteration i re-parsed every manifest of iterations 0..i (≈70 KB each), twice.
 _RECORDS: dict[str, tuple[tuple[int, ...], dict | None]] = {}
@@ -178,8 +179,7 @@ RECORDS_MAX = 100_000
 
 
 def _local_record(path) -> dict | None:
-    st = path.stat()
-    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    identity = file_identity(path.stat())
     known = _RECORDS.get(str(path))
     if known is not None and known[0] == identity:
         return known[1]
