@@ -63,3 +63,20 @@ def test_a_stopped_block_finishes_the_logging_under_way_and_drops_the_rest():
             threading.Timer(0.2, release.set).start()
             raise KeyboardInterrupt
     assert done == ["slow"]  # what was not started is logged by the next run (its marker file was not written)
+
+
+def test_the_gil_switch_interval_is_short_while_logging_and_restored_after_even_on_error():
+    import sys
+
+    from flows.tracking_queue import SWITCH_INTERVAL
+
+    before = sys.getswitchinterval()
+    seen = []
+    with TrackingQueue() as queue:
+        queue.submit(lambda: seen.append(sys.getswitchinterval()))
+    assert seen == [pytest.approx(min(SWITCH_INTERVAL, before))] and seen[0] < 0.005
+    assert sys.getswitchinterval() == pytest.approx(before)
+    with pytest.raises(KeyboardInterrupt):
+        with TrackingQueue():
+            raise KeyboardInterrupt
+    assert sys.getswitchinterval() == pytest.approx(before)
