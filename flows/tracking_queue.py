@@ -25,7 +25,6 @@ class TrackingQueue:
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-mlflow")
         self._pending: list[Future] = []
-        self._switch_interval = sys.getswitchinterval()
 
     def submit(self, log: Callable, *args) -> None:
         """Log with `log(*args)` in the worker thread; first raise the error of an earlier logging, if one failed."""

@@ -26,6 +26,11 @@ DONE = "batch_done"  # per-batch completion markers, one chunk each
 FLAT_KEYS = {"name": "default", "separator": "."}
 
 
+def create_array(group: zarr.Group, name: str, **kwargs) -> zarr.Array:
+    """`group.create_array` with FLAT_KEYS chunk names: how every pool, table and score array is created."""
+    return group.create_array(name, chunk_key_encoding=FLAT_KEYS, **kwargs)
+
+
 class CandidateWriter:
     """Fill a fixed-size pool batch by batch, resumable at any batch not yet done.
 
@@ -80,17 +85,14 @@ class CandidateWriter:
         group = zarr.open_group(zarr_store(path), mode="w")
         group.attrs.update({**attrs, "n_rows": n_rows, "batch_size": batch_size, "committed": 0})
         rows = (max(min(batch_size, n_rows), 1),)
-        flat = {"chunk_key_encoding": FLAT_KEYS}
-        group.create_array("prompt_index", shape=(n_rows,), dtype="int32", chunks=rows, fill_value=-1, **flat)
-        group.create_array("seed", shape=(n_rows,), dtype="int64", chunks=rows, fill_value=-1, **flat)
-        group.create_array("image", shape=(n_rows, *image_shape), dtype="uint8", chunks=(1, *image_shape), **flat)
+        create_array(group, "prompt_index", shape=(n_rows,), dtype="int32", chunks=rows, fill_value=-1)
+        create_array(group, "seed", shape=(n_rows,), dtype="int64", chunks=rows, fill_value=-1)
+        create_array(group, "image", shape=(n_rows, *image_shape), dtype="uint8", chunks=(1, *image_shape))
         for name, dtype in (extra_dtypes or {}).items():
-            group.create_array(name, shape=(n_rows,), dtype=dtype, chunks=rows, fill_value=-1, **flat)
+            create_array(group, name, shape=(n_rows,), dtype=dtype, chunks=rows, fill_value=-1)
         if latent_shape is not None:
-            group.create_array("latent", shape=(n_rows, *latent_shape), dtype="float32", chunks=(1, *latent_shape),
-                               **flat)
-        group.create_array(DONE, shape=(batch_count(n_rows, batch_size),), dtype="uint8", chunks=(1,), fill_value=0,
-                           **flat)
+            create_array(group, "latent", shape=(n_rows, *latent_shape), dtype="float32", chunks=(1, *latent_shape))
+        create_array(group, DONE, shape=(batch_count(n_rows, batch_size),), dtype="uint8", chunks=(1,), fill_value=0)
         return cls(group)
 
     @property
@@ -162,8 +164,7 @@ def write_table(path: Path, columns: dict[str, np.ndarray], attrs: dict[str, Any
     for name, values in columns.items():
         values = np.asarray(values)
         chunks = values.shape if values.ndim <= 1 else (1, *values.shape[1:])
-        group.create_array(name, data=values, chunks=tuple(max(c, 1) for c in chunks),
-                           chunk_key_encoding=FLAT_KEYS)
+        create_array(group, name, data=values, chunks=tuple(max(c, 1) for c in chunks))
 
 
 def read_table(path: Path, names: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

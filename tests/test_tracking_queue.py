@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
 
-from flows.tracking_queue import TrackingQueue
+from flows.tracking_queue import SWITCH_INTERVAL, TrackingQueue
 
 
 def test_logging_runs_off_the_calling_thread_in_submission_order():
@@ -66,10 +67,6 @@ def test_a_stopped_block_finishes_the_logging_under_way_and_drops_the_rest():
 
 
 def test_the_gil_switch_interval_is_short_while_logging_and_restored_after_even_on_error():
-    import sys
-
-    from flows.tracking_queue import SWITCH_INTERVAL
-
     before = sys.getswitchinterval()
     seen = []
     with TrackingQueue() as queue:

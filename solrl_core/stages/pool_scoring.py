@@ -27,7 +27,7 @@ import zarr
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
-from solrl_core.pool import FLAT_KEYS
+from solrl_core.pool import create_array
 from solrl_core.rewards.base import Reward
 from solrl_core.rewards.registry import load_rewards, reward_batch_size, weighted_sum
 from solrl_core.stages.context import StageContext
@@ -52,8 +52,7 @@ class ScoreStore:
             self.adopt(path)
             self._group = zarr.open_group(zarr_store(path), mode="w")
             for name, values in self.values.items():
-                self._group.create_array(f"reward_{name}", data=values, chunks=(max(n_rows, 1),),
-                                         chunk_key_encoding=FLAT_KEYS)
+                create_array(self._group, f"reward_{name}", data=values, chunks=(max(n_rows, 1),))
             self._save_attrs()
 
     def adopt(self, path: Path) -> None:
