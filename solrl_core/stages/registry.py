@@ -13,9 +13,10 @@ from solrl_core.stages.table import BY_NAME, STAGES, load
 from solrl_core.staleness import describe, input_ids, recompute_command, stage_dependencies, stage_key, stale_causes
 
 
-def missing_inputs(run: RunDir, iteration: int, stage: str) -> list[tuple[int, str]]:
-    """The stage's inputs that are not complete, or are stale (they must be run again first), in run order."""
-    causes = stale_causes(run, iteration)
+def missing_inputs(run: RunDir, iteration: int, stage: str, causes: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """The stage's inputs that are not complete, or are stale (they must be run again first), in run order; `causes`:
+    `stale_causes(run, iteration)` when the caller has it already."""
+    causes = stale_causes(run, iteration) if causes is None else causes
     return [(it, s) for it, s in stage_dependencies(iteration, stage)
             if not run.is_complete(it, s) or stage_key(it, s) in causes]
 
@@ -51,18 +52,20 @@ def run_stage(
     if stage not in BY_NAME:
         raise MissingInputError(f"unknown stage '{stage}' (stages: {', '.join(STAGES)})")
     what = f"stage '{stage}'" if stage in STAGES else f"the {stage}"
-    missing = missing_inputs(run, iteration, stage)
-    return run_recorded(run, cfg, iteration, stage, load(BY_NAME[stage].run), missing, force, progress, what)
+    run.recover_stage(iteration, stage)
+    causes = stale_causes(run, iteration)  # read once: every manifest of iterations 0..iteration
+    missing = missing_inputs(run, iteration, stage, causes)
+    return run_recorded(run, cfg, iteration, stage, load(BY_NAME[stage].run), missing, force, progress, what, causes)
 
 
 def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, missing: list[tuple[int, str]],
-                 force: bool, progress: bool, what: str) -> dict:
+                 force: bool, progress: bool, what: str, causes: dict[str, str]) -> dict:
     """The one way a recorded step runs: return its manifest if complete and not stale (unless `force`), refuse when
     inputs are missing or stale (naming the stage to run first) or damaged (solrl_core/integrity.py), otherwise run
     `func` into the stage's partial directory, time it and commit it: the artifact moved in place of the previous
-    one, the manifest (with the ids of the inputs it read and its own file inventory) written last."""
-    run.recover_stage(iteration, name)
-    if run.is_complete(iteration, name) and not force and stage_key(iteration, name) not in stale_causes(run, iteration):
+    one, the manifest (with the ids of the inputs it read and its own file inventory) written last. The caller has
+    finished a commit of the stage left under way (RunDir.recover_stage) and read `causes` (stale_causes) after it."""
+    if run.is_complete(iteration, name) and not force and stage_key(iteration, name) not in causes:
         return run.manifest(iteration, name)
     if missing:
         raise missing_input_error(run, iteration, what, missing)

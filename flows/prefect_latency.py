@@ -1,0 +1,97 @@
+"""What Prefect's orchestration costs per iteration on this machine and API server, without any stage's compute.
+
+    python -m flows.prefect_latency [--subflows 20] [--tasks 7]
+
+A parent flow (as `solrl train`'s training flow) runs `--subflows` empty iteration-shaped subflows, each with
+`--tasks` no-op tasks (as the iteration flow's seven stages), against the Prefect API a training run would use (the
+configured PREFECT_API_URL, or the same temporary server). Printed: each subflow's wall time (median, 90th
+percentile, the slowest), and the median of the API round trips one subflow makes (create, Running, Completed,
+read). A subflow far slower than the rest is usually a request the server answered 503 (SQLite busy under concurrent
+writes) that Prefect's client retried after its back-off of about 2 s. A figure, not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def _ms(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {"median": 1000 * statistics.median(ordered),
+            "p90": 1000 * ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+            "max": 1000 * ordered[-1]}
+
+
+def measure(subflows: int, tasks: int) -> dict[str, dict[str, float]]:
+    """Seconds of each empty subflow (`subflow`) and of each API call kind, as milliseconds summaries. Needs the
+    Prefect API ready (flows.prefect_server)."""
+    from prefect import flow, task
+    from prefect.cache_policies import NO_CACHE
+    from prefect.client.orchestration import get_client
+    from prefect.states import Completed, Pending, Running
+
+    @task(name="no-op", cache_policy=NO_CACHE, persist_result=False)  # as tasks/stage_task.py
+    def no_op(i: int) -> int:
+        return i
+
+    @flow(name="solrl-latency-iteration", flow_run_name="latency-{index}")
+    def iteration(index: int) -> None:
+        for k in range(tasks):
+            no_op(k)
+
+    @flow(name="solrl-latency")
+    def parent() -> list[float]:
+        seconds = []
+        for index in range(subflows):
+            start = time.perf_counter()
+            iteration(index)
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    result = {"subflow": _ms(parent())}
+    calls: dict[str, list[float]] = {"create": [], "running": [], "completed": [], "read": []}
+    with get_client(sync_client=True) as client:
+        for _ in range(subflows):
+            start = time.perf_counter()
+            run = client.create_flow_run(iteration, state=Pending())
+            calls["create"].append(time.perf_counter() - start)
+            for name, state in (("running", Running()), ("completed", Completed())):
+                start = time.perf_counter()
+                client.set_flow_run_state(run.id, state)
+                calls[name].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            client.read_flow_run(run.id)
+            calls["read"].append(time.perf_counter() - start)
+    result.update({name: _ms(values) for name, values in calls.items()})
+    return result
+
+
+def report(result: dict[str, dict[str, float]], subflows: int, tasks: int) -> str:
+    sub = result["subflow"]
+    api = ", ".join(f"{name} {result[name]['median']:.0f}" for name in ("create", "running", "completed", "read"))
+    return "\n".join([
+        f"empty subflow with {tasks} no-op task(s), {subflows} times: median {sub['median']:.0f} ms, "
+        f"90th percentile {sub['p90']:.0f} ms, slowest {sub['max']:.0f} ms",
+        f"API round trips (median ms): {api}",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.prefect_latency", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--subflows", type=int, default=20, help="empty subflows to time (default 20)")
+    parser.add_argument("--tasks", type=int, default=7, help="no-op tasks in each (default 7, the stages)")
+    args = parser.parse_args(argv)
+    if args.subflows < 1 or args.tasks < 0:
+        parser.error("--subflows must be at least 1 and --tasks at least 0")
+    from flows.prefect_server import client_env, prefect_api
+
+    client_env()
+    with prefect_api().ready():
+        print(report(measure(args.subflows, args.tasks), args.subflows, args.tasks))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""`python -m flows.prefect_latency`: the per-iteration cost of Prefect's orchestration, timed on a live API."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from flows.prefect_latency import _ms, main, report
+
+
+def test_summary_of_timings_in_milliseconds():
+    summary = _ms([0.3, 0.1, 0.2, 2.0])
+    assert summary == {"median": pytest.approx(250.0), "p90": pytest.approx(2000.0), "max": pytest.approx(2000.0)}
+
+
+def test_bad_counts_are_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--subflows", "0"])
+    assert stop.value.code == 2
+    assert "--subflows must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_times_empty_subflows_against_the_api(session_env):
+    done = subprocess.run([sys.executable, "-m", "flows.prefect_latency", "--subflows", "3", "--tasks", "2"],
+                          env=session_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    subflow = re.search(r"with 2 no-op task\(s\), 3 times: median (\d+) ms, 90th percentile (\d+) ms, slowest (\d+) ms",
+                        done.stdout)
+    assert subflow, done.stdout
+    median, p90, slowest = map(int, subflow.groups())
+    assert 0 < median <= p90 <= slowest
+    calls = dict(re.findall(r"(create|running|completed|read) (\d+)", done.stdout))
+    assert set(calls) == {"create", "running", "completed", "read"}
+    # the same numbers as report() writes them from measure()'s summaries
+    assert report({"subflow": {"median": median, "p90": p90, "max": slowest},
+                   **{k: {"median": float(v)} for k, v in calls.items()}}, 3, 2).splitlines()[0] in done.stdout
