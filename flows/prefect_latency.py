@@ -1,9 +1,9 @@
 """What Prefect's orchestration costs per iteration on this machine and API server, without any stage's compute.
 
-    python -m flows.prefect_latency [--subflows 20] [--tasks 7]
+    python -m flows.prefect_latency [--subflows 20] [--tasks N]
 
 A parent flow (as `solrl train`'s training flow) runs `--subflows` empty iteration-shaped subflows, each with
-`--tasks` no-op tasks (as the iteration flow's seven stages), against the Prefect API a training run would use (the
+`--tasks` no-op tasks (as the iteration flow's stages), against the Prefect API a training run would use (the
 configured PREFECT_API_URL, or the same temporary server). Printed: each subflow's wall time (median, 90th
 percentile, the slowest), and the median of the API round trips one subflow makes (create, Running, Completed,
 read). A subflow far slower than the rest is usually a request the server answered 503 (SQLite busy under concurrent
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+
+from solrl_core.stages.table import STAGES
 
 
 def _ms(seconds: list[float]) -> dict[str, float]:
@@ -81,7 +83,8 @@ def report(result: dict[str, dict[str, float]], subflows: int, tasks: int) -> st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.prefect_latency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--subflows", type=int, default=20, help="empty subflows to time (default 20)")
-    parser.add_argument("--tasks", type=int, default=7, help="no-op tasks in each (default 7, the stages)")
+    parser.add_argument("--tasks", type=int, default=len(STAGES),
+                        help=f"no-op tasks in each (default {len(STAGES)}: the iteration's stages)")
     args = parser.parse_args(argv)
     if args.subflows < 1 or args.tasks < 0:
         parser.error("--subflows must be at least 1 and --tasks at least 0")

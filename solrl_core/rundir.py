@@ -178,7 +178,7 @@ class RunDir:
     @contextmanager
     def stage_output(self, iteration: int, stage: str, resume_partial: bool = False):
         """Yield the `.partial` directory to write the stage's artifact into. It stays there until the stage is
-        committed (`commit`, by stages/registry.run_recorded): the stage's previous artifact, if any, stays complete
+        committed (`commit`, by stages/registry.run_stage): the stage's previous artifact, if any, stays complete
         until then. With `resume_partial` an existing partial directory is kept (the stage resumes inside it);
         otherwise it is cleared first.
         """

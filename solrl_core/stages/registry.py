@@ -13,7 +13,8 @@ from solrl_core.stages.table import BY_NAME, STAGES, load
 from solrl_core.staleness import describe, input_ids, recompute_command, stage_dependencies, stage_key, stale_causes
 
 
-def missing_inputs(run: RunDir, iteration: int, stage: str, causes: dict[str, str] | None = None) -> list[tuple[int, str]]:
+def missing_inputs(run: RunDir, iteration: int, stage: str,
+                   causes: dict[str, str] | None = None) -> list[tuple[int, str]]:
     """The stage's inputs that are not complete, or are stale (they must be run again first), in run order; `causes`:
     `stale_causes(run, iteration)` when the caller has it already."""
     causes = stale_causes(run, iteration) if causes is None else causes
@@ -47,35 +48,28 @@ def verify_inputs(run: RunDir, iteration: int, stage: str) -> None:
 def run_stage(
     run: RunDir, cfg: RunConfig, iteration: int, stage: str, force: bool = False, progress: bool = True
 ) -> dict:
-    """Run one stage of the table unless already complete and not stale (or `force`); return its manifest. The caller
-    holds the run dir."""
+    """The one way a stage of the table runs (the caller holds the run dir): finish a commit of it left under way,
+    return its manifest if complete and not stale (unless `force`), refuse when inputs are missing or stale (naming
+    the stage to run first) or damaged (solrl_core/integrity.py), otherwise run it into its partial directory, time it
+    and commit it: the artifact moved in place of the previous one, the manifest (with the ids of the inputs it read
+    and its own file inventory) written last."""
     if stage not in BY_NAME:
         raise MissingInputError(f"unknown stage '{stage}' (stages: {', '.join(STAGES)})")
-    what = f"stage '{stage}'" if stage in STAGES else f"the {stage}"
     run.recover_stage(iteration, stage)
     causes = stale_causes(run, iteration)  # read once: every manifest of iterations 0..iteration
+    if run.is_complete(iteration, stage) and not force and stage_key(iteration, stage) not in causes:
+        return run.manifest(iteration, stage)
     missing = missing_inputs(run, iteration, stage, causes)
-    return run_recorded(run, cfg, iteration, stage, load(BY_NAME[stage].run), missing, force, progress, what, causes)
-
-
-def run_recorded(run: RunDir, cfg: RunConfig, iteration: int, name: str, func, missing: list[tuple[int, str]],
-                 force: bool, progress: bool, what: str, causes: dict[str, str]) -> dict:
-    """The one way a recorded step runs: return its manifest if complete and not stale (unless `force`), refuse when
-    inputs are missing or stale (naming the stage to run first) or damaged (solrl_core/integrity.py), otherwise run
-    `func` into the stage's partial directory, time it and commit it: the artifact moved in place of the previous
-    one, the manifest (with the ids of the inputs it read and its own file inventory) written last. The caller has
-    finished a commit of the stage left under way (RunDir.recover_stage) and read `causes` (stale_causes) after it."""
-    if run.is_complete(iteration, name) and not force and stage_key(iteration, name) not in causes:
-        return run.manifest(iteration, name)
     if missing:
+        what = f"stage '{stage}'" if stage in STAGES else f"the {stage}"
         raise missing_input_error(run, iteration, what, missing)
-    verify_inputs(run, iteration, name)
-    inputs = input_ids(run, stage_dependencies(iteration, name))
-    run.start_attempt(iteration, name, inputs, resume=not force)
+    verify_inputs(run, iteration, stage)
+    inputs = input_ids(run, stage_dependencies(iteration, stage))
+    run.start_attempt(iteration, stage, inputs, resume=not force)
     from solrl_core.stages.context import StageContext  # torch: only when a stage really runs
 
+    func = load(BY_NAME[stage].run)
     start = time.perf_counter()
     summary = func(StageContext(run, cfg, iteration, progress))
     summary["seconds"] = round(time.perf_counter() - start, 3)
-    return run.commit(iteration, name, summary, inputs)
-
+    return run.commit(iteration, stage, summary, inputs)
