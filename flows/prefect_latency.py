@@ -1,13 +1,16 @@
 """What Prefect's orchestration costs per iteration on this machine and API server, without any stage's compute.
 
-    python -m flows.prefect_latency [--subflows 20] [--tasks N]
+    python -m flows.prefect_latency [--subflows 20] [--tasks N] [--top-level]
 
 A parent flow (as `solrl train`'s training flow) runs `--subflows` empty iteration-shaped subflows, each with
 `--tasks` no-op tasks (as the iteration flow's stages), against the Prefect API a training run would use (the
-configured PREFECT_API_URL, or the same temporary server). Printed: each subflow's wall time (median, 90th
-percentile, the slowest), and the median of the API round trips one subflow makes (create, Running, Completed,
-read). A subflow far slower than the rest is usually a request the server answered 503 (SQLite busy under concurrent
-writes) that Prefect's client retried after its back-off of about 2 s. A figure, not a test: nothing is asserted.
+configured PREFECT_API_URL, or the same temporary server). With `--top-level` the same flows run one after another
+as top-level flow runs, with no parent: what an iteration would cost if it were not nested in the training flow
+(no tracking task in the parent, no lookup of an earlier run of it). Printed: each flow run's wall time (median,
+90th percentile, the slowest), and the median of the API round trips one flow run makes (create, Running,
+Completed, read). A run far slower than the rest is usually a request the server answered 503 (SQLite busy under
+concurrent writes) that Prefect's client retried after its back-off of about 2 s. A figure, not a test: nothing is
+asserted.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ def _ms(seconds: list[float]) -> dict[str, float]:
             "max": 1000 * ordered[-1]}
 
 
-def measure(subflows: int, tasks: int) -> dict[str, dict[str, float]]:
-    """Seconds of each empty subflow (`subflow`) and of each API call kind, as milliseconds summaries. Needs the
-    Prefect API ready (flows.prefect_server)."""
+def measure(subflows: int, tasks: int, top_level: bool = False) -> dict[str, dict[str, float]]:
+    """Seconds of each empty subflow (`subflow`; each a top-level flow run with `top_level`) and of each API call
+    kind, as milliseconds summaries. Needs the Prefect API ready (flows.prefect_server)."""
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
     from prefect.client.orchestration import get_client
@@ -43,8 +46,7 @@ def measure(subflows: int, tasks: int) -> dict[str, dict[str, float]]:
         for k in range(tasks):
             no_op(k)
 
-    @flow(name="solrl-latency")
-    def parent() -> list[float]:
+    def one_by_one() -> list[float]:
         seconds = []
         for index in range(subflows):
             start = time.perf_counter()
@@ -52,7 +54,7 @@ def measure(subflows: int, tasks: int) -> dict[str, dict[str, float]]:
             seconds.append(time.perf_counter() - start)
         return seconds
 
-    result = {"subflow": _ms(parent())}
+    result = {"subflow": _ms(one_by_one() if top_level else flow(name="solrl-latency")(one_by_one)())}
     calls: dict[str, list[float]] = {"create": [], "running": [], "completed": [], "read": []}
     with get_client(sync_client=True) as client:
         for _ in range(subflows):
@@ -70,11 +72,12 @@ def measure(subflows: int, tasks: int) -> dict[str, dict[str, float]]:
     return result
 
 
-def report(result: dict[str, dict[str, float]], subflows: int, tasks: int) -> str:
+def report(result: dict[str, dict[str, float]], subflows: int, tasks: int, top_level: bool = False) -> str:
     sub = result["subflow"]
     api = ", ".join(f"{name} {result[name]['median']:.0f}" for name in ("create", "running", "completed", "read"))
+    what = "top-level flow run" if top_level else "subflow"
     return "\n".join([
-        f"empty subflow with {tasks} no-op task(s), {subflows} times: median {sub['median']:.0f} ms, "
+        f"empty {what} with {tasks} no-op task(s), {subflows} times: median {sub['median']:.0f} ms, "
         f"90th percentile {sub['p90']:.0f} ms, slowest {sub['max']:.0f} ms",
         f"API round trips (median ms): {api}",
     ])
@@ -85,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subflows", type=int, default=20, help="empty subflows to time (default 20)")
     parser.add_argument("--tasks", type=int, default=len(STAGES),
                         help=f"no-op tasks in each (default {len(STAGES)}: the iteration's stages)")
+    parser.add_argument("--top-level", action="store_true",
+                        help="run them as top-level flow runs instead of subflows of one parent flow")
     args = parser.parse_args(argv)
     if args.subflows < 1 or args.tasks < 0:
         parser.error("--subflows must be at least 1 and --tasks at least 0")
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     client_env()
     with prefect_api().ready():
-        print(report(measure(args.subflows, args.tasks), args.subflows, args.tasks))
+        print(report(measure(args.subflows, args.tasks, args.top_level), args.subflows, args.tasks, args.top_level))
     return 0
 
 

@@ -23,13 +23,23 @@ def test_bad_counts_are_one_line_exit_2(capsys):
     assert "--subflows must be at least 1" in capsys.readouterr().err
 
 
+def test_report_names_what_was_timed():
+    summaries = {name: {"median": 10.0, "p90": 20.0, "max": 30.0}
+                 for name in ("subflow", "create", "running", "completed", "read")}
+    assert report(summaries, 5, 7).startswith("empty subflow with 7 no-op task(s), 5 times: median 10 ms")
+    assert report(summaries, 5, 7, top_level=True).startswith("empty top-level flow run with 7 no-op task(s)")
+
+
 @pytest.mark.e2e
-def test_times_empty_subflows_against_the_api(session_env):
-    done = subprocess.run([sys.executable, "-m", "flows.prefect_latency", "--subflows", "3", "--tasks", "2"],
+@pytest.mark.parametrize("top_level", [False, True], ids=["nested", "top-level"])
+def test_times_empty_flow_runs_against_the_api(session_env, top_level):
+    flag = ["--top-level"] if top_level else []
+    done = subprocess.run([sys.executable, "-m", "flows.prefect_latency", "--subflows", "3", "--tasks", "2", *flag],
                           env=session_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    subflow = re.search(r"with 2 no-op task\(s\), 3 times: median (\d+) ms, 90th percentile (\d+) ms, slowest (\d+) ms",
-                        done.stdout)
+    what = "top-level flow run" if top_level else "subflow"
+    subflow = re.search(rf"empty {what} with 2 no-op task\(s\), 3 times: median (\d+) ms, 90th percentile (\d+) ms, "
+                        r"slowest (\d+) ms", done.stdout)
     assert subflow, done.stdout
     median, p90, slowest = map(int, subflow.groups())
     assert 0 < median <= p90 <= slowest
@@ -37,4 +47,4 @@ def test_times_empty_subflows_against_the_api(session_env):
     assert set(calls) == {"create", "running", "completed", "read"}
     # the same numbers as report() writes them from measure()'s summaries
     assert report({"subflow": {"median": median, "p90": p90, "max": slowest},
-                   **{k: {"median": float(v)} for k, v in calls.items()}}, 3, 2).splitlines()[0] in done.stdout
+                   **{k: {"median": float(v)} for k, v in calls.items()}}, 3, 2, top_level).splitlines()[0] in done.stdout
