@@ -8,7 +8,7 @@ configured PREFECT_API_URL, or the same temporary server). With `--top-level` th
 as top-level flow runs, with no parent: what an iteration would cost if it were not nested in the training flow
 (no tracking task in the parent, no lookup of an earlier run of it). Printed: each flow run's wall time (median,
 90th percentile, the slowest), and the median of the API round trips one flow run makes (create, Running,
-Completed, read). A run far slower than the rest is usually a request the server answered 503 (SQLite busy under
+Completed, read), and how many of the timed runs Prefect recorded under a parent flow run. A run far slower than the rest is usually a request the server answered 503 (SQLite busy under
 concurrent writes) that Prefect's client retried after its back-off of about 2 s. A figure, not a test: nothing is
 asserted.
 """
@@ -31,10 +31,12 @@ def _ms(seconds: list[float]) -> dict[str, float]:
 
 def measure(subflows: int, tasks: int, top_level: bool = False) -> dict[str, dict[str, float]]:
     """Seconds of each empty subflow (`subflow`; each a top-level flow run with `top_level`) and of each API call
-    kind, as milliseconds summaries. Needs the Prefect API ready (flows.prefect_server)."""
+    kind, as milliseconds summaries; `subflow` also counts the runs that Prefect nested in a parent flow run
+    (`nested`). Needs the Prefect API ready (flows.prefect_server)."""
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
     from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
     from prefect.states import Completed, Pending, Running
 
     @task(name="no-op", cache_policy=NO_CACHE, persist_result=False)  # as tasks/stage_task.py
@@ -42,19 +44,20 @@ def measure(subflows: int, tasks: int, top_level: bool = False) -> dict[str, dic
         return i
 
     @flow(name="solrl-latency-iteration", flow_run_name="latency-{index}")
-    def iteration(index: int) -> None:
+    def iteration(index: int) -> bool:
         for k in range(tasks):
             no_op(k)
+        return FlowRunContext.get().flow_run.parent_task_run_id is not None  # nested in a parent flow run
 
-    def one_by_one() -> list[float]:
-        seconds = []
+    def one_by_one() -> dict[str, float]:
+        seconds, nested = [], 0
         for index in range(subflows):
             start = time.perf_counter()
-            iteration(index)
+            nested += iteration(index)
             seconds.append(time.perf_counter() - start)
-        return seconds
+        return {**_ms(seconds), "nested": nested}
 
-    result = {"subflow": _ms(one_by_one() if top_level else flow(name="solrl-latency")(one_by_one)())}
+    result = {"subflow": one_by_one() if top_level else flow(name="solrl-latency")(one_by_one)()}
     calls: dict[str, list[float]] = {"create": [], "running": [], "completed": [], "read": []}
     with get_client(sync_client=True) as client:
         for _ in range(subflows):
@@ -72,13 +75,14 @@ def measure(subflows: int, tasks: int, top_level: bool = False) -> dict[str, dic
     return result
 
 
-def report(result: dict[str, dict[str, float]], subflows: int, tasks: int, top_level: bool = False) -> str:
+def report(result: dict[str, dict[str, float]], subflows: int, tasks: int) -> str:
     sub = result["subflow"]
     api = ", ".join(f"{name} {result[name]['median']:.0f}" for name in ("create", "running", "completed", "read"))
-    what = "top-level flow run" if top_level else "subflow"
+    what = "subflow" if sub["nested"] else "top-level flow run"
     return "\n".join([
         f"empty {what} with {tasks} no-op task(s), {subflows} times: median {sub['median']:.0f} ms, "
-        f"90th percentile {sub['p90']:.0f} ms, slowest {sub['max']:.0f} ms",
+        f"90th percentile {sub['p90']:.0f} ms, slowest {sub['max']:.0f} ms ({sub['nested']} of {subflows} nested "
+        "in a parent flow run)",
         f"API round trips (median ms): {api}",
     ])
 
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     client_env()
     with prefect_api().ready():
-        print(report(measure(args.subflows, args.tasks, args.top_level), args.subflows, args.tasks, args.top_level))
+        print(report(measure(args.subflows, args.tasks, args.top_level), args.subflows, args.tasks))
     return 0
 
 
