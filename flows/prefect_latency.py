@@ -7,10 +7,10 @@ A parent flow (as `solrl train`'s training flow) runs `--subflows` empty iterati
 configured PREFECT_API_URL, or the same temporary server). With `--top-level` the same flows run one after another
 as top-level flow runs, with no parent: what an iteration would cost if it were not nested in the training flow
 (no tracking task in the parent, no lookup of an earlier run of it). Printed: each flow run's wall time (median,
-90th percentile, the slowest), and the median of the API round trips one flow run makes (create, Running,
-Completed, read), and how many of the timed runs Prefect recorded under a parent flow run. A run far slower than the rest is usually a request the server answered 503 (SQLite busy under
-concurrent writes) that Prefect's client retried after its back-off of about 2 s. A figure, not a test: nothing is
-asserted.
+90th percentile, the slowest) with how many of the runs Prefect recorded under a parent flow run, and the median
+of the API round trips one flow run makes (create, Running, Completed, read). A run far slower than the rest is
+usually a request the server answered 503 (SQLite busy under concurrent writes) that Prefect's client retried after
+its back-off of about 2 s. A figure, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
