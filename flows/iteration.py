@@ -1,7 +1,8 @@
 """One RL iteration as a Prefect flow: quantize → explore → score → select → regenerate → score → update.
 
 Each stage runs in this flow's process, or, when the config gives it a work pool (`orchestration.work_pools` /
-`default_pool`), as a run of its stage deployment on that pool (flows/deploy.py) that this flow waits for.
+`default_pool`), as a run of its stage deployment on that pool (flows/deploy.py) that this flow waits for. With
+several devices a stage's model work runs on the run's device workers (tasks/shards.py), the update's ranks included.
 When the run's `audit.every` says so, the full-fidelity audit (the whole explore pool regenerated at full
 precision) runs after score_final, in this process; nothing downstream reads it.
 """
@@ -36,10 +37,10 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
     cfg = load_run_config(run)
     audit = audit_due(cfg, iteration)
     manifests = {}
-    with dask_shards() as shards:  # one Dask cluster (several devices) serves the stages run here
+    with dask_shards() as shards:  # one Dask cluster (several devices): the training flow's, for the whole run
         for stage, stage_task in STAGE_TASKS.items():
-            if stage == "update":
-                shards.close()  # its workers free their devices for the update
+            if stage == "update" and not shards.hosts_update(cfg):
+                shards.close()  # torchrun runs the update: the workers free their devices for it
             pool = cfg.orchestration.pool_for(stage)
             if pool and not is_current(run, iteration, stage):  # stale stages are computed again
                 manifests[stage] = remote_stage_task(run_dir, stage, iteration,

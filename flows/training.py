@@ -10,6 +10,7 @@ from flows.iteration import iteration_flow
 from flows.tracking import ensure_mlflow_run, iteration_metrics, log_audit, log_evaluation, log_iteration
 from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
+from tasks.shards import dask_shards
 from solrl_core.config import load_config
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config, prepare_run
@@ -24,7 +25,9 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
     ensure_mlflow_run(run, cfg)
     logger = get_run_logger()
     history = []
-    with TrackingQueue() as tracking:  # MLflow logs in its own thread while the next iteration computes
+    # one Dask cluster of device workers (several devices) for the whole run: each worker loads the model once and
+    # keeps it for every stage, evaluation and update; this process loads none
+    with dask_shards() as shards, shards.models_on_workers(cfg), TrackingQueue() as tracking:  # MLflow logs in its own thread while the next iteration computes
         if cfg.eval.every:
             tracking.submit(log_evaluation, run, cfg, evaluate_task(run_dir, 0, progress=progress))
         for iteration in range(iterations):

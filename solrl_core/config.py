@@ -110,9 +110,10 @@ class QuantConfig(_Strict):
         "nvfp4", description="NVFP4 activation scaling blocks: 1x16 along the reduction dimension"
     )
     lora_branch: bool = Field(
-        False, description="explore with W0 quantized once per run and θ_old's LoRA applied in fp32 beside the 4-bit "
-        "base (as SVDQuant keeps a 16-bit low-rank branch): no per-iteration merge and re-quantization, LoRA updates "
-        "never rounded away; false = quantize the merged W0 + θ_old every iteration (the reference's way)"
+        False, description="explore with W0 alone quantized (the same every iteration; its report is computed once "
+        "per run) and θ_old's LoRA applied in fp32 beside the 4-bit base (as SVDQuant keeps a 16-bit low-rank "
+        "branch): no merged copy, LoRA updates never rounded away; false = quantize the merged W0 + θ_old every "
+        "iteration (the reference's way)"
     )
 
 

@@ -24,9 +24,9 @@ from solrl_core.rl.policy import EmaWeights
 from solrl_core.rundir import start_attempt, write_json_atomic
 from solrl_core.staleness import eval_dependencies, eval_stale_cause, input_ids, lineage
 from solrl_core.backbones.cache import load_backbone
-from solrl_core.stages.checkpoints import EMA_FILE, attach_policy, ensure_initial_checkpoint, load_adapters
+from solrl_core.stages.checkpoints import EMA_FILE, attach_policy, initial_checkpoint, load_adapters
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.transformer_copies import fresh_transformer
+from solrl_core.stages.transformer_copies import merged_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
@@ -45,7 +45,8 @@ def eval_inputs(cfg: RunConfig) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 
 def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -> tuple[torch.nn.Module, bool]:
-    """W0 + θ (or its EMA when the checkpoint has one) merged into a plain full-precision transformer."""
+    """W0 + θ (or its EMA when the checkpoint has one) merged into a full-precision transformer that shares every
+    other weight with the loaded W0 (`merged_transformer`)."""
     backbone = load_backbone(cfg)
     policy = attach_policy(cfg, backbone)
     load_adapters(policy, checkpoint)
@@ -54,13 +55,11 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
         ema = EmaWeights(policy, max_decay=cfg.train.ema_max_decay)
         ema.load_state_dict(load_tensors(checkpoint / EMA_FILE))
         with ema.swapped_in(policy):
-            merged = policy.merged_state_dict("default")
+            merged = policy.merged_weights("default")
     else:
-        merged = policy.merged_state_dict("default")
+        merged = policy.merged_weights("default")
     del policy  # its module tree (W0 itself is shared with the cached backbone)
-    transformer = fresh_transformer(backbone)
-    transformer.load_state_dict(merged)
-    return transformer, ema_used
+    return merged_transformer(backbone, merged), ema_used
 
 
 def sample_grid(images: np.ndarray, reward: np.ndarray, prompt_index: np.ndarray, prompts: list[str]) -> np.ndarray:
@@ -85,7 +84,7 @@ def _partial(ctx: StageContext) -> Path:
 
 def _checkpoint(ctx: StageContext) -> Path:
     step = ctx.iteration
-    return ensure_initial_checkpoint(StageContext(ctx.run, ctx.cfg, 0)) if step == 0 else ctx.run.checkpoint_dir(step - 1)
+    return initial_checkpoint(StageContext(ctx.run, ctx.cfg, 0)) if step == 0 else ctx.run.checkpoint_dir(step - 1)
 
 
 def _policy(ctx: StageContext, backbone) -> torch.nn.Module:

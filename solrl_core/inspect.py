@@ -107,12 +107,12 @@ def pool_summary(run: RunDir, iteration: int) -> dict:
 
 
 def stage_shards(run: RunDir, iteration: int) -> dict[str, list[dict]]:
-    """Where each complete splittable stage of an iteration ran: its shards' records (device, host, pid, seconds,
-    rows), from the stage manifests (solrl_core/stages/shards.py)."""
-    from solrl_core.stages.table import SPLITTABLE
+    """Where the model work of each complete stage of an iteration ran: its shards' (or the update's ranks') records
+    (device, host, pid, seconds, rows, models loaded), from the stage manifests (solrl_core/stages/shards.py)."""
+    from solrl_core.stages.table import TABLE
 
     out = {}
-    for stage in SPLITTABLE:
+    for stage in (s.name for s in TABLE):
         if run.is_complete(iteration, stage):
             summary = run.manifest(iteration, stage)["summary"]
             for key in ("shards", "score_shards"):

@@ -52,12 +52,58 @@ def check_present(device: str, setting: str) -> None:
     raise SolrlError(f"{setting} is {device}, but this machine has {here}; set {setting} to a device it has")
 
 
-def check_devices(cfg) -> None:
-    """`check_present` for `model.device` and, without a Dask cluster of its own, `orchestration.devices`."""
+def check_gpus_for_processes(processes: int, device: str) -> None:
+    """A SolrlError naming `train.processes` when this machine sees fewer GPUs than the update's `processes` ranks on
+    it need (local rank r runs on GPU r of its machine); nothing to check when `device` is not a CUDA device."""
+    import torch
+
+    if processes <= 1 or not str(device).startswith("cuda"):
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if processes <= count:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f"{'no' if count == 0 else count} GPU{'' if count == 1 else 's'}" + (
+        f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+    fix = f"set train.processes to {count} or less" if count else "run the update on a machine with GPUs"
+    raise SolrlError(f"train.processes is {processes} (one GPU per update process, on each training machine), but "
+                     f"this machine sees {seen}; {fix}")
+
+
+def check_update_devices(cfg) -> None:
+    """What the update needs of this machine: `model.device`, and a GPU for each of its `train.processes` ranks."""
     check_present(cfg.model.device, "model.device")
+    check_gpus_for_processes(cfg.train.processes, cfg.model.device)
+
+
+def update_on_device_workers(cfg) -> bool:
+    """Whether the update's ranks run on the run's device workers (tasks/shards.py): a local cluster of several
+    devices and one training machine; otherwise torchrun starts them."""
+    return cfg.orchestration.dask_address is None and cfg.train.nodes == 1 and len(resolve_devices(cfg)) > 1
+
+
+def check_update_ranks(cfg) -> None:
+    """A SolrlError when the update has more ranks (`train.processes`) than the device workers that run them."""
+    devices = resolve_devices(cfg)
+    if update_on_device_workers(cfg) and cfg.train.processes > len(devices):
+        raise SolrlError(f"train.processes is {cfg.train.processes}, but the update's ranks run on the {len(devices)} "
+                         f"device workers (orchestration.devices: {', '.join(devices)}); set train.processes to "
+                         f"{len(devices)} or less")
+
+
+def check_devices(cfg, update: bool = True) -> None:
+    """`check_present` for `model.device` and, without a Dask cluster of its own, `orchestration.devices`; with
+    `update` (every command that may run the update), also a GPU for each update process (`check_update_devices`)
+    and a device worker for each of its ranks (`check_update_ranks`)."""
+    if update:
+        check_update_devices(cfg)
+    else:
+        check_present(cfg.model.device, "model.device")
     if cfg.orchestration.dask_address is None and cfg.orchestration.devices != "auto":
         for device in cfg.orchestration.devices:
             check_present(device, "orchestration.devices")
+    if update:
+        check_update_ranks(cfg)
 
 
 def resolve_devices(cfg) -> list[str]:
@@ -71,6 +117,12 @@ def resolve_devices(cfg) -> list[str]:
     if torch.device(cfg.model.device).type == "cuda" and torch.cuda.is_available():
         return [f"cuda:{k}" for k in range(torch.cuda.device_count())]
     return [cfg.model.device]
+
+
+def splits_over_devices(cfg) -> bool:
+    """Whether the run's model work goes to device worker processes (several devices, or a Dask cluster of its
+    own) rather than running in the process that orchestrates it."""
+    return cfg.orchestration.dask_address is not None or len(resolve_devices(cfg)) > 1
 
 
 def worker_env(device: str) -> dict[str, str]:

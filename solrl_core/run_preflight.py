@@ -1,22 +1,30 @@
-"""Fail fast, before any flow starts, on what a user can fix: devices, rewards, explore precision, prompts and
+"""Fail fast, before any flow starts, on what a user can fix: devices, rewards, explore precision, prompts, memory and
 model weights."""
 
 from __future__ import annotations
 
 from solrl_core.backbones.cache import load_backbone
+from solrl_core.backbones.registry import adapter_class
 from solrl_core.config import RunConfig
-from solrl_core.placement import check_devices
+from solrl_core.placement import check_devices, splits_over_devices
+from solrl_core.planner.fits import check_memory_fits
 from solrl_core.prompts import train_prompt_set
 from solrl_core.quant.backends import resolve_backend
 from solrl_core.rewards.registry import preflight_rewards
 
 
 def preflight(cfg: RunConfig) -> None:
-    """Raise a SolrlError naming what to fix (the model's weights are loaded: the backbone cache keeps them)."""
+    """Raise a SolrlError naming what to fix. On one device the model's weights are loaded (the backbone cache keeps
+    them for the stages this process runs); when device workers run the model work, their files are checked and
+    nothing is loaded here."""
     check_devices(cfg)
     preflight_rewards(cfg.rewards, cfg.reward_models)
     if cfg.eval.every:
         preflight_rewards(cfg.evaluation_rewards(), cfg.reward_models)
     resolve_backend(cfg.explore.precision, cfg.model.device)
     train_prompt_set(cfg)
-    load_backbone(cfg)
+    check_memory_fits(cfg)
+    if splits_over_devices(cfg):
+        adapter_class(cfg.model.kind).check_files(cfg.model)
+    else:
+        load_backbone(cfg)

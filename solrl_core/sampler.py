@@ -20,7 +20,7 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 from tqdm.auto import tqdm
 
-from solrl_core.backbones.base import Backbone, Conditioning
+from solrl_core.backbones.base import Backbone, Conditioning, module_device
 
 SAMPLERS = ("euler", "dpmpp_2m")
 
@@ -115,18 +115,21 @@ def sample(
     progress: bool = False,
     desc: str = "sampling",
 ) -> SampleResult:
-    """Integrate the probability-flow ODE from `noise` (sigma = 1) to sigma = 0 in `steps` steps of `sampler`."""
+    """Integrate the probability-flow ODE from `noise` (sigma = 1) to sigma = 0 in `steps` steps of `sampler`, on the
+    transformer's device (x0 comes back there)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler '{sampler}' (known: {', '.join(SAMPLERS)})")
     if steps < 1:
         raise ValueError("steps must be >= 1")
     scheduler = make_scheduler(backbone.sigmas(steps))
     sigmas = [float(s) for s in scheduler.sigmas]
-    x = noise.clone()
+    x = noise.to(module_device(transformer), copy=True)  # noise is drawn on the CPU; the model may be elsewhere
     batch = x.shape[0]
+    # the model's timestep inputs, moved once (a copy per step would be a host-to-device transfer in the loop)
+    model_sigmas = (scheduler.timesteps / scheduler.config.num_train_timesteps).to(device=x.device, dtype=x.dtype)
     x0_prev = None
     for i, t in enumerate(tqdm(scheduler.timesteps, desc=desc, leave=False, disable=not progress)):
-        sigma = (t / scheduler.config.num_train_timesteps).expand(batch).to(x.dtype)
+        sigma = model_sigmas[i].expand(batch)
         v = guided_velocity(backbone, transformer, x, sigma, cond, guidance, uncond)
         if sampler == "euler":
             x = scheduler.step(v, t, x, return_dict=False)[0]

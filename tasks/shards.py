@@ -10,7 +10,7 @@ The stage's task runs a `solrl-shards` subflow with prefect-dask's DaskTaskRunne
 
 Every task needs one `device` resource, and every worker has one: a worker runs one task at a time. One task
 prepares the work on a worker (so the stage's own process never loads the model), then one task per shard runs its
-rows. Each task rebuilds its stage context from the run directory. A failed task is retried once, and a failed
+rows. The update's ranks run as one task per rank, all at once (`solrl-ranks`), on the same workers. Each task rebuilds its stage context from the run directory. A failed task is retried once, and a failed
 subflow fails the stage task, which Prefect retries: a sampling shard resumes at its batches not done yet.
 """
 
@@ -18,20 +18,30 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 import dask
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from solrl_core.backbones.cache import refuse_model_loads
 from solrl_core.errors import SolrlError
-from solrl_core.placement import RESOURCE, pinned_device, resolve_devices, worker_env
+from solrl_core.placement import (
+    RESOURCE,
+    check_update_ranks,
+    pinned_device,
+    resolve_devices,
+    update_on_device_workers,
+    worker_env,
+)
 from solrl_core.quiet import quiet_libraries
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.shards import Shard, prepare, run_shard
+from solrl_core.stages.shards import Shard, prepare, run_rank, run_shard
 from solrl_core.storage import location
 from tasks.retry import retry_unless_user_error
 
@@ -64,6 +74,20 @@ def shard_task(run_dir: str, iteration: int, ref: str, what: str, index: int, fi
     return run_shard(_context(run_dir, iteration), ref, Shard(index, first_batch, stop_batch), *pinned_device())
 
 
+@task(name="rank", task_run_name="{what}-it{iteration}-rank{rank}", **{**_TASK, "retries": 0})
+def rank_task(run_dir: str, iteration: int, ref: str, what: str, rank: int, world: int, store: str) -> dict:
+    """One rank of collective work (not retried alone: its peers would wait for it; the stage task is retried)."""
+    return run_rank(_context(run_dir, iteration), ref, rank, world, store, *pinned_device())
+
+
+@flow(name="solrl-ranks", flow_run_name="{what}-it{iteration}-ranks")
+def ranks_flow(run_dir: str, iteration: int, ref: str, what: str, world: int, store: str) -> list[dict]:
+    """Every rank at once, each on a worker with a free `device` (they meet through the file `store`)."""
+    with dask.annotate(resources={RESOURCE: 1}):
+        futures = [rank_task.submit(run_dir, iteration, ref, what, rank, world, store) for rank in range(world)]
+    return [future.result() for future in futures]
+
+
 @flow(name="solrl-shards", flow_run_name="{what}-it{iteration}-shards")
 def shards_flow(run_dir: str, iteration: int, ref: str, what: str, shards: list[dict]) -> list[dict]:
     """Prepare the work, then run every shard at once, each on a worker with a free `device`."""
@@ -89,13 +113,26 @@ def cluster_devices(address: str) -> int:
     return count
 
 
+def worker_memory_limit(devices: list[str]) -> int:
+    """Host memory each device worker may use before its Nanny restarts it: the machine's memory shared by the
+    device workers. Dask's default is the memory divided by the CPU cores (about 9 GiB a worker on a 2 TiB,
+    224-thread node), and its Nanny kills a worker at 95 % of that, while loading a FLUX.1-sized model holds about
+    31 GB of host memory for a while: the workers died in `from_pretrained` (KilledWorker). One worker per device,
+    so a device's share of the host is the right bound; it still restarts a worker that leaks."""
+    from distributed.system import MEMORY_LIMIT
+
+    return int(MEMORY_LIMIT // max(len(devices), 1))
+
+
 def worker_specs(devices: list[str], preload: list[str]) -> dict:
     """SpecCluster worker specs: one single-threaded Nanny per device, its process pinned by its environment."""
     from distributed import Nanny
 
+    limit = worker_memory_limit(devices)
     return {f"device-{k}": {"cls": Nanny, "options": {
         "nthreads": 1, "host": "127.0.0.1", "env": worker_env(device), "resources": {RESOURCE: 1},
-        "preload": preload, "dashboard": False, "silence_logs": logging.ERROR}} for k, device in enumerate(devices)}
+        "memory_limit": limit, "preload": preload, "dashboard": False, "silence_logs": logging.ERROR}}
+        for k, device in enumerate(devices)}
 
 
 @contextlib.contextmanager
@@ -108,9 +145,18 @@ def local_cluster(devices: list[str], preload: list[str]) -> Iterator[str]:
         yield cluster.scheduler_address
 
 
+def _task_runner(address: str):
+    from prefect_dask import DaskTaskRunner  # imports distributed: only when work is split
+
+    return DaskTaskRunner(address=address)
+
+
 class DaskShards:
     """The ShardRunner of the Prefect stage tasks. A local cluster starts at the first split work and serves every
-    later one until `close` (the evaluation and the audit split two pieces of work each)."""
+    later one until `close`: the training flow holds one for the whole run, so each device's worker loads the model
+    once and keeps it, for every stage of every iteration and the evaluations. The update's ranks run on the same
+    workers (`ranks`) unless its processes span machines (`train.nodes` > 1, torchrun) or the cluster is one this
+    process did not start (`orchestration.dask_address`: its workers may be anywhere; torchrun too)."""
 
     def __init__(self):
         self._stack = contextlib.ExitStack()
@@ -123,11 +169,33 @@ class DaskShards:
         return None if count == 1 else count
 
     def __call__(self, ctx: StageContext, ref: str, shards: list[Shard]) -> list[dict]:
-        from prefect_dask import DaskTaskRunner
-
-        runner = DaskTaskRunner(address=self._address(ctx.cfg, ref))
+        runner = _task_runner(self._address(ctx.cfg, ref))
         return shards_flow.with_options(task_runner=runner)(location(ctx.run.root), ctx.iteration, ref, _name(ref),
                                                             [asdict(shard) for shard in shards])
+
+    @contextlib.contextmanager
+    def models_on_workers(self, cfg) -> Iterator[None]:
+        """Inside, this process must load no model when the run's model work goes to device workers (a load here
+        would be a second copy of the model on GPU 0, beside worker 0's)."""
+        if self.workers(cfg) is None:
+            yield
+            return
+        with refuse_model_loads("the flow process of a run split over devices"):
+            yield
+
+    def hosts_update(self, cfg) -> bool:
+        """Whether the update's ranks run on this runner's device workers (else they start by torchrun, and the
+        workers must free their devices first)."""
+        return update_on_device_workers(cfg)
+
+    def ranks(self, ctx: StageContext, ref: str, world: int) -> list[dict] | None:
+        if not self.hosts_update(ctx.cfg):
+            return None
+        check_update_ranks(ctx.cfg)
+        runner = _task_runner(self._address(ctx.cfg, ref))
+        with tempfile.TemporaryDirectory(prefix="solrl-ranks-") as tmp:  # the workers are on this machine
+            return ranks_flow.with_options(task_runner=runner)(location(ctx.run.root), ctx.iteration, ref, _name(ref),
+                                                               world, str(Path(tmp) / "group.store"))
 
     def _address(self, cfg, ref: str) -> str:
         if cfg.orchestration.dask_address:

@@ -87,6 +87,7 @@ def test_nft_loss_matches_naive_loop_including_grads(beta):
     kw = dict(adv_clip=5.0, kl_weight=0.05)
     v1 = v.clone().requires_grad_(True)
     loss, terms = nft_loss(v1, v_old, v_ref, x_t, x0, t, r, beta=beta, **kw)
+    terms = {k: float(value) for k, value in terms.items()}  # 0-dim tensors: the caller reads them once per step
     loss.backward()
     v2 = v.clone().requires_grad_(True)
     ref = naive_nft(v2, v_old, v_ref, x_t, x0, t, r, beta, **kw)
@@ -109,6 +110,7 @@ def test_nft_loss_error_terms_and_no_grad_into_old_or_ref():
     v_old = v_old.clone().requires_grad_(True)
     v_ref = v_ref.clone().requires_grad_(True)
     loss, terms = nft_loss(v, v_old, v_ref, x_t, x0, t, r)
+    terms = {k: float(value) for k, value in terms.items()}
     loss.backward()
     assert v_old.grad is None and v_ref.grad is None
     tb = t.view(-1, 1, 1, 1)

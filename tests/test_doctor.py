@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import ROOT
+from solrl_core.config import load_config
 from solrl_core.doctor import gpu_bench, probe
 from solrl_core.errors import SolrlError
 from solrl_core.planner.calibration import load_calibration
@@ -92,7 +93,7 @@ TINY_FLUX = dict(num_attention_heads=2, attention_head_dim=16, axes_dims_rope=[4
 
 
 def test_bench_on_cpu_at_tiny_size_writes_a_report_the_planner_reads(tmp_path):
-    report = gpu_bench.run_bench(tmp_path, "flux1", "cpu", planner_gpu="h100", blocks=2, repeats=1,
+    report = gpu_bench.run_bench(tmp_path, "flux1", "cpu", planner_gpu="h100", blocks=2, repeats=1, batch=4,
                                  config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16,
                                  micro_batch=2)
     on_disk = json.loads((tmp_path / "report.json").read_text())
@@ -117,18 +118,78 @@ def test_bench_on_cpu_at_tiny_size_writes_a_report_the_planner_reads(tmp_path):
     assert cal.gpu == "h100" and cal.measured_tflops["bf16"] == pytest.approx(tp["bf16"]["tflops"])
 
 
-def test_bench_flops_are_the_planners_count_of_the_same_model():
+def test_bench_flops_are_the_planners_count_of_the_same_model_at_the_presets_explore_batch():
     from solrl_core.planner.flops import count_flops, example_inputs
-    from solrl_core.quant.coverage import build_meta_model
 
     report = gpu_bench.measure("flux1", "cpu", blocks=2, repeats=1, precisions=("bf16",),
                                config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16)
+    preset = load_config(ROOT / "configs" / "presets" / "flux1_sol_rl_hpsv2.yaml")
+    batch = preset.explore.batch_size
+    assert report["model"]["batch"] == batch and batch > 1
     m, config = gpu_bench._config("flux1", None, TINY_FLUX)
     config = gpu_bench._with_blocks(config, 2)
     meta = build_meta_model_from(config)
-    inputs = example_inputs(m.spec.kind, config, 16, 8)
-    assert report["model"]["flops_per_forward"] == count_flops(meta, lambda: meta(**inputs, return_dict=False)).total
+    one = count_flops(meta, lambda: meta(**example_inputs(m.spec.kind, config, 16, 8), return_dict=False)).total
+    assert report["model"]["flops_per_forward"] == batch * one  # the timed call is the whole batch
+    assert report["model"]["flops_per_sample"] == one
     assert (config["num_layers"], config["num_single_layers"]) == (1, 1)
+
+
+def test_bench_batch_follows_the_run_config_and_the_batch_option():
+    kw = dict(blocks=2, repeats=1, precisions=("bf16",), config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8,
+              min_width=16)
+    preset = load_config(ROOT / "configs" / "presets" / "flux1_sol_rl_hpsv2.yaml", ["explore.batch_size=3"])
+    from_config = gpu_bench.measure("flux1", "cpu", run_config=preset, **kw)["model"]
+    assert (from_config["batch"], from_config["batch_from"]) == (3, "explore.batch_size of the sol_rl preset")
+    asked = gpu_bench.measure("flux1", "cpu", run_config=preset, batch=2, **kw)
+    assert (asked["model"]["batch"], asked["model"]["batch_from"]) == (2, "asked")
+    row = asked["throughput"]["bf16"]
+    assert row["seconds_per_sample"] == pytest.approx(row["seconds_per_forward"] / 2)
+    assert asked["model"]["flops_per_forward"] == pytest.approx(2 / 3 * from_config["flops_per_forward"])
+
+
+def _registered_parameters(build):
+    """(dtype, bytes) of every parameter registered on any module while ``build()`` runs."""
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
+    seen = []
+
+    def hook(module, name, param):
+        if param is not None:
+            seen.append((param.dtype, param.numel() * param.element_size()))
+
+    handle = register_module_parameter_registration_hook(hook)
+    try:
+        model = build()
+    finally:
+        handle.remove()
+    return model, seen
+
+
+def test_bench_model_is_built_in_its_dtype_never_in_fp32_first():
+    _, config = gpu_bench._config("flux1", None, TINY_FLUX)
+    model, seen = _registered_parameters(lambda: gpu_bench._build(config, "cpu", torch.bfloat16))
+    assert seen and {dtype for dtype, _ in seen} == {torch.bfloat16}  # every parameter created in bf16
+    n_params = sum(p.numel() for p in model.parameters())
+    assert sum(size for _, size in seen) == 2 * n_params  # no fp32 weights were ever allocated
+    assert torch.get_default_dtype() == torch.float32  # restored
+    _, seen32 = _registered_parameters(lambda: gpu_bench._build(config, "cpu", torch.float32))
+    assert {dtype for dtype, _ in seen32} == {torch.float32}  # the hook sees what a build allocates
+
+
+def test_bench_dtype_is_the_presets_model_dtype():
+    report = gpu_bench.measure("flux1", "cpu", blocks=2, repeats=1, precisions=("bf16",), batch=1,
+                               config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16)
+    preset = load_config(ROOT / "configs" / "presets" / "flux1_sol_rl_hpsv2.yaml")
+    assert report["model"]["dtype"] == preset.model.dtype == "bfloat16"
+
+
+def test_default_dtype_is_restored_when_the_build_fails():
+    with pytest.raises(RuntimeError, match="boom"):
+        with gpu_bench.default_dtype(torch.bfloat16):
+            assert torch.get_default_dtype() == torch.bfloat16
+            raise RuntimeError("boom")
+    assert torch.get_default_dtype() == torch.float32
 
 
 def build_meta_model_from(config: dict):
@@ -162,12 +223,66 @@ def test_bench_refuses_an_unknown_model(tmp_path):
         gpu_bench.measure("nope", "cpu")
 
 
+def _tiny_preset(*overrides):
+    return load_config(ROOT / "configs" / "presets" / "flux1_sol_rl_hpsv2.yaml",
+                       ["train.lora_rank=4", "train.lora_alpha=8", "train.lora_targets=[to_q, to_v]", *overrides])
+
+
 def test_stage_peaks_run_both_stages_and_leave_w0_untouched():
+    from solrl_core.backbones.registry import backbone_spec
+
     m, config = gpu_bench._config("flux1", None, TINY_FLUX)
     config = gpu_bench._with_blocks(config, 2)
     base = gpu_bench._build(config, "cpu", torch.float32)
     before = {k: v.clone() for k, v in base.state_dict().items()}
-    out = gpu_bench.stage_peaks(base, m.spec.kind, config, 16, 8, 2, ["to_q", "to_v"], "cpu", torch.float32, rank=4)
-    assert out["ok"] == ["regenerate", "update"]
+    out = gpu_bench.stage_peaks(base, m.spec.kind, config, 16, 8, 2, _tiny_preset(), backbone_spec("flux1").defaults,
+                                "cpu", torch.float32)
+    assert out["ok"] == ["regenerate", "update"] and out["lora_rank"] == 4
     after = base.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # W0 is shared, never written
+
+
+def test_stage_peaks_attach_theta_as_the_update_does(monkeypatch):
+    """θ comes from stages.checkpoints.attach_policy with the run config (its modules, rank and dtype), not from a
+    cast of the bench's own: the policy it trains is the one attach_policy returned, untouched."""
+    import solrl_core.stages.checkpoints as checkpoints
+    from solrl_core.backbones.registry import backbone_spec
+
+    m, config = gpu_bench._config("flux1", None, TINY_FLUX)
+    config = gpu_bench._with_blocks(config, 2)
+    defaults = backbone_spec("flux1").defaults
+    cfg = _tiny_preset()
+    attached, attach_policy = [], checkpoints.attach_policy
+
+    def recording_attach(run_cfg, backbone):
+        policy = attach_policy(run_cfg, backbone)
+        attached.append((policy, [p.dtype for p in policy.trainable_parameters()]))
+        return policy
+
+    monkeypatch.setattr(checkpoints, "attach_policy", recording_attach)
+    base = gpu_bench._build(config, "cpu", torch.bfloat16)
+    out = gpu_bench.stage_peaks(base, m.spec.kind, config, 16, 8, 2, cfg, defaults, "cpu", torch.bfloat16)
+    assert len(attached) == 1
+    policy, dtypes_at_attach = attached[0]
+    assert [p.dtype for p in policy.trainable_parameters()] == dtypes_at_attach  # the bench cast nothing
+    assert out["theta_dtype"] == str(dtypes_at_attach[0]).split(".")[-1]
+    names = policy.named_adapter_parameters()
+    assert names and all(k.split(".lora_")[0].endswith(("to_q", "to_v")) for k in names)  # the config's targets
+    assert {p.shape[0] for k, p in names.items() if "lora_A" in k} == {4}  # the config's rank
+
+
+def test_bench_cuda_path_builds_on_the_device_in_bf16_and_attaches_theta_there():
+    """The bench's own code on a (faked) H100: the model made on cuda in the preset's dtype, inputs and θ on the
+    same device (a CPU tensor meeting a CUDA one raises), the report naming the planner's GPU."""
+    from solrl_core.testing.fake_cuda import fake_cuda
+
+    _, config = gpu_bench._config("flux1", None, TINY_FLUX)
+    with fake_cuda():
+        model, seen = _registered_parameters(lambda: gpu_bench._build(config, "cuda", torch.bfloat16))
+        assert {p.device.type for p in model.parameters()} == {"cuda"}
+        report = gpu_bench.measure("flux1", "cuda", blocks=2, repeats=1, precisions=("bf16",), batch=2,
+                                   config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8, min_width=16,
+                                   micro_batch=2)
+    assert {dtype for dtype, _ in seen} == {torch.bfloat16}
+    assert report["device"]["planner_gpu"] == "h100" and report["model"]["dtype"] == "bfloat16"
+    assert report["throughput"]["bf16"]["impl"] == "torch" and report["stages"]["ok"] == ["regenerate", "update"]

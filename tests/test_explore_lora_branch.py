@@ -17,7 +17,7 @@ from solrl_core.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.transformer_copies import fresh_transformer
-from solrl_core.stages.quantize import base_key, build_branch_copy
+from solrl_core.stages.quantize import base_key, explore_copy
 from solrl_core.stages.registry import run_stage
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "configs" / "tiny.yaml"
@@ -62,7 +62,7 @@ def test_iteration_1_reuses_the_quantized_base(branch_run):
 def test_explore_follows_the_lora_not_the_base(branch_run):
     run, cfg = branch_run
     backbone = load_backbone(cfg)
-    copies = {it: build_branch_copy(StageContext(run, cfg, it, progress=False), backbone) for it in (0, 1)}
+    copies = {it: explore_copy(StageContext(run, cfg, it, progress=False), backbone)[0] for it in (0, 1)}
     quantized = {it: dict(m.named_modules()) for it, m in copies.items()}
     branches = [n for n, m in quantized[1].items() if isinstance(m, LoraBranch)]
     assert branches and any(isinstance(quantized[1][n].base_layer, NVFP4EmulatedLinear) for n in branches)
@@ -83,7 +83,7 @@ def test_fp32_branch_equals_the_merged_copy(branch_run):
     load_adapters(policy, previous_checkpoint(ctx))
     merged = fresh_transformer(backbone)
     merged.load_state_dict(policy.merged_state_dict("old"))
-    got, want = (_velocity(backbone, m, fp32, run) for m in (build_branch_copy(ctx, backbone), merged))
+    got, want = (_velocity(backbone, m, fp32, run) for m in (explore_copy(ctx, backbone)[0], merged))
     base = _velocity(backbone, backbone.transformer, fp32, run)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert (base - want).abs().max() > 100 * (got - want).abs().max()  # the LoRA is not trivial

@@ -204,7 +204,8 @@ def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
         _assert_two_cpu_processes(manifests[stage]["summary"]["shards"], rows[stage])
         (alone,) = one.manifest(0, stage)["summary"]["shards"]
         assert alone["pid"] == os.getpid() and alone["device"] == "cpu" and alone["rows"] == [0, rows[stage]]
-    assert "shards" not in manifests["update"]["summary"]
+    (rank,) = manifests["update"]["summary"]["shards"]  # one update process (train.processes 1): worker 0's
+    assert rank["device"] == "cpu" and rank["pid"] in {s["pid"] for s in manifests["explore"]["summary"]["shards"]}
     _assert_two_cpu_processes(evaluation["shards"], 4)
     _assert_two_cpu_processes(evaluation["score_shards"], 4)
     _assert_same_results(one, two)
@@ -309,3 +310,17 @@ def test_explore_through_a_running_dask_cluster_equals_one_device(session_env, t
     shards = manifest["summary"]["shards"]
     _assert_two_cpu_processes(shards, 16)
     _assert_same_results(one, two, stages=("explore",))
+
+
+def test_device_workers_share_the_hosts_memory_instead_of_dasks_per_core_default(monkeypatch):
+    """Dask's default gives a worker the host's memory divided by its cores, and kills it at 95 % of that: a worker
+    loading a FLUX.1-sized model (~31 GB of host memory for a while) died on a 224-thread node. Each device worker
+    gets an equal share of the host's memory instead."""
+    from distributed.system import MEMORY_LIMIT
+
+    from tasks.shards import worker_specs
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    specs = worker_specs(["cuda:0", "cuda:1", "cuda:2", "cuda:3"], [])
+    assert {spec["options"]["memory_limit"] for spec in specs.values()} == {MEMORY_LIMIT // 4}
+    assert [spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in specs.values()] == ["0", "1", "2", "3"]

@@ -61,15 +61,72 @@ def test_memory_estimate_adds_up():
     assert est.gib["text_encoders"] == pytest.approx(memory.hf_params("GEMMA2_2B") * 2 / gib)
     assert est.gib["activations"] == pytest.approx(16 * est.activation_per_pair / gib)
     assert est.total_gib == pytest.approx(sum(est.gib.values()))
-    g = est.gib  # explore: W0 + the inference copy, no LoRA state or training activations
-    assert est.inference_gib == pytest.approx(2 * g["weights"] + g["text_encoders"] + g["vae"] + g["reward"])
+    g = est.gib
+    beside = g["text_encoders"] + g["vae"] + g["reward"]
+    # explore (the official copy: NVFP4 through Transformer Engine, lora_branch): W0, no layer of diffusers' SANA
+    # replaced (its attention is 2240 wide = the min width, its feed-forward convolutional), θ and θ_old beside it
+    assert est.explore_gib == {"quantized": 0.0, "merged": 0.0} and est.lora_branch
+    assert est.inference_gib == pytest.approx(g["weights"] + est.lora_params * 8 / gib + beside)
     # regenerate: W0 once with θ and θ_old attached (fp32), no copy
-    assert est.regenerate_gib == pytest.approx(
-        g["weights"] + est.lora_params * 8 / gib + g["text_encoders"] + g["vae"] + g["reward"])
+    assert est.regenerate_gib == pytest.approx(g["weights"] + est.lora_params * 8 / gib + beside)
+    # evaluation: W0 + the 20 blocks x 8 square 2240-wide targeted layers merged (bf16), θ, θ_old, EMA, θ's copy
+    assert est.merged_gib * gib == 20 * 8 * 2240 * 2240 * 2
+    assert est.evaluation_gib == pytest.approx(g["weights"] + est.merged_gib + est.lora_params * 16 / gib + beside)
     released = memory.memory_estimate("sana", micro_batch=4, text_encoders_resident=False)
     assert released.gib["text_encoders"] == 0
     assert released.gib["activations"] == pytest.approx(est.gib["activations"] / 4)
     assert "| SANA 1600M | 1.60 B | 22.9 M | Gemma-2-2B 2.61 B |" in memory.format_markdown([est])
+
+
+H, F = 3072, 4 * 3072  # FLUX.1's width and feed-forward width
+# the Linear layers FLUX.1's explore copy replaces (min width 1000; x_embedder, context_embedder, time_text_embed and
+# norm_out kept), as (weights, biases) per block: double blocks: q, k, v, out and the context's add_q/k/v, to_add_out,
+# both feed-forwards (H -> F -> H), both AdaLN modulations (H -> 6H); single blocks: modulation (H -> 3H), proj_mlp
+# (H -> F), q, k, v, proj_out (H + F -> H); and the final proj_out (H -> 64)
+FLUX_DOUBLE = (8 * H * H + 2 * 2 * H * F + 2 * 6 * H * H, 8 * H + 2 * (F + H) + 2 * 6 * H)
+FLUX_SINGLE = (3 * H * H + H * F + 3 * H * H + (H + F) * H, 3 * H + F + 3 * H + H)
+FLUX_REPLACED = tuple(19 * d + 38 * s + top for d, s, top in zip(FLUX_DOUBLE, FLUX_SINGLE, (H * 64, 64)))
+FLUX_LAYERS = 19 * 14 + 38 * 6 + 1
+
+
+@pytest.mark.parametrize("backend, per_layer_bytes", [
+    (("nvfp4", "transformer_engine"), lambda w, b, n: 2 * (w + b)),  # te.Linear in the source dtype
+    (("nvfp4_emulated", "emulated"), lambda w, b, n: 2 * (w + b)),  # dequantized, stored in bf16
+    (("fp8", "torch._scaled_mm"), lambda w, b, n: w + 4 * n + 2 * b),  # E4M3 codes, a float32 scale per layer
+    (("bf16", "torch"), lambda w, b, n: 2 * b),  # bf16 weights shared with W0, the bias copied
+    (("fp32", "torch"), lambda w, b, n: 0),  # nothing replaced
+])
+def test_flux_explore_copy_against_a_hand_count(backend, per_layer_bytes):
+    from solrl_core.planner.explore_copy import ExploreBackend, ExploreCopy
+
+    weights, biases = FLUX_REPLACED
+    merged = (19 * 4 + 38 * 3) * H * H * 2  # the official LoRA targets' W0 + ΔW in bf16
+    for branch in (True, False):
+        est = memory.memory_estimate("flux1", explore=ExploreCopy(ExploreBackend(*backend), lora_branch=branch))
+        assert est.explore_gib["quantized"] * memory.GIB == per_layer_bytes(weights, biases, FLUX_LAYERS)
+        # a merged target that is quantized is freed; every FLUX.1 target is replaced, except by fp32 (nothing is)
+        assert est.explore_gib["merged"] * memory.GIB == (merged if not branch and backend[0] == "fp32" else 0)
+        assert est.merged_gib * memory.GIB == merged  # the evaluation merges whatever the explore does
+    kept = memory.memory_estimate("flux1", explore=ExploreCopy(ExploreBackend(*backend), min_width=H))
+    assert kept.explore_gib["quantized"] < est.explore_gib["quantized"] or backend[0] == "fp32"  # the rule's min width
+
+
+def test_the_update_measures_a_fp32_lora_on_a_bf16_base(monkeypatch):
+    module = memory._training_module("flux1")
+    dtypes = {("lora_" in n, p.dtype) for n, p in module.named_parameters()}
+    assert dtypes == {(True, torch.float32), (False, torch.bfloat16)}
+    spec = memory.get_model("flux1").spec
+    fp32 = memory._activation_bytes("flux1", spec.image_tokens, spec.text_tokens, True)
+    bf16_lora = memory.meta_transformer("flux1")
+    memory._attach_meta_lora(bf16_lora, memory.lora_targets("flux1"), memory.LORA_RANK)
+    monkeypatch.setattr(memory, "_training_module", lambda _key: bf16_lora.to(torch.bfloat16))
+    bf16 = memory._activation_bytes.__wrapped__("flux1", spec.image_tokens, spec.text_tokens, True)
+    # peft casts each targeted layer's input to the adapter's dtype and lora_A saves that fp32 copy: at least the
+    # 19 x 4 double-block (1024 image tokens) and 38 x 3 single-block (1152 joint tokens) inputs, less what the
+    # bf16 adapters' outputs saved (at most one H-wide bf16 tensor per layer)
+    copies = (19 * 4 * 1024 + 38 * 3 * 1152) * H * 4
+    assert fp32.no_checkpointing - bf16.no_checkpointing >= copies - (19 * 4 * 1024 + 38 * 3 * 1152) * H * 2
+    assert fp32.block_inputs == bf16.block_inputs  # the blocks' inputs do not depend on the adapters' dtype
 
 
 def test_memory_estimate_uses_the_presets_micro_batches():
@@ -80,3 +137,25 @@ def test_memory_estimate_uses_the_presets_micro_batches():
         micro_batch = spec.micro_batch
         cfg = load_config(ROOT / "configs" / "presets" / f"{model}_sol_rl_pickscore.yaml")
         assert cfg.train.micro_batch == micro_batch, model
+
+
+@pytest.mark.e2e
+def test_building_on_the_meta_device_leaves_torch_init_working():
+    """In a fresh process, where the planner is the first to import diffusers' models: torch.nn.init still
+    initialises after the meta builds and a diffusers load (which restores the init functions it saw at import)."""
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from solrl_core.planner import memory
+memory.memory_estimate("sana")
+from diffusers.models.modeling_utils import no_init_weights
+with no_init_weights():  # what every diffusers from_pretrained enters
+    pass
+weight = torch.nn.Linear(64, 64).weight
+assert torch.nn.init.normal_.__module__ == "torch.nn.init", torch.nn.init.normal_
+assert 0 < weight.abs().max() <= 64 ** -0.5, weight.abs().max()  # kaiming_uniform's bound: initialised
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

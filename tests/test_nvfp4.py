@@ -175,6 +175,19 @@ def test_encode_decode_round_trip_equals_qdq():
     assert torch.equal(nvfp4_decode(codes, scales, S, x.shape), quantize_dequantize(x))
 
 
+def test_zero_dim_and_empty_tensors():
+    # A 0-dim tensor is one element (one block): the same as the 1-element vector.
+    for value in (3.3, -0.07, 0.0):
+        x = torch.tensor(value)
+        out = quantize_dequantize(x)
+        assert out.shape == () and torch.equal(out, quantize_dequantize(x.reshape(1))[0])
+        codes, scales, S = nvfp4_encode(x)
+        assert codes.shape == () and scales.shape == (1,)
+        assert torch.equal(nvfp4_decode(codes, scales, S, ()), out)
+    empty = torch.empty(0, 32, dtype=torch.bfloat16)
+    assert quantize_dequantize(empty).shape == (0, 32) and quantize_dequantize(empty).dtype == torch.bfloat16
+
+
 # ---------------------------------------------------------------- padding rule
 
 

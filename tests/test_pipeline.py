@@ -89,7 +89,7 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     assert inspect["candidates"] == n * p and inspect["selected"] == k * p
     assert all(len(pp["selected"]) == k for pp in inspect["per_prompt"])
     # one device: every splittable stage ran whole, in the flow's own process, on the CPU
-    assert set(inspect["shards"]) == {"explore", "score_explore", "regenerate", "score_final"}
+    assert set(inspect["shards"]) == {"quantize", "explore", "score_explore", "regenerate", "score_final", "update"}
     assert all(len(s) == 1 and s[0]["device"] == "cpu" for s in inspect["shards"].values())
     assert len({s[0]["pid"] for s in inspect["shards"].values()}) == 1
     assert client.get_metric_history(st["mlflow"]["run_id"], "shards/explore_devices")[0].value == 1

@@ -10,7 +10,9 @@ import pytest
 from conftest import TINY
 from solrl_core.config import load_config
 from solrl_core.errors import ConfigError, SolrlError
-from solrl_core.placement import pinned_device, placed_config, resolve_devices, worker_env
+from solrl_core.placement import check_devices, pinned_device, placed_config, resolve_devices, worker_env
+from solrl_core.rl.distributed import check_setup
+from solrl_core.testing.fake_cuda import fake_cuda
 
 
 @pytest.fixture
@@ -80,7 +82,7 @@ def test_stage_table_is_what_every_list_reads(tmp_path):
 
     assert STAGES == ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
     assert tuple(STAGE_TASKS) == STAGES and all(STAGE_TASKS[s].name == s for s in STAGES)
-    assert set(SPLITTABLE) == {"explore", "score_explore", "regenerate", "score_final", "audit"}
+    assert set(SPLITTABLE) == {"quantize", "explore", "score_explore", "regenerate", "score_final", "audit"}
     for stage in TABLE:  # every named function exists
         assert callable(load(stage.run)) and all(callable(load(ref)) for ref in stage.split)
         assert set(stage.requires) <= set(BY_NAME)
@@ -101,3 +103,57 @@ def test_stage_table_is_what_every_list_reads(tmp_path):
 def test_bad_placement_settings_are_named(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(TINY, [override])
+
+
+def test_more_update_processes_than_gpus_is_refused_naming_the_key(monkeypatch):
+    """Every update rank runs on a GPU of its own: 4 processes on a machine that sees 2 GPUs are refused by the
+    preflight (check_devices) and when the update launches (check_setup), in one line saying what to set."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cfg = load_config(TINY, ["model.device=cuda", "train.processes=4"])
+    refused = r"^train.processes is 4 \(one GPU per update process, on each training machine\), but this machine " \
+              r"sees 2 GPUs; set train.processes to 2 or less$"
+    with fake_cuda(device_count=2):
+        with pytest.raises(SolrlError, match=refused):
+            check_devices(cfg)
+        with pytest.raises(SolrlError, match=refused):
+            check_setup("nccl", "cuda", processes=4)
+        check_devices(cfg, update=False)  # a command that runs no update (an evaluation) needs one GPU
+        check_setup("nccl", "cuda", processes=2)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # what this process was given is part of the answer
+        with pytest.raises(SolrlError, match=r"sees 2 GPUs \(CUDA_VISIBLE_DEVICES=3,5\); set train.processes to 2"):
+            check_setup("gloo", "cuda", processes=3)
+    with fake_cuda(device_count=1):
+        with pytest.raises(SolrlError, match=r"sees 1 GPU \(CUDA_VISIBLE_DEVICES=3,5\); set train.processes to 1 or"):
+            check_devices(cfg)
+    with fake_cuda(device_count=4):
+        check_devices(cfg)
+        check_setup("nccl", "cuda", processes=4)
+    with fake_cuda(device_count=1):  # processes on the CPU need no GPU
+        check_devices(load_config(TINY, ["train.processes=4"]))
+        check_setup("gloo", "cpu", processes=4)
+
+
+def test_cuda_update_processes_on_a_machine_without_gpus_are_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SolrlError, match=r"^train.processes is 2 .* sees no GPUs; run the update on a machine with "
+                       r"GPUs$"):
+        check_setup("gloo", "cuda", processes=2)
+
+
+def test_more_update_ranks_than_device_workers_is_refused_before_any_work():
+    """With several devices the update's ranks run on the device workers: more ranks than workers cannot start."""
+    from solrl_core.config import load_config
+    from solrl_core.placement import check_devices, update_on_device_workers
+
+    cfg = load_config(TINY, ["orchestration.devices=[cpu, cpu]", "train.processes=3"])
+    assert update_on_device_workers(cfg)
+    with pytest.raises(SolrlError, match=r"train.processes is 3, but the update's ranks run on the 2 device workers "
+                                         r"\(orchestration.devices: cpu, cpu\); set train.processes to 2 or less"):
+        check_devices(cfg)
+    check_devices(load_config(TINY, ["orchestration.devices=[cpu, cpu]", "train.processes=2"]))
+    across = load_config(TINY, ["orchestration.devices=[cpu, cpu]", "train.processes=3", "train.nodes=2",
+                                "train.rdzv_endpoint=127.0.0.1:29400"])
+    assert not update_on_device_workers(across)  # torchrun on every machine: its own ranks
+    check_devices(across)

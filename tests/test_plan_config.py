@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from solrl_core.config import load_config
-from solrl_core.planner.config_plan import family_shapes, plan_config, planner_model
+from solrl_core.planner.config_plan import family_shapes, plan_config
+from solrl_core.planner.flops import planner_model
 from solrl_core.planner.flops import count_flops
 from solrl_core.planner.model import FAMILIES, Shapes, Throughput, iteration_cost, plan, shapes_from_config
 from solrl_core.planner.gpus import get_gpu
@@ -87,3 +88,28 @@ def test_plan_cli_with_a_config(run_cli):
     assert "| sol_rl (this config) |" in text and "| naive_scaling |" not in text
     bad = run_cli("plan", "configs/demo.yaml", "--gpu", "b200", "--family", "sol", check=False)
     assert bad.returncode != 0 and "unknown family 'sol'" in bad.stderr
+
+
+def test_a_config_plan_states_its_memory_per_stage_and_what_it_writes_to_disk():
+    from solrl_core.planner.disk import _size, run_disk
+    from solrl_core.planner.explore_copy import ExploreBackend
+    from solrl_core.planner.fits import stage_memory
+    from solrl_core.planner.model import format_plan
+
+    cfg = load_config(PRESETS / "flux1_sol_rl_pickscore.yaml")
+    result = plan_config(cfg, "h100")
+    disk = run_disk(cfg)
+    assert result["disk"]["run_bytes"] == disk.run_bytes and result["disk"]["per_iteration"] == disk.per_iteration
+    memory = result["memory"]
+    assert memory["explore_backend"] == {"name": "fp8", "impl": "transformer_engine"}  # auto on Hopper, with TE
+    priced = {s.stage: s.gib for s in stage_memory(cfg, ExploreBackend("fp8", "transformer_engine"))}
+    assert {stage: s["gib"] for stage, s in memory["stages"].items()} == pytest.approx(priced)
+    without_te = stage_memory(cfg, ExploreBackend("fp8", "torch._scaled_mm"))[0].gib
+    assert memory["explore_without_te"]["gib"] == pytest.approx(without_te) and without_te < priced["explore"]
+    text = format_plan(result)
+    assert f"run directory: ~{_size(disk.iteration_bytes)} per iteration (explore pool" in text
+    assert f"~{_size(disk.run_bytes)} over the run's 300 iterations" in text
+    assert f"explore {priced['explore']:.1f}, regenerate {priced['regenerate']:.1f}" in text
+    blackwell = plan_config(cfg, "b200")["memory"]
+    assert blackwell["explore_backend"] == {"name": "nvfp4", "impl": "transformer_engine"}
+    assert plan_config(load_config(ROOT / "configs" / "demo.yaml"), "h100", gpus=1)["memory"] is None  # embedded

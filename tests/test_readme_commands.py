@@ -126,6 +126,8 @@ PYTHON_MODULES = {
     "solrl_core.bench.fidelity_sweep": "tests/test_fidelity_sweep.py::test_lora_branch_at_full_precision_ranks_as_the_merged_copy",
     "flows.prefect_latency": "tests/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
     "flows.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
+    "solrl_core.doctor.acceptance":  # on a GPU only; its CPU path
+        "tests/test_acceptance.py::test_acceptance_on_cpu_reports_every_step_and_a_failure_stops_none",
 }
 
 

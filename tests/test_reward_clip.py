@@ -105,3 +105,15 @@ def test_missing_files_name_the_file_and_where_to_get_it(tmp_path, dirs):
     # ... and loads once pointed at one
     reward = PickScore.load(RewardModelSpec(path=str(bare), processor=str(dirs["pickscore"])))
     assert np.isfinite(reward(*sample_batch(1, 32))).all()
+
+
+@pytest.mark.parametrize("name", ["pickscore", "clipscore"])
+def test_logit_scale_stays_float32_in_half_precision(name, dirs):
+    """bfloat16 would round the logit scale itself (ln 100 -> 4.59375: every score 1.1 % low); it is taken from the
+    float32 weight."""
+    half = CLASSES[name].load(RewardModelSpec(path=str(dirs[name]), dtype="bfloat16"))
+    assert half.model.dtype == torch.bfloat16 and half.logit_scale.dtype == torch.float32
+    stored = half.model.logit_scale.detach().float().exp()
+    expected = {"pickscore": 1 / 0.07, "clipscore": 100.0}[name]  # the tiny checkpoints' logit_scale_init_value
+    assert math.isclose(float(half.logit_scale), expected, rel_tol=1e-6)
+    assert not math.isclose(float(stored), expected, rel_tol=1e-3)  # what the bfloat16 weight alone would give

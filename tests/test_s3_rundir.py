@@ -165,7 +165,7 @@ def test_one_iteration_into_s3(s3_server, session_env):
 
     keys = _keys(s3_server["client"], prefix + "/")
     artifacts = {
-        "quantize": ["merged_old.safetensors", "report.json"],
+        "quantize": ["report.json"],
         "explore": ["pool.zarr/zarr.json", "pool.zarr/image/zarr.json"],
         "score_explore": ["rewards.zarr/zarr.json"],
         "select": ["selection.zarr/zarr.json"],

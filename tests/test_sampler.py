@@ -253,3 +253,30 @@ def test_eval_uses_eval_guidance_and_steps(tmp_path, one_torch_thread):
         assert json.loads((run.root / "eval" / "step_0000" / "metrics.json").read_text())["guidance"] == guidance
         results[guidance] = np.asarray(Image.open(run.root / "eval" / "step_0000" / "samples.png"))
     assert results[1.0].shape == results[2.0].shape and not np.array_equal(results[1.0], results[2.0])
+
+
+def test_a_batch_that_samples_to_nan_stops_the_stage_naming_its_rows(tmp_path, one_torch_thread, monkeypatch):
+    """A quantized copy that overflows gives NaN latents, which decode to plain black images without a word; the
+    pool refuses the batch instead (one check per batch, after its last step)."""
+    from solrl_core.backbones.embedded import EmbeddedBackbone
+    from solrl_core.errors import SolrlError
+    from solrl_core.pool import read_table
+    from solrl_core.rundir import RunDir
+    from solrl_core.stages.registry import run_stage
+
+    cfg = _tiny_cfg("explore.batch_size=2")
+    run = RunDir(tmp_path / "run")
+    run_stage(run, cfg, 0, "quantize", progress=False)
+    real = EmbeddedBackbone.velocity
+    calls = []
+
+    def overflowing(self, transformer, x_t, sigma, cond, guidance=1.0):
+        calls.append(1)
+        v = real(self, transformer, x_t, sigma, cond, guidance)
+        return v * float("nan") if len(calls) > cfg.explore.steps else v  # the second batch overflows
+
+    monkeypatch.setattr(EmbeddedBackbone, "velocity", overflowing)
+    with pytest.raises(SolrlError, match=r"explore it0 .*: rows 2 to 3 sampled to NaN or infinite latents"):
+        run_stage(run, cfg, 0, "explore", progress=False)
+    pool = run.partial_dir(0, "explore") / "pool.zarr"
+    assert read_table(pool, ["batch_done"])[0]["batch_done"].tolist()[:2] == [1, 0]  # the first batch was kept

@@ -106,7 +106,9 @@ def register(sub) -> None:
                        description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "
                        "and predict each family's seconds per stage on a GPU from its published dense throughput "
                        "at a stated utilisation, at a run config's per-iteration sizes (CONFIG) or the official "
-                       "ones (MODEL). --paper compares the predictions with the paper's iteration times.")
+                       "ones (MODEL). With a CONFIG it also states each stage's memory per GPU and what the run "
+                       "writes to its run directory per iteration and in all. --paper compares the predictions with "
+                       "the paper's iteration times.")
     p.add_argument("target", nargs="?", metavar="CONFIG|MODEL",
                    help="a run config (its backbone and per-iteration sizes; the other families at the same sizes) "
                    "or a model: " + " | ".join(full_size_models()) + " (official sizes)")

@@ -75,7 +75,7 @@ def cmd_eval(args) -> int:
 
         log_evaluation(run, cfg, evaluation)
     else:
-        check_devices(cfg)
+        check_devices(cfg, update=False)
         client_env()
         check_services(cfg, run)
         api = prefect_api()

@@ -77,7 +77,7 @@ def cmd_stage(args) -> int:
     run = RunDir(args.run_dir)
     cfg = load_run_config(run)
     check_iteration(cfg, args.iteration)
-    check_devices(cfg)
+    check_devices(cfg, update=args.name == "update")
     missing = missing_inputs(run, args.iteration, args.name)
     if missing:
         raise missing_input_error(run, args.iteration, f"stage '{args.name}'", missing)
@@ -110,7 +110,8 @@ def cmd_update_node(args) -> int:
     run = RunDir(args.run_dir)
     if args.iteration is not None:
         check_iteration(load_run_config(run), args.iteration)
-    summaries = join_updates(run, args.iteration, force=args.force,
+    attempts = {} if args.attempts is None else {"attempts": args.attempts}
+    summaries = join_updates(run, args.iteration, force=args.force, **attempts,
                              say=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps({str(it): summary for it, summary in summaries.items()}, indent=2))
     return 0
@@ -149,4 +150,8 @@ def register(sub) -> None:
     p.add_argument("--iteration", type=int, help="join this iteration's update only")
     p.add_argument("--force", action="store_true",
                    help="with --iteration: join even when that update is complete (the stage runs again with --force)")
+    p.add_argument("--attempts", type=int, metavar="N",
+                   help="join an iteration's update up to N times when it fails (the update stage's task is retried, "
+                   "and this machine's torchrun waits for it at the rendezvous), then stop (default: 3, the first "
+                   "join, the stage's retry and a spare)")
     p.set_defaults(func=cmd_update_node)

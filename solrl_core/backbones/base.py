@@ -23,10 +23,20 @@ from solrl_core.seeds import noise_batch
 if TYPE_CHECKING:
     from solrl_core.config import ModelConfig
 
-__all__ = ["Backbone", "BackboneDefaults", "Conditioning"]
+__all__ = ["Backbone", "BackboneDefaults", "Conditioning", "module_device"]
 
 Conditioning = dict[str, torch.Tensor]
 """Batch-first tensors the transformer is conditioned on (e.g. encoder_hidden_states, pooled_projections)."""
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """The device a model computes on: that of its first parameter (or buffer). Inputs go there, never the other
+    way round (a CPU-drawn noise tensor must not pull the conditioning off the GPU)."""
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device("cpu")
 
 
 class Backbone(ABC):
@@ -40,6 +50,11 @@ class Backbone(ABC):
     @abstractmethod
     def load(cls, model: "ModelConfig") -> "Backbone":
         """Build the adapter from the `model:` config section (path, device, dtype, resolution, ...)."""
+
+    @classmethod
+    def check_files(cls, model: "ModelConfig") -> None:
+        """Raise a SolrlError naming what is missing when `model.path` cannot hold this backbone's files, without
+        loading anything (the preflight of a process that leaves the loading to its device workers)."""
 
     @classmethod
     def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
@@ -75,7 +90,8 @@ class Backbone(ABC):
         """Images as uint8 array (B, H, W, 3)."""
 
     def initial_noise(self, seeds: Sequence[int]) -> torch.Tensor:
-        """Initial latents of the seeds: randn(latent_shape) from a generator seeded with each seed."""
+        """Initial latents of the seeds: randn(latent_shape) from a CPU generator seeded with each seed, on the CPU
+        (the same bits on every machine); the sampler moves them to the model's device."""
         return noise_batch(seeds, self.latent_shape)
 
     def sigmas(self, steps: int) -> list[float]:

@@ -75,12 +75,9 @@ def check_local_pipeline_dir(path: Path, pipeline_class: str, kind: str) -> None
         raise SolrlError(f"model.path {path} lacks the subfolder(s) {', '.join(missing)} listed in model_index.json")
 
 
-def load_pipeline(pipeline_class: str, model: "ModelConfig"):
-    """`<pipeline_class>.from_pretrained(model.path)` in model.dtype (diffusers' `dtype`, formerly `torch_dtype`),
-    on model.device, every module frozen in eval mode; nothing is downloaded unless model.allow_downloads.
-    Problems become one-line SolrlErrors."""
-    import diffusers
-
+def pipeline_source(pipeline_class: str, model: "ModelConfig") -> str:
+    """What `from_pretrained` is given for `model.path`: a local diffusers directory of `pipeline_class` (checked,
+    nothing loaded) or a hub id; a one-line SolrlError otherwise."""
     kind = model.kind
     if not model.path:
         raise SolrlError(f"model.path is required for model.kind '{kind}': a local diffusers directory or a hub id")
@@ -94,6 +91,17 @@ def load_pipeline(pipeline_class: str, model: "ModelConfig"):
         raise SolrlError(
             f"model.path {model.path} does not exist (a local diffusers {pipeline_class} directory or a hub id)"
         )
+    return source
+
+
+def load_pipeline(pipeline_class: str, model: "ModelConfig"):
+    """`<pipeline_class>.from_pretrained(model.path)` in model.dtype (diffusers' `dtype`, formerly `torch_dtype`),
+    on model.device, every module frozen in eval mode; nothing is downloaded unless model.allow_downloads.
+    Problems become one-line SolrlErrors."""
+    import diffusers
+
+    source = pipeline_source(pipeline_class, model)
+    local = Path(model.path).expanduser()
     try:
         with quiet_hf():
             pipe = getattr(diffusers, pipeline_class).from_pretrained(
@@ -139,6 +147,10 @@ class DiffusersPipelineBackbone(Backbone):
         self.decode_chunk = model.decode_chunk
         self.text_encoders_released = False
         self.check_resolution()
+
+    @classmethod
+    def check_files(cls, model: "ModelConfig") -> None:
+        pipeline_source(cls.pipeline_class, model)
 
     @classmethod
     def load(cls, model: "ModelConfig") -> "DiffusersPipelineBackbone":

@@ -9,8 +9,15 @@ import numpy as np
 import torch
 
 from solrl_core.backbones.base import Backbone, Conditioning
+from solrl_core.backbones.diffusers_pipeline import DTYPES
 from solrl_core.backbones.specs.embedded import SPEC
-from solrl_core.embedded.model import EmbeddedModel, latents_to_images, load_model, predict_velocity
+from solrl_core.embedded.model import (
+    EmbeddedModel,
+    check_model_dir,
+    latents_to_images,
+    load_model,
+    predict_velocity,
+)
 
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "embedded" / "pretrained"
 
@@ -28,13 +35,21 @@ class EmbeddedBackbone(Backbone):
         self.resolution = model.resolution
 
     @classmethod
-    def load(cls, model) -> "EmbeddedBackbone":
-        return cls.from_pretrained(model.path, device=model.device)
+    def check_files(cls, model) -> None:
+        check_model_dir(PRETRAINED_DIR if model.path is None else model.path)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path | None = None, device: str = "cpu") -> "EmbeddedBackbone":
-        """Load a saved model directory; None loads the weights shipped with solrl."""
-        return cls(load_model(PRETRAINED_DIR if path is None else path, device=device), device=device)
+    def load(cls, model) -> "EmbeddedBackbone":
+        return cls.from_pretrained(model.path, device=model.device, dtype=DTYPES[model.dtype])
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> "EmbeddedBackbone":
+        """Load a saved model directory (transformer and text encoder in `dtype`); None loads the weights shipped
+        with solrl."""
+        model = load_model(PRETRAINED_DIR if path is None else path, device=device, dtype=dtype)
+        return cls(model, device=device)
 
     @property
     def latent_shape(self) -> tuple[int, ...]:

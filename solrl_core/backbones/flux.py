@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from solrl_core.backbones.base import Conditioning
+from solrl_core.backbones.base import Conditioning, module_device
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
 from solrl_core.backbones.specs.flux1 import SPEC
 
@@ -63,6 +63,15 @@ class FluxBackbone(DiffusersPipelineBackbone):
         )
         return {"encoder_hidden_states": embeds, "pooled_projections": pooled}
 
+    def _image_ids(self, height: int, width: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The pipeline's image position ids of a packed latent grid, made once per grid, device and dtype (the
+        pipeline builds them on the CPU: a host-to-device copy at every step otherwise)."""
+        cache = self.__dict__.setdefault("_image_id_cache", {})
+        key = (height, width, device, dtype)
+        if key not in cache:
+            cache[key] = type(self.pipe)._prepare_latent_image_ids(1, height, width, device, dtype)
+        return cache[key]
+
     def velocity(
         self,
         transformer: torch.nn.Module,
@@ -73,17 +82,17 @@ class FluxBackbone(DiffusersPipelineBackbone):
     ) -> torch.Tensor:
         pipe = type(self.pipe)  # the packing helpers are static methods of FluxPipeline
         b, c, h, w = x_t.shape
-        dtype, device = transformer.dtype, x_t.device
+        dtype, device = transformer.dtype, module_device(transformer)
         text = cond["encoder_hidden_states"].to(device=device, dtype=dtype)
         distilled = transformer.config.guidance_embeds
         out = transformer(
-            hidden_states=pipe._pack_latents(x_t.to(dtype), b, c, h, w),
+            hidden_states=pipe._pack_latents(x_t.to(device=device, dtype=dtype), b, c, h, w),
             timestep=sigma.to(device=device, dtype=dtype).reshape(-1).expand(b),
             guidance=torch.full((b,), float(guidance), device=device, dtype=torch.float32) if distilled else None,
             pooled_projections=cond["pooled_projections"].to(device=device, dtype=dtype),
             encoder_hidden_states=text,
             txt_ids=torch.zeros(text.shape[1], 3, device=device, dtype=dtype),
-            img_ids=pipe._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype),
+            img_ids=self._image_ids(h // 2, w // 2, device, dtype),
             return_dict=False,
         )[0]
         scale = self.pipe.vae_scale_factor

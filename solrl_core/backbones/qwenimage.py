@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from solrl_core.backbones.base import Conditioning
+from solrl_core.backbones.base import Conditioning, module_device
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone
 from solrl_core.backbones.specs.qwenimage import SPEC
 from solrl_core.errors import SolrlError
@@ -84,9 +84,9 @@ class QwenImageBackbone(DiffusersPipelineBackbone):
     ) -> torch.Tensor:
         pipe = type(self.pipe)  # the packing helpers are static methods of QwenImagePipeline
         b, c, h, w = x_t.shape
-        dtype, device = transformer.dtype, x_t.device
+        dtype, device = transformer.dtype, module_device(transformer)
         out = transformer(
-            hidden_states=pipe._pack_latents(x_t.to(dtype), b, c, h, w),
+            hidden_states=pipe._pack_latents(x_t.to(device=device, dtype=dtype), b, c, h, w),
             timestep=sigma.to(device=device, dtype=dtype).reshape(-1).expand(b),  # the pipeline's t / 1000
             guidance=None,
             encoder_hidden_states=cond["encoder_hidden_states"].to(device=device, dtype=dtype),

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 
 import torch
 
-from solrl_core.backbones.base import Conditioning
+from solrl_core.backbones.base import Conditioning, module_device
 from solrl_core.backbones.diffusers_pipeline import DiffusersPipelineBackbone, square_side
 from solrl_core.backbones.specs.sana import SPEC
 
@@ -120,10 +120,10 @@ class SanaBackbone(DiffusersPipelineBackbone):
         guidance: float = 1.0,
     ) -> torch.Tensor:
         """The transformer's output (the flow velocity eps - x0) as SanaPipeline's denoising loop calls it."""
-        dtype, device = transformer.dtype, x_t.device
+        dtype, device = transformer.dtype, module_device(transformer)
         timestep = (sigma.to(device=device, dtype=torch.float32) * self.timestep_per_sigma).expand(x_t.shape[0])
         out = transformer(
-            x_t.to(dtype),
+            x_t.to(device=device, dtype=dtype),
             encoder_hidden_states=cond["encoder_hidden_states"].to(device=device, dtype=dtype),
             encoder_attention_mask=cond["encoder_attention_mask"].to(device),
             timestep=timestep,

@@ -2,11 +2,17 @@
 
 Random weights from the shipped diffusers config (``solrl_core/model_configs``; nothing is downloaded), the
 official skip names and min width of the planner's model (``planner.flops.get_model``), and each precision made
-through the project's own ``quant.backends.apply_backend`` — the call the explore copy goes through. Per precision:
-seconds per forward of one sample, FLOPs counted with ``planner.flops.count_flops`` on the same call, achieved
-TFLOP/s; and the relative output error of each native low-precision backend against its emulation (same inputs,
-same weights). Precisions this machine cannot run are recorded with the backend's own reason. When the whole model
-does not fit, the block count is halved until it does; the report says how many blocks ran.
+through the project's own ``quant.backends.apply_backend`` — the call the explore copy goes through. The model is
+built directly in the run's dtype (no fp32 copy of it ever exists) and timed at the explore stage's batch size, both
+read from the model's official preset (``preset_config``: ``model.dtype``, ``explore.batch_size``); ``batch``
+overrides the batch. Per precision: seconds per forward of that batch, FLOPs counted with
+``planner.flops.count_flops`` on a meta-device copy of the same model and call, achieved TFLOP/s; and the relative
+output error of each native low-precision backend against its emulation (same inputs, same weights). Precisions
+this machine cannot run are recorded with the backend's own reason. When the model does not fit, the block count
+is halved until it does; the report says how many blocks ran.
+
+The regenerate and update stages' transformer part (``stage_peaks``) attaches θ and θ_old as the update does
+(``stages.checkpoints.attach_policy`` with the preset's LoRA settings), so θ has whatever dtype the update gives it.
 
 Writes ``report.json`` (read by ``solrl plan --calibration``: ``device.planner_gpu``, ``throughput[p].tflops``)
 and ``report.md``. Imports torch, diffusers and solrl_core only (no Prefect, no MLflow).
@@ -14,10 +20,12 @@ and ``report.md``. Imports torch, diffusers and solrl_core only (no Prefect, no 
 
 from __future__ import annotations
 
-import copy
+import gc
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -26,6 +34,7 @@ from solrl_core.errors import SolrlError
 PRECISIONS = ("bf16", "fp8", "nvfp4")
 EMULATION = {"fp8": "fp8_emulated", "nvfp4": "nvfp4_emulated"}
 BLOCK_KEYS = ("num_layers", "num_single_layers")  # diffusers' transformer block counts (FLUX has both)
+PRESET_FAMILY = "sol_rl"  # the family whose explore copy runs in low precision: its preset gives the explore batch
 
 
 def planner_gpu_of(device_name: str) -> str | None:
@@ -38,6 +47,21 @@ def planner_gpu_of(device_name: str) -> str | None:
         if words in name:
             return key
     return None
+
+
+def preset_config(model: str):
+    """The validated official preset (``configs/presets/``) of the planner model ``model``'s backbone, in the
+    low-precision-explore family: where the bench reads the run's dtype, explore batch, micro-batch and LoRA settings.
+    The reward part does not touch them (the registry's first reward is taken)."""
+    from solrl_core.config import load_config
+    from solrl_core.planner.flops import get_model
+    from solrl_core.presets import PRESETS_DIR, REWARDS, preset_name
+
+    path = PRESETS_DIR / f"{preset_name(get_model(model).backbone, PRESET_FAMILY, REWARDS[0])}.yaml"
+    if not path.is_file():
+        raise SolrlError(f"official preset not found: {path} (the bench reads the run's settings from it; run from "
+                         "a source checkout)")
+    return load_config(path)
 
 
 def _config(model: str, config_directory, overrides: dict | None) -> tuple[object, dict]:
@@ -69,14 +93,31 @@ def _with_blocks(config: dict, blocks: int) -> dict:
     return out
 
 
+@contextmanager
+def default_dtype(dtype: torch.dtype):
+    """Tensors created inside (parameters included) default to ``dtype``; the previous default is restored."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def _build(config: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The diffusers transformer of ``config`` with random weights, created on ``device`` in ``dtype`` (the peak is
+    the model in ``dtype``, never an fp32 model cast afterwards); ``.to`` then converts only what a module creates
+    with an explicit dtype (small buffers), if anything."""
     import diffusers
 
     cls = getattr(diffusers, config["_class_name"])
     torch.manual_seed(0)
-    with torch.device(device):
+    with torch.device(device), default_dtype(dtype):
         model = cls.from_config(config)
-    return model.to(dtype).eval().requires_grad_(False)
+    tensors = (*model.parameters(), *model.buffers())
+    if any(t.is_floating_point() and t.dtype != dtype for t in tensors):
+        model = model.to(dtype)
+    return model.eval().requires_grad_(False)
 
 
 def _inputs(kind: str, config: dict, image_tokens: int, text_tokens: int, device: str, dtype, batch: int = 1) -> dict:
@@ -104,9 +145,7 @@ def _sync(device: str) -> None:
 
 
 def _time(call, device: str, repeats: int) -> float:
-    """Median seconds of ``call()`` after one warm-up."""
-    call()
-    _sync(device)
+    """Median seconds of ``call()`` (the caller has run it once: the warm-up)."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -132,40 +171,39 @@ def _share_rate(flops: float, low: float, seconds: float, bf16: dict | None) -> 
     return low / (seconds - rest) / 1e12 if seconds > rest and low > 0 else None
 
 
-def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = None, precisions=PRECISIONS,
-            repeats: int = 3, config_directory=None, config_overrides: dict | None = None,
-            image_tokens: int | None = None, text_tokens: int | None = None, min_width: int | None = None,
-            micro_batch: int | None = None) -> dict:
-    """The bench's measurements as a dict (see the module docstring). ``blocks``: at most this many transformer
-    blocks (None: the whole model, halved on out-of-memory). The keyword overrides shrink the model and the sample
-    (tests run it on a CPU at tiny sizes); without them it is the full-size model at the official resolution."""
-    from solrl_core.planner.flops import count_flops
-    from solrl_core.quant.backends import apply_backend, device_capability, resolve_backend
+def free_memory(device: str) -> None:
+    """Give freed tensors' memory back (call it outside an ``except`` block: a live traceback keeps its frames)."""
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
-    m, config = _config(model, config_directory, config_overrides)
-    spec = m.spec
-    image_tokens = image_tokens or spec.image_tokens
-    text_tokens = text_tokens or spec.text_tokens
-    min_width = spec.min_width if min_width is None else min_width
-    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-    full = _blocks(config)
-    n = min(blocks or full, full)
-    cut = "asked" if n < full else None
-    while True:
-        try:
-            cfg = _with_blocks(config, n)
-            base = _build(cfg, device, dtype)
-            inputs = _inputs(spec.kind, cfg, image_tokens, text_tokens, device, dtype)
-            with torch.no_grad():
-                flops = count_flops(base, lambda: base(**inputs, return_dict=False)).total
-            break
-        except torch.cuda.OutOfMemoryError:
-            if n <= 1:
-                raise SolrlError(f"{spec.title}: one transformer block does not fit on {device}") from None
-            base = inputs = None
-            torch.cuda.empty_cache()
-            n, cut = n // 2, "memory"
 
+def _meta_model(config: dict) -> torch.nn.Module:
+    """The same transformer on the meta device (no memory): where the FLOPs are counted."""
+    import diffusers
+
+    with torch.device("meta"):
+        return getattr(diffusers, config["_class_name"]).from_config(config)
+
+
+def _time_precisions(spec, config: dict, image_tokens: int, text_tokens: int, min_width: int, batch: int,
+                     device: str, dtype: torch.dtype, precisions, repeats: int) -> tuple:
+    """Build the model of ``config`` and time a forward of ``batch`` samples per precision; (the base model, the
+    forward's FLOPs, the throughput rows, the relative errors). CUDA out-of-memory propagates (``measure`` halves)."""
+    from solrl_core.planner.flops import count_flops, example_inputs
+    from solrl_core.quant.backends import apply_backend, resolve_backend
+    from solrl_core.stages.transformer_copies import weight_sharing_transformer
+
+    base = _build(config, device, dtype)
+    inputs = _inputs(spec.kind, config, image_tokens, text_tokens, device, dtype, batch)
+    meta = _meta_model(config)
+    meta_inputs = example_inputs(spec.kind, config, image_tokens, text_tokens, batch)
+
+    def count(low_precision_names=()):
+        return count_flops(meta, lambda: meta(**meta_inputs, return_dict=False), low_precision_names)
+
+    flops = count().total
+    cuda = torch.device(device).type == "cuda"
     outputs, throughput = {}, {}
     wanted = list(precisions) + [EMULATION[p] for p in precisions if p in EMULATION]
     if "bf16" not in wanted:
@@ -177,21 +215,22 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         except SolrlError as exc:
             throughput[name] = {"skipped": str(exc)}
             continue
-        cuda = torch.device(device).type == "cuda"
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
-        explore = copy.deepcopy(base)
+        # the explore copy as the pipeline builds it: W0's module tree sharing its tensors, the eligible layers replaced
+        explore = weight_sharing_transformer(SimpleNamespace(transformer=base))
         quant = apply_backend(explore, choice, spec.skip_names, min_width)
         replaced = [r.name for r in quant.layers if r.replaced]
         with torch.no_grad():
-            outputs[name] = call(explore)[0].detach()
+            outputs[name] = call(explore)[0].detach()  # also the warm-up of the timing
+            _sync(device)
             seconds = _time(lambda: call(explore), device, repeats)
-            low = count_flops(base, lambda: call(base), replaced).low_precision if name != "bf16" else flops
-        row = {"impl": choice.impl, "reason": choice.reason, "seconds_per_forward": seconds,
-               "tflops_forward": flops / seconds / 1e12, "low_precision_flops": low,
-               "replaced_layers": len(replaced)}
+        low = count(replaced).low_precision if name != "bf16" else flops
+        row = {"backend": choice.name, "impl": choice.impl, "reason": choice.reason, "seconds_per_forward": seconds,
+               "seconds_per_sample": seconds / batch, "tflops_forward": flops / seconds / 1e12,
+               "low_precision_flops": low, "replaced_layers": len(replaced)}
         row["tflops"] = _share_rate(flops, low, seconds, throughput.get("bf16"))
-        # W0 + this precision's copy + one sample's forward: the transformer part of an explore process
+        # W0 + this precision's copy + one explore batch's forward: the transformer part of an explore process
         row["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
         throughput[name] = row
         del explore
@@ -202,23 +241,64 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
     for name in outputs:
         if name != "bf16" and "bf16" in outputs:
             errors[f"{name}_vs_bf16"] = _rel(outputs[name], outputs["bf16"])
+    return base, flops, throughput, errors
 
+
+def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = None, precisions=PRECISIONS,
+            repeats: int = 3, batch: int | None = None, dtype: torch.dtype | None = None, run_config=None,
+            config_directory=None, config_overrides: dict | None = None, image_tokens: int | None = None,
+            text_tokens: int | None = None, min_width: int | None = None, micro_batch: int | None = None) -> dict:
+    """The bench's measurements as a dict (see the module docstring). ``blocks``: at most this many transformer
+    blocks (None: the whole model, halved on out-of-memory). ``batch``, ``dtype``, ``micro_batch`` and the LoRA
+    settings come from ``run_config`` (default: the model's official preset, ``preset_config``) unless given. The
+    other keyword overrides shrink the model and the sample (tests run it on a CPU at tiny sizes); without them it
+    is the full-size model at the official resolution."""
     from solrl_core.backbones.registry import backbone_spec
+    from solrl_core.quant.backends import device_capability
+
+    m, config = _config(model, config_directory, config_overrides)
+    spec = m.spec
+    run_cfg = run_config if run_config is not None else preset_config(m.key)
+    batch_from = "asked" if batch else f"explore.batch_size of the {PRESET_FAMILY} preset"
+    batch = batch or run_cfg.explore.batch_size
+    dtype = dtype or getattr(torch, run_cfg.model.dtype)
+    micro_batch = micro_batch or run_cfg.train.micro_batch
+    image_tokens = image_tokens or spec.image_tokens
+    text_tokens = text_tokens or spec.text_tokens
+    min_width = spec.min_width if min_width is None else min_width
+    full = _blocks(config)
+    n = min(blocks or full, full)
+    cut = "asked" if n < full else None
+    while True:
+        cfg = _with_blocks(config, n)
+        try:
+            base, flops, throughput, errors = _time_precisions(spec, cfg, image_tokens, text_tokens, min_width,
+                                                               batch, device, dtype, precisions, repeats)
+            break
+        except torch.cuda.OutOfMemoryError:
+            if n <= 1:
+                raise SolrlError(f"{spec.title}: one transformer block at batch {batch} does not fit on {device} "
+                                 "(pass a smaller --batch)") from None
+        free_memory(device)
+        n, cut = n // 2, "memory"
 
     bspec = backbone_spec(m.backbone)
-    micro_batch = micro_batch or bspec.micro_batch
+    stages = None
     try:
-        stages = stage_peaks(base, spec.kind, cfg, image_tokens, text_tokens, micro_batch,
-                             list(bspec.defaults.lora_targets), device, dtype)
+        stages = stage_peaks(base, spec.kind, cfg, image_tokens, text_tokens, micro_batch, run_cfg, bspec.defaults,
+                             device, dtype)
     except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
+        pass
+    if stages is None:
+        free_memory(device)
         stages = {"micro_batch": micro_batch, "error": "out of memory"}
-    estimate = None
+    del base
+    free_memory(device)
     if torch.device(device).type == "cuda" and n == full and not config_overrides:
-        from solrl_core.planner.memory import memory_estimate
-
-        estimate = 2 * memory_estimate(m.key).gib["weights"]  # the planner's W0 + bf16 copy, GiB
         stages["planner_gib"] = planner_stage_estimates(m.key)
+        for row in throughput.values():
+            if "impl" in row:  # measured: the planner's figure of the same backend beside it
+                row["planner_gib"] = planner_copy_gib(m.key, row["backend"], row["impl"])
     cap = device_capability(device)
     name = torch.cuda.get_device_name(torch.device(device)) if cap is not None else "cpu"
     return {
@@ -226,9 +306,10 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         "device": {"device": device, "name": name, "capability": list(cap) if cap else None,
                    "planner_gpu": planner_gpu_of(name) if cap is not None else None,
                    "torch": torch.__version__},
-        "model": {"key": m.key, "title": spec.title, "blocks": n, "blocks_total": full, "whole": n == full, "cut_by": cut,
-                  "image_tokens": image_tokens, "text_tokens": text_tokens, "dtype": str(dtype).split(".")[-1],
-                  "flops_per_forward": flops, "planner_weights_and_copy_gib": estimate},
+        "model": {"key": m.key, "title": spec.title, "blocks": n, "blocks_total": full, "whole": n == full,
+                  "cut_by": cut, "image_tokens": image_tokens, "text_tokens": text_tokens,
+                  "dtype": str(dtype).split(".")[-1], "batch": batch, "batch_from": batch_from,
+                  "flops_per_forward": flops, "flops_per_sample": flops / batch},
         "throughput": throughput,
         "rel_error": errors,
         "stages": stages,
@@ -236,24 +317,18 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
 
 
 def stage_peaks(base: torch.nn.Module, kind: str, config: dict, image_tokens: int, text_tokens: int,
-                micro_batch: int, targets: list[str], device: str, dtype: torch.dtype, rank: int = 32) -> dict:
-    """Peak memory of the transformer part of the regenerate and update stages at a micro-batch, built as those
-    stages build it: the LoRA policy (`rl.policy.LoraPolicy`, adapters θ and θ_old) on a module tree that shares
-    `base`'s weights (W0 held once). regenerate: θ_old as a branch, one forward without grad. update: θ with
-    gradient checkpointing, one forward and backward and an AdamW step. GiB from torch.cuda.max_memory_allocated
-    (None off CUDA, where only the path runs); `ok` says each ran."""
-    from types import SimpleNamespace
-
-    from solrl_core.rl.policy import LoraPolicy
-    from solrl_core.stages.transformer_copies import weight_sharing_transformer
+                micro_batch: int, run_cfg, defaults, device: str, dtype: torch.dtype) -> dict:
+    """Peak memory of the transformer part of the regenerate and update stages at a micro-batch, built as the update
+    builds it: ``stages.checkpoints.attach_policy`` (θ and θ_old with the run config's LoRA targets, rank, alpha and
+    seed, whatever dtype it gives θ) on a module tree sharing ``base``'s weights (W0 held once); ``defaults``: the
+    backbone's (its LoRA targets when the config names none). regenerate: θ_old as a branch, one forward without
+    grad. update: θ, with gradient checkpointing when the run config has it, one forward and backward and an AdamW
+    step. GiB from torch.cuda.max_memory_allocated (None off CUDA, where only the path runs); ``ok`` says each ran."""
+    from solrl_core.stages.checkpoints import attach_policy
     from solrl_core.stages.update import enable_gradient_checkpointing
 
     cuda = torch.device(device).type == "cuda"
-    policy = LoraPolicy.attach(weight_sharing_transformer(SimpleNamespace(transformer=base)), targets=targets,
-                               rank=rank, alpha=2 * rank)
-    policy.transformer.to(device)
-    for p in policy.trainable_parameters():
-        p.data = p.data.float()  # θ in fp32, as the update keeps it
+    policy = attach_policy(run_cfg, SimpleNamespace(transformer=base, defaults=defaults))
     inputs = _inputs(kind, config, image_tokens, text_tokens, device, dtype, batch=micro_batch)
     peaks = {}
     for stage in ("regenerate", "update"):
@@ -265,7 +340,8 @@ def stage_peaks(base: torch.nn.Module, kind: str, config: dict, image_tokens: in
                 policy.use("old")(**inputs, return_dict=False)
         else:
             model = policy.use("default")
-            enable_gradient_checkpointing(model)
+            if run_cfg.model.gradient_checkpointing:
+                enable_gradient_checkpointing(model)
             model.train()
             optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4)
             model(**inputs, return_dict=False)[0].float().square().mean().backward()
@@ -273,7 +349,19 @@ def stage_peaks(base: torch.nn.Module, kind: str, config: dict, image_tokens: in
             optimizer.zero_grad(set_to_none=True)
             model.eval()
         peaks[stage] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
-    return {"micro_batch": micro_batch, "lora_rank": rank, "peak_gib": peaks, "ok": sorted(peaks)}
+    return {"micro_batch": micro_batch, "lora_rank": run_cfg.train.lora_rank,
+            "theta_dtype": str(policy.trainable_parameters()[0].dtype).split(".")[-1], "peak_gib": peaks,
+            "ok": sorted(peaks)}
+
+
+def planner_copy_gib(model_key: str, backend: str, impl: str) -> float:
+    """The planner's W0 + the explore copy's replaced layers for `backend` through `impl` (planner/explore_copy.py),
+    GiB."""
+    from solrl_core.planner.explore_copy import ExploreBackend, ExploreCopy
+    from solrl_core.planner.memory import memory_estimate
+
+    est = memory_estimate(model_key, explore=ExploreCopy(ExploreBackend(backend, impl)))
+    return est.gib["weights"] + est.explore_gib["quantized"]
 
 
 def planner_stage_estimates(model_key: str) -> dict[str, float]:
@@ -295,30 +383,33 @@ def format_markdown(report: dict) -> str:
     cap = f" sm_{d['capability'][0]}{d['capability'][1]}" if d["capability"] else ""
     blocks = "whole model" if m["whole"] else f"{m['blocks']} of {m['blocks_total']} blocks ({m['cut_by']})"
     out = [f"# solrl doctor --gpu-bench: {m['title']} on {d['name']}{cap}", "",
-           f"Random weights, {blocks}, one sample of {m['image_tokens']} image + {m['text_tokens']} text tokens, "
-           f"{m['dtype']}; {m['flops_per_forward']:.4g} FLOP per forward. Planner GPU: "
-           f"{d['planner_gpu'] or 'unknown (pass --planner-gpu)'}.", "",
+           f"Random weights, {blocks}, a batch of {m['batch']} samples ({m['batch_from']}) of {m['image_tokens']} "
+           f"image + {m['text_tokens']} text tokens, {m['dtype']}; {m['flops_per_forward']:.4g} FLOP per forward. "
+           f"Planner GPU: {d['planner_gpu'] or 'unknown (pass --planner-gpu)'}.", "",
            "TFLOP/s of the forward, and of the replaced layers' share solved against the bf16 rate (what the "
            "planner's calibration reads).", "",
-           "Peak GiB: torch.cuda.max_memory_allocated over W0, the copy and one sample's forward; the planner "
-           f"(planner.memory) puts W0 + a bf16 copy at {_gib(m['planner_weights_and_copy_gib'])} GiB.", "",
-           "| precision | implementation | ms / forward | TFLOP/s forward | TFLOP/s share | layers replaced | peak GiB |",
-           "|---|---|---:|---:|---:|---:|---:|"]
+           "Peak GiB: torch.cuda.max_memory_allocated over W0, the explore copy (sharing W0's tensors, its "
+           "replaced layers new) and the batch's forward; planner GiB: W0 + those layers (planner.explore_copy), "
+           "the rest is the forward's activations.", "",
+           "| precision | implementation | ms / forward | ms / sample | TFLOP/s forward | TFLOP/s share | "
+           "layers replaced | peak GiB | planner GiB |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, row in report["throughput"].items():
         if "skipped" in row:
-            out.append(f"| {name} | not run: {row['skipped']} | | | | | |")
+            out.append(f"| {name} | not run: {row['skipped']} | | | | | | | |")
         else:
             share = "–" if row["tflops"] is None else f"{row['tflops']:.3g}"
             out.append(f"| {name} | {row['impl']} | {1e3 * row['seconds_per_forward']:.2f} | "
-                       f"{row['tflops_forward']:.3g} | {share} | {row['replaced_layers']} | "
-                       f"{_gib(row['peak_gib'])} |")
+                       f"{1e3 * row['seconds_per_sample']:.2f} | {row['tflops_forward']:.3g} | {share} | "
+                       f"{row['replaced_layers']} | {_gib(row['peak_gib'])} | {_gib(row.get('planner_gib'))} |")
     st = report.get("stages", {})
     if st:
         planned = st.get("planner_gib", {})
-        out += ["", f"Regenerate and update, transformer part, at the official micro-batch ({st['micro_batch']}): "
-                "θ_old as a LoRA branch on W0 (one forward, no grad); θ with gradient checkpointing (forward, "
-                "backward, AdamW step). The planner's figure counts the same parts (no text encoders, VAE, reward).",
-                ""]
+        theta = f", θ in {st['theta_dtype']}" if "theta_dtype" in st else ""
+        out += ["", f"Regenerate and update, transformer part, at the official micro-batch ({st['micro_batch']}"
+                f"{theta}): θ_old as a LoRA branch on W0 (one forward, no grad); θ attached as the update attaches "
+                "it, with its gradient checkpointing (forward, backward, AdamW step). The planner's figure counts the "
+                "same parts (no text encoders, VAE, reward).", ""]
         if "error" in st:
             out.append(f"- not measured: {st['error']}")
         for stage in ("regenerate", "update"):

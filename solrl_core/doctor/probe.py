@@ -10,7 +10,6 @@ Tests play other machines by monkeypatching ``backends.device_capability`` / ``b
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from types import SimpleNamespace
 
 import torch
@@ -45,12 +44,9 @@ def cuda_devices() -> list[dict]:
 
 def te_version() -> str | None:
     """The installed transformer-engine distribution's version, or None (reads metadata; imports nothing)."""
-    for dist in ("transformer_engine", "transformer-engine", "transformer_engine_torch"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    from solrl_core.quant.te_backend import installed_te_version
+
+    return installed_te_version()
 
 
 def _precision(name: str, device: str) -> Check:
@@ -94,8 +90,11 @@ def checks() -> list[Check]:
                          f"Transformer Engine: {version}, {'importable' if importable else why}"))
     out.append(_precision("fp8", device))
     out.append(_precision("nvfp4", device))
-    auto = backends.resolve_backend("auto", device)
-    out.append(Check("auto", None, f"explore.precision auto on {device}: {auto.name} — {auto.reason}"))
+    try:
+        auto = backends.resolve_backend("auto", device)
+        out.append(Check("auto", None, f"explore.precision auto on {device}: {auto.name} — {auto.reason}"))
+    except SolrlError as exc:  # a Transformer Engine too old for auto to use it
+        out.append(Check("auto", False, f"explore.precision auto on {device}: no — {exc}"))
     used, model_device = devices_auto()
     out.append(Check("devices", None, f"orchestration.devices auto (model.device {model_device}): {', '.join(used)}"))
     return out

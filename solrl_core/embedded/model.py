@@ -120,7 +120,8 @@ class EmbeddedModel:
         return {"encoder_hidden_states": out.last_hidden_state, "pooled_projections": out.pooler_output}
 
     def save(self, out_dir: str | Path, dtype: torch.dtype = torch.float16, metadata: dict | None = None) -> Path:
-        """Write the standard directory; weights stored in `dtype` (loaded back as fp32)."""
+        """Write the standard directory; weights stored in `dtype` (`load_model` reads them in the dtype it is
+        given, fp32 by default)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name, module in (("transformer", self.transformer), ("text_encoder", self.text_encoder)):
@@ -142,8 +143,9 @@ def build_model(resolution: int = 32, seed: int = 0) -> EmbeddedModel:
     return EmbeddedModel(transformer.eval(), text_encoder.eval(), tokenizer, resolution)
 
 
-def load_model(path: str | Path, device: str = "cpu") -> EmbeddedModel:
-    """Load a saved directory as fp32; SolrlError naming the first missing file."""
+def check_model_dir(path: str | Path) -> dict:
+    """The metadata of a saved model directory; SolrlError naming the first missing file or a wrong version (nothing
+    is loaded)."""
     root = Path(path)
     for rel in REQUIRED_FILES:
         if not (root / rel).is_file():
@@ -155,8 +157,15 @@ def load_model(path: str | Path, device: str = "cpu") -> EmbeddedModel:
         raise SolrlError(
             f"embedded model: {root / METADATA_FILE} has version {meta.get('version')}, expected {FORMAT_VERSION}"
         )
-    transformer = SD3Transformer2DModel.from_pretrained(root / "transformer", torch_dtype=torch.float32)
-    text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=torch.float32)
+    return meta
+
+
+def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> EmbeddedModel:
+    """Load a saved directory, transformer and text encoder in `dtype`; SolrlError naming the first missing file."""
+    root = Path(path)
+    meta = check_model_dir(root)
+    transformer = SD3Transformer2DModel.from_pretrained(root / "transformer", torch_dtype=dtype)
+    text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=dtype)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tokenizer")
     return EmbeddedModel(
         transformer.to(device).eval(), text_encoder.to(device).eval(), tokenizer, int(meta["resolution"]), meta
@@ -164,15 +173,19 @@ def load_model(path: str | Path, device: str = "cpu") -> EmbeddedModel:
 
 
 def predict_velocity(transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: dict) -> torch.Tensor:
-    """The transformer's output at noise level sigma in [0, 1] (timestep = 1000 sigma): the velocity eps - x0."""
-    timestep = (sigma.to(x_t.dtype) * 1000.0).expand(x_t.shape[0])
-    return transformer(
-        hidden_states=x_t,
-        encoder_hidden_states=cond["encoder_hidden_states"],
-        pooled_projections=cond["pooled_projections"],
+    """The transformer's output at noise level sigma in [0, 1] (timestep = 1000 sigma, in fp32): the velocity
+    eps - x0. Image and conditioning enter in the transformer's dtype, the velocity comes back in x_t's dtype (the
+    sampler integrates fp32 latents over a bf16 model); all casts are no-ops for an fp32 model."""
+    dtype = transformer.dtype
+    timestep = (sigma.to(torch.float32) * 1000.0).expand(x_t.shape[0])
+    out = transformer(
+        hidden_states=x_t.to(dtype),
+        encoder_hidden_states=cond["encoder_hidden_states"].to(dtype),
+        pooled_projections=cond["pooled_projections"].to(dtype),
         timestep=timestep,
         return_dict=False,
     )[0]
+    return out.to(x_t.dtype)
 
 
 def images_to_latents(images: np.ndarray) -> torch.Tensor:

@@ -148,8 +148,6 @@ CASES: tuple[Case, ...] = (
              "flip", f"{_SAMPLES}/image/c.*"),
     _damaged("score-final-chunk-deleted", "final rewards: a chunk deleted", (LAST, "score_final"), "delete",
              f"{_FINAL_SCORES}/reward/c.*"),
-    _damaged("quantize-weights-truncated", "explore copy's merged weights (safetensors) truncated", (LAST, "quantize"),
-             "truncate", f"{_QUANTIZE}/merged_old.safetensors"),
     _damaged("quantize-report-truncated", "explore copy's report.json truncated", (LAST, "quantize"), "truncate",
              f"{_QUANTIZE}/report.json"),
     _damaged("checkpoint-adapters-truncated", "iteration 0's checkpoint: adapters.safetensors truncated",

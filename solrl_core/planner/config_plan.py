@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from solrl_core.planner.flops import ForwardFlops
+from solrl_core.planner.flops import ForwardFlops, planner_model
 from solrl_core.planner.model import (
     FAMILIES,
     Shapes,
@@ -29,14 +29,6 @@ from solrl_core.planner.model import (
 
 OFFICIAL_REDUCED_STEPS = 6
 OFFICIAL_SEEDS_PER_KEPT = 4  # N = 96 for K = 24
-
-
-def planner_model(cfg) -> str:
-    """The planner model a run config trains: "embedded", "flux1", "sd35l", "sd35m" or "sana"."""
-    kind = cfg.model.kind
-    if kind == "sd35":
-        return "sd35m" if "medium" in str(cfg.model.path or "").lower() else "sd35l"
-    return kind
 
 
 def family_shapes(cfg) -> dict[str, Shapes]:
@@ -113,4 +105,29 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
     result = plan_result(fwd.model, title, note, g, gpus, u, utilisation is not None, cfg.train.timestep_fraction,
                          fwd, per_image, costs, ("families other than the config's own: the config's prompts, N, K "
                                                  "and step counts (solrl_core/planner/config_plan.py)",))
-    return {"config": cfg.name, "config_family": cfg.family, **calibrated(result, calibration)}
+    from solrl_core.planner.disk import run_disk
+
+    extra = {"disk": run_disk(cfg, model).to_dict()}
+    if not model:
+        extra["memory"] = config_memory(cfg, g)
+    return {"config": cfg.name, "config_family": cfg.family, **calibrated(result, calibration), **extra}
+
+
+def config_memory(cfg, gpu) -> dict | None:
+    """The config's per-GPU memory per stage (``fits.stage_memory``) with ``explore.precision`` as it resolves on
+    ``gpu`` with transformer-engine installed, and the explore stage without it where that differs; None for a
+    backbone the planner has no full-size model of."""
+    from dataclasses import asdict
+
+    from solrl_core.planner.explore_copy import backend_on_gpu
+    from solrl_core.planner.fits import MARGIN_GIB, stage_memory
+
+    with_te = backend_on_gpu(cfg.explore.precision, gpu)
+    stages = stage_memory(cfg, with_te)
+    if stages is None:
+        return None
+    without = backend_on_gpu(cfg.explore.precision, gpu, transformer_engine=False)
+    other = None if without == with_te else next(s for s in stage_memory(cfg, without) if s.stage == "explore")
+    return {"explore_backend": asdict(with_te), "stages": {s.stage: {"gib": s.gib, "parts": s.parts} for s in stages},
+            "explore_without_te": None if other is None else {"backend": asdict(without), "gib": other.gib},
+            "margin_gib": MARGIN_GIB}

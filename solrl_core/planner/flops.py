@@ -79,6 +79,14 @@ MODELS: dict[str, PlannerModel] = _planner_models()
 MODEL_ALIASES = {alias: b.key for b in backbone_specs() for alias in b.aliases}
 
 
+def planner_model(cfg) -> str:
+    """The planner model a run config trains: "embedded", "flux1", "sd35l", "sd35m" or "sana"."""
+    kind = cfg.model.kind
+    if kind == "sd35":
+        return "sd35m" if "medium" in str(cfg.model.path or "").lower() else "sd35l"
+    return kind
+
+
 def get_model(name: str) -> PlannerModel:
     """The planner model called ``name`` (case-insensitive); SolrlError listing the known names."""
     key = name.strip().lower().replace("_", "-")

@@ -17,16 +17,27 @@ The memory estimate is rough. Per GPU, during the update, in GiB:
 * ``activations``   — with gradient checkpointing per transformer block, for ``micro_batch`` (sample, time) pairs:
                       the block inputs kept for the backward, what the layers outside the blocks save, and the
                       largest block's saved tensors while it is recomputed. Measured on the meta device with
-                      ``torch.autograd.graph.saved_tensors_hooks`` on one pair at the official resolution (bf16, base
-                      frozen, LoRA on the official targets); attention counts as FlashAttention does (query, key,
-                      value, output and the per-row log-sum-exp, no score matrix).
-The explore stage holds W0 plus the quantized inference copy (merged W0 + θ_old, or with ``quant.lora_branch`` W0
-alone with θ_old's LoRA beside it) and no training state (``MemoryEstimate.inference_gib``); for FLUX and SD3.5-L
-that is the larger of the two. The regenerate stage holds no copy: θ_old runs as a LoRA branch on the cached W0
-(``stages.old_policy``), so W0 once plus the adapters θ and θ_old in fp32 (``MemoryEstimate.regenerate_gib``).
-Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the inference copies' sampling batches, text
-embeddings of the iteration's samples, and the no-grad forwards of v_old and v_ref (their
-activations are freed as they go).
+                      ``torch.autograd.graph.saved_tensors_hooks`` on one pair at the official resolution (bf16 base,
+                      frozen; the LoRA on the official targets in fp32 as the policy keeps it, so each targeted layer
+                      also saves its input cast to fp32, as peft does); attention counts as FlashAttention does
+                      (query, key, value, output and the per-row log-sum-exp, no score matrix).
+``memory_estimate``'s keywords price another run of the same model (LoRA rank and targets, no gradient
+checkpointing, another resolution or text length, float32 weights, another explore copy): what
+``solrl_core.planner.fits`` checks a run config against its GPUs.
+
+The other stages (``MemoryEstimate.stage_parts``), each with the text encoders, VAE and reward model:
+
+* explore     — W0 and what the explore copy adds to it (``solrl_core.planner.explore_copy``: the copy shares W0;
+                the layers the explore precision replaces, as large as the source layer when emulated or through
+                Transformer Engine, 1 byte per weight with ``torch._scaled_mm`` FP8; the merged W0 + θ_old of every
+                LoRA-targeted layer unless ``quant.lora_branch``, where θ_old's fp32 LoRA rides beside the base);
+* regenerate  — W0 with θ_old as an unmerged LoRA branch (``stages.old_policy``), θ and θ_old in fp32; so does
+                the audit;
+* evaluation  — W0 + the merged EMA policy's targeted layers (``evaluate.policy_transformer``: a new tensor per
+                targeted layer, the rest shared), with θ, θ_old, the EMA and θ's copy (fp32) alive while it merges.
+
+Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the sampling batches, text embeddings of the
+iteration's samples, and the no-grad forwards of v_old and v_ref (their activations are freed as they go).
 
     python -m solrl_core.planner.memory        # the table, as in the README
 """
@@ -39,13 +50,16 @@ import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import Callable
 
 import torch
 from torch import nn
 
+from solrl_core.backbones.diffusers_pipeline import DTYPES  # model.dtype -> torch dtype
 from solrl_core.backbones.registry import backbone_specs
 from solrl_core.backbones.spec import BackboneSpec
 from solrl_core.model_configs import config_dir
+from solrl_core.planner.explore_copy import ExploreCopy, explore_copy_bytes, merged_bytes, targeted_linears
 from solrl_core.planner.flops import VAE_DECODERS, example_inputs, get_model
 from solrl_core.quant.coverage import build_meta_model
 
@@ -56,6 +70,8 @@ GIB = 2**30
 BF16 = 2
 LORA_BYTES_PER_PARAM = 6 * 4  # fp32: θ, its gradient, AdamW m and v, θ_old, EMA
 ADAPTER_BYTES_PER_PARAM = 2 * 4  # fp32: θ and θ_old, the adapters a sampling process attaches (no training state)
+# fp32: θ, θ_old, the EMA and the copy of θ that `EmaWeights.swapped_in` keeps while the evaluation merges the EMA
+EVALUATION_ADAPTER_BYTES_PER_PARAM = 4 * 4
 LORA_RANK = 32
 
 # Published config values (hub config.json of the released checkpoints), only what differs from the class defaults:
@@ -94,7 +110,7 @@ def _transformers_meta(entry: tuple) -> nn.Module:
 
     model_cls, config_cls, values = entry
     config = getattr(transformers, config_cls)(**values)
-    with torch.device("meta"):
+    with torch.device("meta"):  # initialised: its init_weights ties T5's shared embedding to the encoder's
         return getattr(transformers, model_cls)(config)
 
 
@@ -116,20 +132,66 @@ def vae_params(vae: str) -> int:
     import diffusers
 
     spec = VAE_DECODERS[vae]
-    with torch.device("meta"):
-        return count_params(getattr(diffusers, spec["cls"])(**spec["kwargs"]))
+    cls = getattr(diffusers, spec["cls"])  # imported before the init functions are disabled (`_no_init`)
+    with torch.device("meta"), _no_init():
+        return count_params(cls(**spec["kwargs"]))
 
 
 def meta_transformer(model: str) -> nn.Module:
     """The full-size diffusers transformer of a planner model (flux1, sd35l, sd35m, sana) on the meta device."""
-    m = get_model(model)
-    return build_meta_model(config_dir() / m.spec.config_file)
+    import diffusers
+
+    path = config_dir() / get_model(model).spec.config_file
+    getattr(diffusers, json.loads(path.read_text())["_class_name"])  # imported before `_no_init` (its docstring)
+    with _no_init():
+        return build_meta_model(path)
+
+
+@contextmanager
+def _no_init():
+    """Weight initialisation skipped while a diffusers model or peft's LoRA is built on the meta device: it writes
+    nothing there, yet took about a third of the time (transformers' ``no_init_weights``, which its own
+    ``from_pretrained`` uses; not for transformers' models, whose ``init_weights`` also ties weights).
+
+    It replaces torch.nn.init's functions by no-ops while it lasts, so no module may be imported for the first time
+    inside it that keeps a copy of them: diffusers' ``modeling_utils`` does (``TORCH_INIT_FUNCTIONS``), and, imported
+    here, would keep the no-ops and put them back into torch.nn.init at every diffusers load for the rest of the
+    process (every later nn.Linear and LoRA left uninitialised: NaN training). It and the model classes are imported
+    before."""
+    import diffusers.models.modeling_utils  # noqa: F401 -- see the docstring
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        yield
+
+
+@lru_cache(maxsize=None)
+def plain_transformer(model: str) -> nn.Module:
+    """The full-size transformer of ``model`` on the meta device, without LoRA, built once: what the parameter
+    counts, the LoRA counts of other targets and the explore copy's layers are read from. Never modify it."""
+    return meta_transformer(model)
+
+
+@lru_cache(maxsize=None)
+def _training_module(model: str) -> nn.Module:
+    """The full-size transformer of ``model`` as the update trains it (meta device): the base in bf16, frozen, and
+    the LoRA at ``LORA_RANK`` on the official targets in the policy's ``MASTER_DTYPE`` (fp32), as ``LoraPolicy.attach``
+    keeps θ whatever the base's dtype. Built once (the fit check runs before every run)."""
+    from solrl_core.rl.policy import MASTER_DTYPE
+
+    module = meta_transformer(model)
+    _attach_meta_lora(module, lora_targets(model), LORA_RANK)
+    module = module.to(torch.bfloat16)
+    for name, p in module.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.to(MASTER_DTYPE)
+    return module
 
 
 @lru_cache(maxsize=None)
 def transformer_params(model: str) -> int:
     """Parameters of the full-size transformer of ``model`` (counted on the meta device)."""
-    return count_params(meta_transformer(model))
+    return count_params(plain_transformer(model))
 
 
 def lora_targets(model: str) -> tuple[str, ...]:
@@ -137,15 +199,9 @@ def lora_targets(model: str) -> tuple[str, ...]:
     return tuple(SPECS[model].defaults.lora_targets)
 
 
-def _matches(name: str, targets: tuple[str, ...]) -> bool:
-    """peft's rule for a target given as a name suffix."""
-    return any(name == t or name.endswith("." + t) for t in targets)
-
-
 def lora_params(module: nn.Module, targets: tuple[str, ...], rank: int = LORA_RANK) -> int:
     """Parameters of one LoRA adapter of ``rank`` on the Linear layers matching ``targets``: r·(in + out) each."""
-    return sum(rank * (m.in_features + m.out_features) for n, m in module.named_modules()
-               if isinstance(m, nn.Linear) and _matches(n, targets))
+    return sum(rank * (m.in_features + m.out_features) for _, m in targeted_linears(module, targets))
 
 
 # ---------------------------------------------------------------------------------------------- activations
@@ -184,7 +240,7 @@ def _attach_meta_lora(module: nn.Module, targets: tuple[str, ...], rank: int) ->
     from peft import LoraConfig, inject_adapter_in_model
 
     module.requires_grad_(False)
-    with torch.device("meta"):
+    with torch.device("meta"), _no_init():
         inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets)), module)
 
 
@@ -208,29 +264,128 @@ class ActivationBytes:
         return self.block_inputs + self.outside_blocks + self.largest_block
 
 
-@lru_cache(maxsize=None)
-def activation_bytes(model: str) -> ActivationBytes:
-    """What one training forward of ``model`` saves for the backward (see the module docstring), in bytes."""
+class _BlockReuse:
+    """Runs each distinct transformer block once during the measurement. A block like one already run (the same
+    modules, parameter shapes and attributes, inputs of the same shapes) is not run again: the bytes the first one
+    saved in storages of its own are counted again, the inputs it saved are counted where this block's are new, and
+    its outputs are shape-only stand-ins (this block's inputs where the first one returned an input). A diffusers
+    transformer's blocks are repeats of one or two kinds, so the 60 blocks of Qwen-Image cost one block's forward
+    (the whole forward on the meta device took ~1.5 s); ``_activation_bytes(..., reuse_blocks=False)`` runs every
+    block and gives the same counts (tests/test_planner_memory_fits.py)."""
+
+    def __init__(self):
+        self.done: dict[tuple, dict] = {}  # key -> what the first such block saved and returned
+        self.recording: dict | None = None  # of the block now running for the first time
+
+    @staticmethod
+    def signature(block: nn.Module) -> tuple:
+        def attrs(mod):
+            return tuple(sorted((k, v if isinstance(v, (bool, int, float, str, type(None))) else type(v).__name__)
+                                for k, v in vars(mod).items() if not k.startswith("_")))
+
+        return (tuple((n, type(m).__name__, attrs(m)) for n, m in block.named_modules()),
+                tuple((n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in block.named_parameters()))
+
+    def wrap(self, block: nn.Module, count_new: Callable[..., int]):
+        """``block.forward`` replaced (an instance attribute: its hooks still run). ``count_new(t)`` counts a saved
+        tensor's storage for the current block unless it was counted before; ``count_new(None, n)`` counts n bytes."""
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        original = block.forward
+        signature = self.signature(block)
+
+        def forward(*args, **kwargs):
+            leaves, _ = tree_flatten((args, kwargs))
+            key = (signature, tuple(("T", tuple(x.shape), x.dtype, x.requires_grad) if torch.is_tensor(x)
+                                    else ("V", repr(x)) for x in leaves))
+            first = self.done.get(key)
+            if first is not None:
+                count_new(None, first["internal"])
+                for pos in first["saved_inputs"]:
+                    count_new(leaves[pos])
+                bases: dict[int, torch.Tensor] = {}  # outputs viewing one storage (FLUX's text / image split) still do
+                outs = [leaves[o[1]] if o[0] == "input" else o[1] if o[0] == "value" else self.stand_in(bases, *o[1:])
+                        for o in first["outputs"]]
+                return tree_unflatten(outs, first["out_spec"])
+            inputs = {x.untyped_storage()._cdata: i for i, x in enumerate(leaves) if torch.is_tensor(x)}
+            self.recording = {"inputs": inputs, "internal": 0, "saved_inputs": set()}
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                record, self.recording = self.recording, None
+            out_leaves, out_spec = tree_flatten(out)
+            by_id = {id(x): i for i, x in enumerate(leaves) if torch.is_tensor(x)}
+            storages: dict[int, int] = {}
+            record["outputs"] = [("input", by_id[id(x)]) if torch.is_tensor(x) and id(x) in by_id else
+                                 ("tensor", storages.setdefault(x.untyped_storage()._cdata, len(storages)),
+                                  x.untyped_storage().nbytes(), tuple(x.shape), x.stride(), x.storage_offset(), x.dtype,
+                                  x.requires_grad) if torch.is_tensor(x) else
+                                 ("value", x) for x in out_leaves]
+            record["out_spec"] = out_spec
+            self.done[key] = record
+            return out
+
+        block.forward = forward
+
+    @staticmethod
+    def stand_in(bases: dict[int, torch.Tensor], storage: int, nbytes: int, shape, stride, offset, dtype,
+                 requires_grad: bool) -> torch.Tensor:
+        """A meta tensor laid out as a recorded output, on a storage shared with the outputs that shared one."""
+        base = bases.setdefault(storage, torch.empty(nbytes, dtype=torch.uint8, device="meta"))
+        return base.view(dtype).as_strided(shape, stride, offset).requires_grad_(requires_grad)
+
+    def saw(self, storage_id: int, nbytes: int, new: bool) -> None:
+        """A tensor saved for the backward while a block runs for the first time (``new``: counted now)."""
+        record = self.recording
+        if record is None:
+            return
+        position = record["inputs"].get(storage_id)
+        if position is not None:
+            record["saved_inputs"].add(position)
+        elif new:
+            record["internal"] += nbytes
+
+
+def activation_bytes(model: str, image_tokens: int | None = None, text_tokens: int | None = None) -> ActivationBytes:
+    """What one training forward of ``model`` saves for the backward (see the module docstring), in bytes, for one
+    sample of ``image_tokens`` image and ``text_tokens`` text tokens (default: the official resolution and text
+    length)."""
     m = get_model(model)
-    module = meta_transformer(model)
-    _attach_meta_lora(module, lora_targets(m.key), LORA_RANK)
-    module = module.to(torch.bfloat16)
+    return _activation_bytes(m.key, image_tokens or m.spec.image_tokens, text_tokens or m.spec.text_tokens)
+
+
+@lru_cache(maxsize=None)
+def _activation_bytes(model: str, image_tokens: int, text_tokens: int, reuse_blocks: bool = True) -> ActivationBytes:
+    m = get_model(model)
+    module = _training_module(m.key)
     config = json.loads((config_dir() / m.spec.config_file).read_text())
     inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and not k.endswith("_ids")
-              else v for k, v in example_inputs(m.spec.kind, config, m.spec.image_tokens, m.spec.text_tokens).items()}
+              else v for k, v in example_inputs(m.spec.kind, config, image_tokens, text_tokens).items()}
     params = {p.untyped_storage()._cdata for p in module.parameters()}
     seen: set[int] = set()
     keep: list[torch.Tensor] = []  # hold the saved tensors so their storages are not reused mid-count
     per_block: dict[str | None, int] = {}
     block_inputs: dict[str, int] = {}
     current: list[str | None] = [None]
+    reuse = _BlockReuse() if reuse_blocks else None
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage._cdata not in params and storage._cdata not in seen:
+    def count_new(t: torch.Tensor | None, nbytes: int = 0) -> int:
+        """Count ``t``'s storage for the current block unless it is a parameter or counted before (``t`` None:
+        ``nbytes`` counted as such)."""
+        if t is not None:
+            storage = t.untyped_storage()
+            if storage._cdata in params or storage._cdata in seen:
+                return 0
             seen.add(storage._cdata)
             keep.append(t)
-            per_block[current[0]] = per_block.get(current[0], 0) + storage.nbytes()
+            nbytes = storage.nbytes()
+        per_block[current[0]] = per_block.get(current[0], 0) + nbytes
+        return nbytes
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        counted = count_new(t)
+        if reuse is not None:
+            reuse.saw(t.untyped_storage()._cdata, counted, counted > 0)
         return t
 
     def enter(name):
@@ -247,12 +402,16 @@ def activation_bytes(model: str) -> ActivationBytes:
     for name, block in _blocks(module).items():
         handles.append(block.register_forward_pre_hook(enter(name), with_kwargs=True))
         handles.append(block.register_forward_hook(leave))
+        if reuse is not None:
+            reuse.wrap(block, count_new)
     try:
         with _flash_attention(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             module(**inputs, return_dict=False)
     finally:
         for h in handles:
             h.remove()
+        for block in _blocks(module).values():
+            block.__dict__.pop("forward", None)  # the class's forward again (the module is cached)
     inside = {k: v for k, v in per_block.items() if k is not None}
     return ActivationBytes(
         no_checkpointing=sum(per_block.values()),
@@ -278,6 +437,12 @@ class MemoryEstimate:
     activation_per_pair: int  # bytes, checkpointed
     activation_per_pair_no_checkpointing: int  # bytes
     gib: dict[str, float]  # component -> GiB
+    lora_rank: int = LORA_RANK
+    gradient_checkpointing: bool = True  # whether ``gib["activations"]`` is the checkpointed figure
+    explore_copy: str = ""  # the explore precision priced (``ExploreBackend.describe``)
+    lora_branch: bool = True  # quant.lora_branch: θ_old beside the quantized base, no merged layers in the copy
+    explore_gib: dict[str, float] | None = None  # what the explore copy adds to W0: quantized and merged layers
+    merged_gib: float = 0.0  # the targeted layers' W0 + ΔW, as the evaluation's policy holds them
 
     @property
     def total_gib(self) -> float:
@@ -290,29 +455,84 @@ class MemoryEstimate:
         g = self.gib
         return g["text_encoders"] + g["vae"] + g["reward"]
 
+    def stage_parts(self) -> dict[str, dict[str, float]]:
+        """GiB per part of each stage's peak per GPU, by stage (the module docstring), each with the text encoders,
+        VAE and reward model; sampling batches without grad are not counted.
+
+        ``explore``: W0 + the layers the explore precision replaced (``quantized``) + the merged W0 + ΔW(θ_old) of
+        the targeted layers the copy keeps in high precision (``merged``; none with lora_branch), and θ and θ_old
+        (fp32): with lora_branch they are attached last, beside the built copy; without, they are freed once merged,
+        before any layer is quantized, so they count only where they outweigh the quantized layers.
+        ``regenerate`` and ``audit``: W0 with θ_old as an unmerged LoRA branch, θ and θ_old. ``update``: everything
+        in ``gib``. ``evaluation``: W0 + the merged EMA policy's targeted layers, with θ, θ_old, the EMA and θ's copy
+        while it merges."""
+        g = self.gib
+        beside = {"text_encoders": g["text_encoders"], "vae": g["vae"], "reward": g["reward"]}
+        adapters = self.lora_params * ADAPTER_BYTES_PER_PARAM / GIB
+        copy = self.explore_gib or {"quantized": 0.0, "merged": 0.0}
+        explore_adapters = adapters if self.lora_branch else max(0.0, adapters - copy["quantized"])
+        explore = {"weights": g["weights"], **copy, "adapters": explore_adapters, **beside}
+        branch = {"weights": g["weights"], "adapters": adapters, **beside}
+        evaluation = {"weights": g["weights"], "merged": self.merged_gib,
+                      "adapters": self.lora_params * EVALUATION_ADAPTER_BYTES_PER_PARAM / GIB, **beside}
+        return {"explore": explore, "regenerate": branch, "update": dict(g), "evaluation": evaluation,
+                "audit": dict(branch)}
+
     @property
     def inference_gib(self) -> float:
-        """The explore stage: W0 (cached) + the quantized inference copy, text encoders, VAE and reward; no LoRA
-        optimizer state, and sampling batches without grad (not counted). The copy is counted at full size (bf16):
-        so it is when emulated or on the FP8/BF16 fallbacks; Transformer Engine's NVFP4 layers hold less."""
-        return 2 * self.gib["weights"] + self.beside_transformer_gib
+        """The explore stage (``stage_parts``)."""
+        return sum(self.stage_parts()["explore"].values())
 
     @property
     def regenerate_gib(self) -> float:
-        """The regenerate stage: W0 (cached) with θ_old as an unmerged LoRA branch (no copy), text encoders, VAE and
-        reward; sampling batches without grad (not counted)."""
-        return self.gib["weights"] + self.lora_params * ADAPTER_BYTES_PER_PARAM / GIB + self.beside_transformer_gib
+        """The regenerate stage (``stage_parts``)."""
+        return sum(self.stage_parts()["regenerate"].values())
+
+    @property
+    def evaluation_gib(self) -> float:
+        """The evaluation (``stage_parts``)."""
+        return sum(self.stage_parts()["evaluation"].values())
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["total_gib"] = self.total_gib
         d["inference_gib"] = self.inference_gib
         d["regenerate_gib"] = self.regenerate_gib
+        d["evaluation_gib"] = self.evaluation_gib
         return d
 
 
-def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_resident: bool = True) -> MemoryEstimate:
-    """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted)."""
+def official_explore_copy() -> ExploreCopy:
+    """The official recipe's explore copy on the paper's GPU: ``explore.precision: auto`` on a B200 (NVFP4 through
+    Transformer Engine) with ``quant.lora_branch: true`` (configs/parts/official.yaml), the backbone's rule."""
+    from solrl_core.planner.explore_copy import backend_on_gpu
+    from solrl_core.planner.gpus import PAPER_GPU, get_gpu
+
+    return ExploreCopy(backend_on_gpu("auto", get_gpu(PAPER_GPU)), lora_branch=True)
+
+
+@lru_cache(maxsize=256)
+def _copy_bytes(model: str, copy: ExploreCopy, targets: tuple[str, ...], dtype: str) -> tuple[dict[str, int], int]:
+    """(what the explore copy adds to W0, the merged targeted layers) in bytes (``planner.explore_copy``)."""
+    d = SPECS[model].defaults
+    module, torch_dtype = plain_transformer(model), DTYPES[dtype]
+    skip = copy.skip_names if copy.skip_names is not None else tuple(d.quant_skip_names)
+    min_width = copy.min_width if copy.min_width is not None else d.quant_min_width
+    return (explore_copy_bytes(module, copy, skip, min_width, targets, torch_dtype),
+            merged_bytes(module, targets, torch_dtype))
+
+
+def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_resident: bool = True, *,
+                    lora_rank: int = LORA_RANK, lora_targets: tuple[str, ...] | None = None,
+                    gradient_checkpointing: bool = True, image_tokens: int | None = None,
+                    text_tokens: int | None = None, dtype: str = "bfloat16",
+                    explore: ExploreCopy | None = None) -> MemoryEstimate:
+    """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted), by default
+    as the official recipe runs it; the keywords describe another run: the rank and targets of θ and θ_old, the
+    update without gradient checkpointing, one sample's image and text tokens (another resolution or text length:
+    the activations are measured at those), ``model.dtype`` (float32: 4 bytes per value of the transformer, text
+    encoders and VAE; the activations are then counted at the same width), and the explore copy (default:
+    ``official_explore_copy``). The activations are measured with the official targets at any rank or targets."""
     m = get_model(model)
     key = m.key
     if key not in SPECS:
@@ -321,34 +541,42 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         raise SolrlError(f"no memory estimate for '{model}' (known: {', '.join(SPECS)})")
     spec = SPECS[key]
     micro_batch = spec.micro_batch if micro_batch is None else micro_batch
+    explore = official_explore_copy() if explore is None else explore
+    targets = tuple(lora_targets) if lora_targets else tuple(spec.defaults.lora_targets)
+    weight_bytes = DTYPES[dtype].itemsize
     params = transformer_params(key)
-    lora = lora_params(meta_transformer(key), lora_targets(key))
+    lora = lora_params(plain_transformer(key), targets, lora_rank)
+    copy, merged = _copy_bytes(key, explore, targets, dtype)
     text = {title: hf_params(name) for title, name in spec.text_encoders.items()}
     vae = vae_params(m.vae)
     reward = hf_params(REWARD_MODEL)
-    act = activation_bytes(key)
+    act = activation_bytes(key, image_tokens, text_tokens)
+    per_pair = act.checkpointed if gradient_checkpointing else act.no_checkpointing
     gib = {
-        "weights": params * BF16 / GIB,
+        "weights": params * weight_bytes / GIB,
         "lora": lora * LORA_BYTES_PER_PARAM / GIB,
-        "text_encoders": (sum(text.values()) * BF16 / GIB) if text_encoders_resident else 0.0,
-        "vae": vae * BF16 / GIB,
+        "text_encoders": (sum(text.values()) * weight_bytes / GIB) if text_encoders_resident else 0.0,
+        "vae": vae * weight_bytes / GIB,
         "reward": reward * BF16 / GIB,
-        "activations": micro_batch * act.checkpointed / GIB,
+        "activations": micro_batch * per_pair * (weight_bytes / BF16) / GIB,
     }
     return MemoryEstimate(
         model=key, title=spec.title, transformer_params=params, lora_params=lora, text_encoder_params=text,
         vae_params=vae, reward_params=reward, micro_batch=micro_batch, activation_per_pair=act.checkpointed,
-        activation_per_pair_no_checkpointing=act.no_checkpointing, gib=gib,
+        activation_per_pair_no_checkpointing=act.no_checkpointing, gib=gib, lora_rank=lora_rank,
+        gradient_checkpointing=gradient_checkpointing, explore_copy=explore.backend.describe(),
+        lora_branch=explore.lora_branch, explore_gib={k: v / GIB for k, v in copy.items()}, merged_gib=merged / GIB,
     )
 
 
 def format_markdown(rows: list[MemoryEstimate]) -> str:
-    """The estimate as a markdown table (GiB per GPU; parameters in billions / millions)."""
+    """The estimate as a markdown table (GiB per GPU; parameters in billions / millions); the explore stage with
+    each row's explore copy (default: ``official_explore_copy``)."""
     lines = [
         "| model | transformer | LoRA r 32 | text encoders | GiB: W0 | LoRA state | text encoders "
         "(resident) | VAE + reward | activations (micro-batch × per pair) | **total** | one pair without "
-        "checkpointing | explore stage | regenerate stage |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "checkpointing | explore stage | regenerate stage | evaluation |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         g = r.gib
@@ -357,7 +585,8 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
             f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M | {encoders} | "
             f"{g['weights']:.1f} | {g['lora']:.1f} | {g['text_encoders']:.1f} | {g['vae'] + g['reward']:.1f} | "
             f"{g['activations']:.1f} ({r.micro_batch} × {r.activation_per_pair / GIB:.2f}) | **{r.total_gib:.0f}** | "
-            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} | {r.regenerate_gib:.0f} |"
+            f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} | {r.regenerate_gib:.0f} | "
+            f"{r.evaluation_gib:.0f} |"
         )
     return "\n".join(lines)
 

@@ -335,4 +335,23 @@ def format_plan(result: dict) -> str:
     prompts = next(iter(result["families"].values()))["shapes"]["prompts"]
     lines.append(f"Seconds per RL iteration ({prompts} prompts). Assumptions:")
     lines += [f"  - {a}" for a in result["assumptions"]]
+    if result.get("memory"):
+        lines += ["", _memory_line(result["memory"])]
+    if result.get("disk"):
+        from solrl_core.planner.disk import DiskEstimate, format_disk
+
+        lines += ["", format_disk(DiskEstimate.from_dict(result["disk"]))]
     return "\n".join(lines)
+
+
+def _memory_line(memory: dict) -> str:
+    """The config's per-GPU memory per stage (``config_plan.config_memory``) in one line."""
+    def backend(b: dict) -> str:
+        return b["name"] if b["impl"] in ("emulated", "torch") else f"{b['name']} through {b['impl']}"
+
+    stages = ", ".join(f"{stage} {s['gib']:.1f}" for stage, s in memory["stages"].items())
+    line = f"memory per GPU, GiB (explore in {backend(memory['explore_backend'])}): {stages}"
+    other = memory.get("explore_without_te")
+    if other:
+        line += f"; explore in {backend(other['backend'])} {other['gib']:.1f}"
+    return line + f"; plus ~{memory['margin_gib']:.0f} GiB of CUDA context (the preflight's margin)"

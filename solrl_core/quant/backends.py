@@ -93,6 +93,13 @@ def te_support(kind: str) -> tuple[bool, str]:
     return te_backend.te_support(kind)
 
 
+def check_te_version() -> None:
+    """A SolrlError naming the installed and the needed version when transformer-engine is too old (imports none)."""
+    from solrl_core.quant import te_backend
+
+    te_backend.check_te_version()
+
+
 def scaled_mm_available() -> bool:
     """Whether this torch has ``torch._scaled_mm`` and the E4M3 dtype (the FP8 path without TE)."""
     return hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
@@ -171,6 +178,8 @@ def resolve_backend(name: str, device: str = "cpu") -> BackendChoice:
 
     probe = _probe(device)
     cap = probe["capability"]
+    if cap is not None and cap >= FP8_MIN_CAPABILITY:  # where _probe asked transformer-engine: too old is an error
+        check_te_version()
     if name in ("nvfp4", "fp8"):
         ok, impl, why = probe[name]
         if not ok:

@@ -13,7 +13,8 @@ this emulates, and of ``torch._scaled_mm``'s decode scales):
   decode scale is therefore amax/448 up to one float32 rounding.
 
 A tensor whose amax is below 448 / FLT_MAX (~1.3e-36) gets S capped at FLT_MAX; values then round as far as
-float32 allows. Non-finite input raises ValueError.
+float32 allows. Non-finite input raises ValueError, unless ``check_finite=False`` (a layer's per-call activation
+path: no host sync; a NaN or ±inf input then gives a NaN output, see ``as_float32``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _FLT_MAX = torch.finfo(torch.float32).max
 def fp8_scale(amax: torch.Tensor) -> torch.Tensor:
     """Per-tensor encode scale S = 448 / amax as float32, capped at FLT_MAX, and 1 when amax is 0."""
     amax = torch.as_tensor(amax, dtype=torch.float32)
-    s = torch.tensor(E4M3_MAX, dtype=torch.float32, device=amax.device) / amax
+    s = torch.full_like(amax, E4M3_MAX) / amax  # made on amax's device: no host-to-device copy
     s = s.clamp(max=_FLT_MAX)
     return torch.where(amax == 0, torch.ones_like(s), s)
 
@@ -40,12 +41,9 @@ def fp8_encode(x: torch.Tensor, check_finite: bool = True) -> tuple[torch.Tensor
     (the decode scale, what FP8 GEMMs call ``scale_inv``, is ``1 / S``). ``check_finite=False`` skips the
     NaN/inf check (a device sync on GPUs) for hot inference paths.
     """
-    if check_finite:
-        x32 = as_float32(x, "fp8_encode")
-    else:
-        x32 = x.detach().to(torch.float32)
+    x32 = as_float32(x, "fp8_encode", check_finite)
     if x32.numel() == 0:
-        return x32.to(torch.float8_e4m3fn), torch.tensor(1.0, dtype=torch.float32, device=x32.device)
+        return x32.to(torch.float8_e4m3fn), x32.new_ones(())
     S = fp8_scale(x32.abs().amax())
     q = (x32 * S).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, S
@@ -57,7 +55,10 @@ def fp8_decode(codes: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor
     return codes.to(torch.float32) * (1.0 / S)
 
 
-def fp8_quantize_dequantize(x: torch.Tensor) -> torch.Tensor:
-    """Fake-quantize ``x`` to per-tensor-scaled FP8 E4M3 and back; same shape and dtype out."""
-    codes, S = fp8_encode(x)
+def fp8_quantize_dequantize(x: torch.Tensor, check_finite: bool = True) -> torch.Tensor:
+    """Fake-quantize ``x`` to per-tensor-scaled FP8 E4M3 and back; same shape and dtype out.
+
+    ``check_finite=False``: no NaN/inf check (no host sync), as in a layer's forward; see the module docstring.
+    """
+    codes, S = fp8_encode(x, check_finite)
     return fp8_decode(codes, S).to(x.dtype)

@@ -5,6 +5,9 @@ Every layer here, like ``NVFP4EmulatedLinear``, is built from an ``nn.Linear``, 
 ``in_features``/``out_features``, a ``weight_rel_error`` (‖Ŵ − W‖ / ‖W‖ of its stored weight) and a
 ``load_source(weight, bias)`` method that re-quantizes from new full-precision weights exactly as building the
 layer afresh would (used by the LoRA sync, ``requantize_changed``). Inference only: no gradients.
+
+Building a layer or calling ``load_source`` never writes into the source's tensors; the weight error is kept on the
+device (``WeightErrorMixin``) and no forward reads anything back from the device (no per-call host sync).
 """
 
 from __future__ import annotations
@@ -14,21 +17,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from solrl_core.quant.fp8 import fp8_encode, fp8_quantize_dequantize
-from solrl_core.quant.linear import _load_bias, _rel_error, _source
+from solrl_core.quant.linear import WeightErrorMixin, _load_bias, _placeholder, _source, rel_error_tensor
 
 
-class _FrozenLinearBase(nn.Module):
+class _FrozenLinearBase(WeightErrorMixin, nn.Module):
     """Shape, dtype and bias bookkeeping shared by the replacements."""
 
-    def _init_from(self, linear: nn.Linear) -> None:
+    def _init_from(self, linear: nn.Linear, bias_dtype: torch.dtype | None = None) -> None:
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.source_dtype = linear.weight.dtype
         if linear.bias is not None:
-            self.bias = nn.Parameter(torch.empty_like(linear.bias.detach()), requires_grad=False)
+            self.bias = nn.Parameter(_placeholder(linear.bias.detach(), bias_dtype), requires_grad=False)
         else:
             self.register_parameter("bias", None)
-        self.weight_rel_error: float | None = None
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -44,19 +46,19 @@ class FP8EmulatedLinear(_FrozenLinearBase):
         super().__init__()
         self._init_from(linear)
         w = linear.weight.detach()
-        self.weight = nn.Parameter(torch.empty_like(w), requires_grad=False)
+        self.weight = nn.Parameter(_placeholder(w), requires_grad=False)
         self.load_source(w, linear.bias)
 
     @torch.no_grad()
     def load_source(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         w = _source(weight, self.weight, self.source_dtype, (self.out_features, self.in_features))
-        w_q = fp8_quantize_dequantize(w)
-        self.weight_rel_error = _rel_error(w_q, w)
+        w_q = fp8_quantize_dequantize(w, check_finite=False)
+        self.weight_rel_error_tensor = rel_error_tensor(w_q, w)
         self.weight.data = w_q
         _load_bias(self, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(fp8_quantize_dequantize(x), self.weight, self.bias)
+        return F.linear(fp8_quantize_dequantize(x, check_finite=False), self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ", fmt=fp8 (emulated)"
@@ -83,10 +85,10 @@ class ScaledMMFP8Linear(_FrozenLinearBase):
     @torch.no_grad()
     def load_source(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         w = _source(weight, self.weight_fp8, self.source_dtype, (self.out_features, self.in_features))
-        codes, S = fp8_encode(w)
+        codes, S = fp8_encode(w, check_finite=False)
         self.weight_fp8.copy_(codes)
         self.weight_scale_inv.copy_(1.0 / S)
-        self.weight_rel_error = _rel_error(codes.float() * self.weight_scale_inv, w)
+        self.weight_rel_error_tensor = rel_error_tensor(codes.float() * self.weight_scale_inv, w)
         _load_bias(self, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -112,22 +114,21 @@ class BF16Linear(_FrozenLinearBase):
     """bf16 compute: weight and bias stored in bf16, input cast to bf16, output rounded to bf16 and cast back
     to the input dtype. On CUDA the GEMM runs natively in bf16 (fp32 accumulation); elsewhere it is emulated
     (the bf16 values multiplied in float32, then rounded) — CPUs without native bf16 are slow at bf16 GEMMs.
+    A bf16 source weight is not copied: the layer shares its tensor (and never writes into it).
     """
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
-        self._init_from(linear)
+        self._init_from(linear, bias_dtype=torch.bfloat16)
         w = linear.weight.detach()
-        self.weight = nn.Parameter(torch.empty(w.shape, dtype=torch.bfloat16, device=w.device), requires_grad=False)
-        if self.bias is not None:
-            self.bias.data = self.bias.data.to(torch.bfloat16)
+        self.weight = nn.Parameter(_placeholder(w, torch.bfloat16), requires_grad=False)
         self.load_source(w, linear.bias)
 
     @torch.no_grad()
     def load_source(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         w = _source(weight, self.weight, self.source_dtype, (self.out_features, self.in_features))
         w_q = w.to(torch.bfloat16)
-        self.weight_rel_error = _rel_error(w_q, w)
+        self.weight_rel_error_tensor = rel_error_tensor(w_q, w)
         self.weight.data = w_q
         _load_bias(self, bias)
 

@@ -7,8 +7,9 @@ Emulation means quantize–dequantize, then an ordinary ``F.linear``: the numeri
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,16 +18,75 @@ from torch import nn
 from solrl_core.quant.nvfp4 import BLOCK, FORMATS, quantize_dequantize
 
 
-def _rel_error(approx: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖approx − ref‖ / ‖ref‖ in float64 (0 when both are zero, inf when only ref is)."""
+def rel_error_tensor(approx: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """‖approx − ref‖ / ‖ref‖ in float64 as a 0-dim tensor on their device, computed without a host sync (0 when both
+    are zero, inf when only ref is; not finite when either holds a NaN or ±inf)."""
     ref64, approx64 = ref.detach().double(), approx.detach().double()
-    num, den = (approx64 - ref64).norm().item(), ref64.norm().item()
-    if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return num / den
+    num, den = (approx64 - ref64).norm(), ref64.norm()
+    zero_ref = torch.where(num == 0, torch.zeros_like(num), torch.full_like(num, math.inf))
+    return torch.where(den == 0, zero_ref, num / den)
 
 
-class NVFP4EmulatedLinear(nn.Module):
+def _rel_error(approx: torch.Tensor, ref: torch.Tensor) -> float:
+    """``rel_error_tensor`` read back as a float (one host sync)."""
+    return rel_error_tensor(approx, ref).item()
+
+
+class WeightErrorMixin:
+    """``weight_rel_error`` = ‖Ŵ − W‖ / ‖W‖ of an explore-copy layer's stored weight, kept on the device.
+
+    ``load_source`` sets ``weight_rel_error_tensor`` (``rel_error_tensor``: no host sync, so quantizing a model does
+    not wait on the GPU once per layer); ``weight_rel_error`` reads it back as a float (one sync per read;
+    ``read_weight_errors`` reads many layers' at once). A source weight with NaN or ±inf gives a non-finite error:
+    that is how ``read_weight_errors`` checks the weights, once per model rather than once per layer.
+    """
+
+    weight_rel_error_tensor: torch.Tensor | None = None
+
+    @property
+    def weight_rel_error(self) -> float | None:
+        t = self.weight_rel_error_tensor
+        return None if t is None else t.item()
+
+
+def read_back(scalars: Sequence[torch.Tensor]) -> list:
+    """The values of 0-dim tensors as Python numbers, with one device-to-host transfer (one host sync) per device
+    rather than one per tensor (the tensors of one device are stacked, so their dtypes are promoted together)."""
+    values: list = [None] * len(scalars)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(scalars):
+        by_device.setdefault(t.device, []).append(i)
+    for idx in by_device.values():
+        for i, value in zip(idx, torch.stack([scalars[i] for i in idx]).cpu().tolist()):
+            values[i] = value
+    return values
+
+
+def read_weight_errors(layers: Sequence[tuple[str, nn.Module]]) -> list[float | None]:
+    """The ``weight_rel_error`` of each (name, layer), read back with one host sync per device (not one per layer).
+
+    A layer without ``weight_rel_error_tensor`` gives its ``weight_rel_error`` attribute, or None. Raises ValueError
+    naming the layers whose error is not finite: their source weight holds NaN or ±inf (or values beyond float32
+    range) — the build-time check of the quantized weights.
+    """
+    errors: list[float | None] = []
+    on_device: list[int] = []
+    for i, (_, layer) in enumerate(layers):
+        t = getattr(layer, "weight_rel_error_tensor", None)
+        if isinstance(t, torch.Tensor):
+            on_device.append(i)
+        errors.append(None if isinstance(t, torch.Tensor) else getattr(layer, "weight_rel_error", None))
+    for i, value in zip(on_device, read_back([layers[i][1].weight_rel_error_tensor for i in on_device])):
+        errors[i] = value
+    bad = [layers[i][0] for i, e in enumerate(errors) if e is not None and not math.isfinite(e)]
+    if bad:
+        shown = ", ".join(repr(n) for n in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ValueError(f"cannot quantize layer {shown}: its weight has non-finite values (NaN or ±inf, or beyond "
+                         "float32 range)")
+    return errors
+
+
+class NVFP4EmulatedLinear(WeightErrorMixin, nn.Module):
     """A Linear whose weight is NVFP4-rounded once and whose input is NVFP4-rounded at every call.
 
     Built from an ``nn.Linear`` (same in/out features, dtype, device, bias). ``weight_fmt`` defaults to
@@ -35,7 +95,9 @@ class NVFP4EmulatedLinear(nn.Module):
     the real hardware, a sample's rounding depends slightly on the rest of its batch). ``act_fmt=None``
     gives weight-only quantization. The rounded weight is a frozen Parameter (no grad), stored in the
     source weight's dtype. ``load_source(weight, bias)`` re-quantizes from new full-precision weights
-    (the LoRA sync), bit-identical to building the layer afresh from them.
+    (the LoRA sync), bit-identical to building the layer afresh from them. Neither writes into the source's
+    tensors. The forward never syncs with the device: it does not check its input for NaN/±inf, which give a NaN
+    output (see ``quantize_dequantize``); the weight is checked through ``weight_rel_error`` (``read_weight_errors``).
     """
 
     def __init__(self, linear: nn.Linear, weight_fmt: str = "nvfp4_2d", act_fmt: str | None = "nvfp4"):
@@ -50,26 +112,25 @@ class NVFP4EmulatedLinear(nn.Module):
         self.act_fmt = act_fmt
         self.source_dtype = linear.weight.dtype
         w = linear.weight.detach()
-        self.weight = nn.Parameter(torch.empty_like(w), requires_grad=False)
+        self.weight = nn.Parameter(_placeholder(w), requires_grad=False)
         if linear.bias is not None:
-            self.bias = nn.Parameter(torch.empty_like(linear.bias.detach()), requires_grad=False)
+            self.bias = nn.Parameter(_placeholder(linear.bias.detach()), requires_grad=False)
         else:
             self.register_parameter("bias", None)
-        self.weight_rel_error: float | None = None
         self.load_source(w, linear.bias)
 
     @torch.no_grad()
     def load_source(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         """Quantize ``weight`` (out × in, full precision) into this layer and copy ``bias``."""
         w = _source(weight, self.weight, self.source_dtype, (self.out_features, self.in_features))
-        w_q = quantize_dequantize(w, self.weight_fmt)
-        self.weight_rel_error = _rel_error(w_q, w)
+        w_q = quantize_dequantize(w, self.weight_fmt, check_finite=False)
+        self.weight_rel_error_tensor = rel_error_tensor(w_q, w)
         self.weight.data = w_q
         _load_bias(self, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.act_fmt is not None:
-            x = quantize_dequantize(x, self.act_fmt)
+            x = quantize_dequantize(x, self.act_fmt, check_finite=False)
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
@@ -77,6 +138,12 @@ class NVFP4EmulatedLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, weight_fmt={self.weight_fmt}, act_fmt={self.act_fmt}"
         )
+
+
+def _placeholder(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An empty tensor on ``like``'s device that ``load_source`` replaces: a layer under construction never holds a
+    second full-size weight beside the one it quantizes."""
+    return like.new_empty(0, dtype=dtype)
 
 
 def _source(weight: torch.Tensor, like: torch.Tensor, dtype: torch.dtype, shape: tuple[int, int]) -> torch.Tensor:
@@ -146,9 +213,22 @@ def _keep_reason(
     return shape_rule(linear)
 
 
-def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+def _iter_linears(model: nn.Module) -> Iterator[tuple[str, nn.Linear]]:
     # remove_duplicate=False: a Linear registered under two names is reported (and swapped) under both.
-    return [(n, m) for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear)]
+    return ((n, m) for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear))
+
+
+def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    return list(_iter_linears(model))
+
+
+def _layer_rows(model: nn.Module, skip_names: list[str], min_width: int, shape_rule: ShapeRule) -> list["LayerRow"]:
+    """One row per nn.Linear name of ``model``, saying whether it is to be replaced and why (holds no module)."""
+    rows = []
+    for name, linear in _iter_linears(model):
+        reason = _keep_reason(name, linear, skip_names, min_width, shape_rule)
+        rows.append(LayerRow(name, linear.in_features, linear.out_features, reason is None, reason or "eligible"))
+    return rows
 
 
 def eligible_linears(
@@ -159,8 +239,7 @@ def eligible_linears(
     Works on a model built on the meta device (no weights are read). ``shape_rule`` is the backend's
     shape requirement (default: NVFP4's, in_features a multiple of 16).
     """
-    skip_names = list(skip_names)
-    return [n for n, m in _linears(model) if _keep_reason(n, m, skip_names, min_width, shape_rule) is None]
+    return [r.name for r in _layer_rows(model, list(skip_names), min_width, shape_rule) if r.replaced]
 
 
 @dataclass
@@ -275,8 +354,18 @@ def replace_linears(
     quantizer). A Linear stays in high precision when (first rule wins, the reason is recorded): a skip
     name matches its dotted name (see ``skip_match``); max(in_features, out_features) <= min_width; or
     ``shape_rule(linear)`` returns a reason. A Linear registered under several names is built once.
-    The report's ``weight_rel_error`` per layer is the new module's ``weight_rel_error`` attribute, if
-    it has one. ``calibration``: see ``quantize_linears``.
+    ``calibration``: see ``quantize_linears``.
+
+    Memory: the layers are replaced one at a time and nothing here keeps a replaced source Linear alive (the
+    built layer of a Linear registered under several names is remembered in a weak mapping, only while that
+    Linear lives), so the peak is the model plus the layers built so far, less the sources already replaced and
+    freed — unless the caller holds them. ``factory`` must not write into the source's tensors in place: every
+    backend's layer reads its source and builds new tensors (``BF16Linear`` may share a bf16 source's weight
+    tensor, never writing into it), so a copy whose tensors are shared with a base model leaves that model intact.
+
+    Host syncs: none per layer. The report's ``weight_rel_error`` per layer is the new module's, read back from
+    the device once at the end (``read_weight_errors``), which also raises ValueError, naming the layers, when a
+    replaced layer's weight holds NaN or ±inf.
     """
     skip_names = list(skip_names)
     if calibration is not None:
@@ -292,17 +381,22 @@ def replace_linears(
         backend=backend,
         backend_reason=backend_reason,
     )
-    swapped: dict[int, nn.Module] = {}
-    for name, linear in _linears(model):
-        reason = _keep_reason(name, linear, skip_names, min_width, shape_rule)
-        row = LayerRow(name, linear.in_features, linear.out_features, reason is None, reason or "eligible")
-        if reason is None:
-            new = swapped.get(id(linear))
-            if new is None:
-                new = swapped[id(linear)] = factory(name, linear)
-            _set_submodule(model, name, new)
-            row.weight_rel_error = getattr(new, "weight_rel_error", None)
-        report.layers.append(row)
+    report.layers = _layer_rows(model, skip_names, min_width, shape_rule)
+    built: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
+    replaced: list[tuple[LayerRow, nn.Module]] = []
+    for row in report.layers:
+        if not row.replaced:
+            continue
+        source = model.get_submodule(row.name)
+        new = built.get(source)
+        if new is None:
+            new = built[source] = factory(row.name, source)
+        _set_submodule(model, row.name, new)
+        del source  # the model no longer holds it under this name: let it go before the next layer is built
+        replaced.append((row, new))
+    errors = read_weight_errors([(row.name, new) for row, new in replaced])
+    for (row, _), error in zip(replaced, errors):
+        row.weight_rel_error = error
     if calibration is not None:
         report.calibration_rel_error = _rel_error(calibration(), reference)
     return report

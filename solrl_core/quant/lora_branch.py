@@ -1,9 +1,9 @@
 """A LoRA branch in high precision beside a (quantized) base layer: y = base(x) + s·B·(A·x).
 
-For the explore copy with ``quant.lora_branch``: W0 is quantized once, θ_old's low-rank update is never merged into
+For the explore copy with ``quant.lora_branch``: W0 alone is quantized (the same every iteration), θ_old's low-rank update is never merged into
 it and so never rounded to 4 bits (as SVDQuant keeps a 16-bit low-rank branch beside its 4-bit weights). The branch
-reads the layer's unquantized input and computes in the adapter's dtype (fp32 here); the base layer quantizes its
-own input as before.
+reads the layer's unquantized input and computes in the factors' dtype: fp32, as `LoraPolicy` keeps θ_old whatever
+the base's dtype (`rl.policy.MASTER_DTYPE`); the base layer quantizes its own input as before.
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ Blocks whose scale is 0 (all-zero blocks, or blocks so small next to the tensor'
 do not raise small block scales to E4M3's smallest normal (2⁻⁶): subnormal E4M3 scales are used, as
 the format and Transformer Engine allow. A tensor whose amax is below 448·6 / FLT_MAX (~7.9e-36)
 gets S capped at FLT_MAX and, like in TE, comes out as zeros.
+
+Host syncs. The public functions check their input for NaN/±inf by default (a flag read back from the device, one
+sync); ``check_finite=False`` (a layer's per-call activation path) skips it, and nothing else in
+``quantize_dequantize`` reads from the device or copies a constant to it. Unchecked, a NaN or ±inf input gives a
+NaN output: the global scale S turns NaN or 0, which poisons every block (and its decode scale).
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ def e2m1_codes(x: torch.Tensor) -> torch.Tensor:
     x = x.to(torch.float32)
     if bool(torch.isnan(x).any()):
         raise ValueError("e2m1_codes: input has NaN")
+    return _e2m1_codes(x)
+
+
+def _e2m1_codes(x: torch.Tensor) -> torch.Tensor:
+    """``e2m1_codes`` of a float32 tensor, without the NaN check (no host sync); NaN gives code 0 or 8 (±0)."""
     a = x.abs()
     idx = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
     for mid, tie_up in _E2M1_MIDPOINTS:
@@ -102,6 +112,11 @@ def to_e4m3(x: torch.Tensor) -> torch.Tensor:
     x = x.to(torch.float32)
     if bool(torch.isnan(x).any()):
         raise ValueError("to_e4m3: input has NaN")
+    return _e4m3(x)
+
+
+def _e4m3(x: torch.Tensor) -> torch.Tensor:
+    """``to_e4m3`` of a float32 tensor, without the NaN check (no host sync): NaN stays NaN."""
     return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
 
 
@@ -117,7 +132,7 @@ def _pad_to_block(x: torch.Tensor, dim: int) -> torch.Tensor:
 def _global_scale(amax: torch.Tensor) -> torch.Tensor:
     """S = 448·6 / amax as float32, capped at FLT_MAX (for subnormal amax), and 1 when amax is 0."""
     amax = amax.to(torch.float32)
-    s = torch.tensor(E4M3_MAX * E2M1_MAX, dtype=torch.float32, device=amax.device) / amax
+    s = torch.full_like(amax, E4M3_MAX * E2M1_MAX) / amax  # made on amax's device: no host-to-device copy
     s = s.clamp(max=_FLT_MAX)
     return torch.where(amax == 0, torch.ones_like(s), s)
 
@@ -140,16 +155,15 @@ class _Blocks(NamedTuple):
     padded_shape: torch.Size
 
 
-def _scaled_blocks(x32: torch.Tensor, fmt: str) -> _Blocks:
-    """Pad a non-empty float32 tensor to 16-blocks (2-D: 16×16 tiles), compute S and the block scales, and scale
-    every element into E2M1 range — the part shared by `nvfp4_encode` and the fused `quantize_dequantize`."""
-    x2 = x32.reshape(-1, x32.shape[-1])
+def _scaled_blocks(x2: torch.Tensor, fmt: str) -> _Blocks:
+    """Pad a non-empty (rows, cols) float32 tensor to 16-blocks (2-D: 16×16 tiles), compute S and the block scales,
+    and scale every element into E2M1 range — the part shared by `nvfp4_encode` and the fused `quantize_dequantize`."""
     xp = _pad_to_block(x2, 1)
     if fmt == "nvfp4_2d":
         xp = _pad_to_block(xp, 0)
     S = _global_scale(x2.abs().amax())
     S_inv = 1.0 / S
-    scales = to_e4m3(_block_amax(xp, fmt) * (S * _INV_E2M1_MAX))
+    scales = _e4m3(_block_amax(xp, fmt) * (S * _INV_E2M1_MAX))
     sf = scales.to(torch.float32)
     enc = (1.0 / (sf * S_inv)).clamp(max=_FLT_MAX)
     enc = torch.where(sf == 0, torch.zeros_like(enc), enc)  # zero-scale blocks: every element → ±0
@@ -158,7 +172,7 @@ def _scaled_blocks(x32: torch.Tensor, fmt: str) -> _Blocks:
 
 
 def nvfp4_encode(
-    x: torch.Tensor, fmt: str = "nvfp4"
+    x: torch.Tensor, fmt: str = "nvfp4", check_finite: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Encode ``x`` to NVFP4: ``(codes, block_scales, global_scale)``.
 
@@ -169,11 +183,13 @@ def nvfp4_encode(
     * ``global_scale``: float32 0-dim tensor, the *encode* scale S = 448·6 / amax (1 if amax is 0).
       torchao's ``per_tensor_scale`` is the decode scale, 1/S.
 
-    Raises ValueError for non-finite input, an unknown fmt, or a non-2-D tensor with ``"nvfp4_2d"``.
+    A 0-dim ``x`` is one element: one block scale, of shape ``(1,)``.
+    Raises ValueError for non-finite input (unless ``check_finite=False``), an unknown fmt, or a non-2-D tensor with
+    ``"nvfp4_2d"``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown NVFP4 format {fmt!r}; expected one of {FORMATS}")
-    x32 = as_float32(x, "nvfp4_encode")
+    x32 = as_float32(x, "nvfp4_encode", check_finite)
     shape = x32.shape
     if fmt == "nvfp4_2d" and x32.dim() != 2:
         raise ValueError(f"fmt 'nvfp4_2d' needs a 2-D tensor (out × in), got shape {tuple(shape)}")
@@ -181,12 +197,12 @@ def nvfp4_encode(
     if x32.numel() == 0:
         n_blocks = -(-cols // BLOCK)
         return (
-            torch.zeros(shape, dtype=torch.uint8, device=x32.device),
-            torch.zeros((*shape[:-1], n_blocks), device=x32.device).to(torch.float8_e4m3fn),
-            torch.tensor(1.0, dtype=torch.float32, device=x32.device),
+            x32.new_zeros(shape, dtype=torch.uint8),
+            x32.new_zeros((*shape[:-1], n_blocks)).to(torch.float8_e4m3fn),
+            x32.new_ones(()),
         )
-    b = _scaled_blocks(x32, fmt)
-    codes = e2m1_codes(b.xs.clamp(-E2M1_MAX, E2M1_MAX)).view(b.padded_shape)
+    b = _scaled_blocks(x32.reshape(-1, cols), fmt)
+    codes = _e2m1_codes(b.xs.clamp(-E2M1_MAX, E2M1_MAX)).view(b.padded_shape)
     scales, rows, S = b.scales, b.rows, b.S
 
     codes = codes[:rows, :cols].reshape(shape)
@@ -221,7 +237,7 @@ def nvfp4_decode(
     return out.view(rows, nb * BLOCK)[:, :cols].reshape(shape)
 
 
-def quantize_dequantize(x: torch.Tensor, fmt: str = "nvfp4") -> torch.Tensor:
+def quantize_dequantize(x: torch.Tensor, fmt: str = "nvfp4", check_finite: bool = True) -> torch.Tensor:
     """Fake-quantize ``x`` to a low-precision format and back; same shape and dtype out, computed in float32.
 
     ``fmt="nvfp4"``: NVFP4 with 1×16 blocks of consecutive elements along the last dim (any rank).
@@ -230,13 +246,15 @@ def quantize_dequantize(x: torch.Tensor, fmt: str = "nvfp4") -> torch.Tensor:
     saturating (see ``solrl_core.quant.fp8``).
     NVFP4: a last dim (or row count, for 2-D) that is not a multiple of 16 is zero-padded to the next
     multiple of 16 and cropped back; zeros never change an amax. All-zero blocks give zeros.
-    Non-finite input raises ValueError. See the module docstrings for the float32 arithmetic order.
+    Non-finite input raises ValueError; ``check_finite=False`` skips that check (and its host sync), as a layer's
+    forward does: a non-finite input then gives a NaN output. See the module docstrings for the float32 arithmetic
+    order.
     """
     if fmt == "fp8":
-        return fp8_quantize_dequantize(x)
+        return fp8_quantize_dequantize(x, check_finite)
     if fmt not in FORMATS:
         raise ValueError(f"unknown quantization format {fmt!r}; expected one of {QDQ_FORMATS}")
-    return _qdq_nvfp4(x, fmt).to(x.dtype)
+    return _qdq_nvfp4(x, fmt, check_finite).to(x.dtype)
 
 
 def _round_e2m1_float(y: torch.Tensor) -> torch.Tensor:
@@ -251,16 +269,16 @@ def _round_e2m1_float(y: torch.Tensor) -> torch.Tensor:
     return torch.copysign(torch.round(a / step) * step, y)
 
 
-def _qdq_nvfp4(x: torch.Tensor, fmt: str) -> torch.Tensor:
+def _qdq_nvfp4(x: torch.Tensor, fmt: str, check_finite: bool) -> torch.Tensor:
     """encode + decode fused: identical float32 arithmetic, without materialising the 4-bit codes."""
-    x32 = as_float32(x, "quantize_dequantize")
+    x32 = as_float32(x, "quantize_dequantize", check_finite)
     if fmt == "nvfp4_2d" and x32.dim() != 2:
         raise ValueError(f"fmt 'nvfp4_2d' needs a 2-D tensor (out × in), got shape {tuple(x32.shape)}")
-    if x32.numel() == 0 or x32.dim() == 0:
-        codes, scales, S = nvfp4_encode(x32, fmt)
-        return nvfp4_decode(codes, scales, S, x32.shape)
-    shape, cols = x32.shape, x32.shape[-1]
-    b = _scaled_blocks(x32, fmt)
+    if x32.numel() == 0:
+        return torch.empty_like(x32)
+    shape = x32.shape
+    cols = shape[-1] if x32.dim() > 0 else 1
+    b = _scaled_blocks(x32.reshape(-1, cols), fmt)
     q = _round_e2m1_float(b.xs)
     out = (q * (b.scales.to(torch.float32) * (1.0 / b.S)).unsqueeze(-1)).view(b.padded_shape)
     return out[: b.rows, :cols].reshape(shape)

@@ -13,7 +13,7 @@ Transformer Engine is imported lazily, never at module import: it cannot even be
 NCCL and an NVIDIA driver (the ``gpu`` extra in pyproject.toml). ``import_te`` is the single import point (tests
 replace it with a fake).
 
-Each ``TELinear`` enters ``te.autocast`` (``te.fp8_autocast`` on TE versions before 2.8) around its own GEMM, so
+Each ``TELinear`` enters ``te.autocast`` (Transformer Engine 2.9 or newer: ``TE_MIN_VERSION``) around its own GEMM, so
 the rest of the model runs unchanged and no model-wide context is needed. TE's FP8/FP4 Linear wants the
 token count to be a multiple of 16: inputs are flattened to (tokens, in_features), zero-padded to a multiple
 of ``TE_ROW_ALIGN`` rows and cropped back (zero rows never change an amax).
@@ -21,11 +21,13 @@ of ``TE_ROW_ALIGN`` rows and cropped back (zero rows never change an amax).
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
 from solrl_core.errors import SolrlError
-from solrl_core.quant.linear import _load_bias, _rel_error, _source
+from solrl_core.quant.linear import WeightErrorMixin, _load_bias, _source, rel_error_tensor
 from solrl_core.quant.nvfp4 import quantize_dequantize
 
 TE_ROW_ALIGN = 16
@@ -38,6 +40,34 @@ def import_te():
     from transformer_engine.common import recipe
 
     return te, recipe
+
+
+TE_MIN_VERSION = (2, 9)  # te.autocast, te.is_fp8_available, te.is_nvfp4_available (not in 2.8); the gpu extra
+
+
+def installed_te_version() -> str | None:
+    """The installed transformer-engine's version from its package metadata (imports nothing), or None."""
+    from importlib import metadata
+
+    for dist in ("transformer_engine", "transformer_engine_torch"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_te_version(found: str | None = None) -> None:
+    """A SolrlError when the installed transformer-engine (`found`, else `installed_te_version()`) is older than
+    TE_MIN_VERSION; nothing when none is installed or its version does not start with MAJOR.MINOR."""
+    found = found if found is not None else installed_te_version()
+    release = re.match(r"(\d+)\.(\d+)", found or "")
+    if release is None or tuple(map(int, release.groups())) >= TE_MIN_VERSION:
+        return
+    need = ".".join(map(str, TE_MIN_VERSION))
+    raise SolrlError(f"transformer-engine {found} is installed, solrl needs {need} or newer: pip install "
+                     f"'transformer-engine[pytorch]>={need}' (or uninstall it, or use explore precision "
+                     "nvfp4_emulated)")
 
 
 def _one_line(text: object) -> str:
@@ -91,18 +121,17 @@ def make_recipe(kind: str, weight_fmt: str = "nvfp4_2d"):
 
 
 def te_autocast(te, recipe):
-    """``te.autocast(enabled=True, recipe=...)``, or ``te.fp8_autocast`` on older TE."""
-    if hasattr(te, "autocast"):
-        return te.autocast(enabled=True, recipe=recipe)
-    return te.fp8_autocast(enabled=True, fp8_recipe=recipe)
+    """``te.autocast(enabled=True, recipe=...)``."""
+    return te.autocast(enabled=True, recipe=recipe)
 
 
-class TELinear(nn.Module):
+class TELinear(WeightErrorMixin, nn.Module):
     """An nn.Linear's weights in a ``te.Linear`` run under the explore recipe (see the module docstring).
 
     ``weight_rel_error`` is the emulated weight error (``quantize_dequantize`` of the same format), the error
-    TE's quantizer makes with the same numerics. ``load_source`` copies new full-precision weights in; TE
-    re-quantizes them at the next forward.
+    TE's quantizer makes with the same numerics, kept on the device (``WeightErrorMixin``). ``load_source`` copies
+    new full-precision weights into the ``te.Linear``'s own parameters (never into the source's); TE re-quantizes
+    them at the next forward.
     """
 
     def __init__(self, linear: nn.Linear, kind: str = "nvfp4", weight_fmt: str = "nvfp4_2d"):
@@ -123,7 +152,6 @@ class TELinear(nn.Module):
         )
         for p in self.linear.parameters():
             p.requires_grad_(False)
-        self.weight_rel_error: float | None = None
         self.load_source(linear.weight, linear.bias)
 
     @property
@@ -140,7 +168,7 @@ class TELinear(nn.Module):
         w = _source(weight, self.linear.weight, self.source_dtype, (self.out_features, self.in_features))
         self.linear.weight.copy_(w)
         fmt = self.weight_fmt if self.kind == "nvfp4" else "fp8"
-        self.weight_rel_error = _rel_error(quantize_dequantize(w, fmt), w)
+        self.weight_rel_error_tensor = rel_error_tensor(quantize_dequantize(w, fmt, check_finite=False), w)
         _load_bias(self, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

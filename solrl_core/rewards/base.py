@@ -5,6 +5,10 @@ without loading them (`resolve`), loads itself (`load`), and scores one batch (`
 splits any number of images into batches of `batch_size` and runs them under `torch.no_grad` (model rewards) with a
 progress bar when there is more than one batch; `Reward.__call__` does the same and refuses non-finite scores.
 `ModelReward` is the base of the rewards with weight files: `load(spec)` = `cls(cls.resolve(spec), spec)`.
+
+Dtype: a spec without one runs a torch reward in its class's `cuda_dtype` (bfloat16) on a CUDA device and in float32
+elsewhere (`default_dtype`); the resolved name is `Reward.dtype` and enters `fingerprint()`. Scores are read back
+as float64 numpy, one read-back per batch (`host_scores`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from solrl_core.errors import SolrlError
 
 DType = Literal["float32", "float16", "bfloat16"]
 COMMON_KEYS = frozenset({"batch_size", "device", "dtype"})
+CPU_DTYPE: DType = "float32"
 
 
 class RewardModelSpec(BaseModel):
@@ -39,7 +44,8 @@ class RewardModelSpec(BaseModel):
     tokenizer: str | None = Field(None, description="imagereward: bert-base-uncased dir or vocab.txt")
     batch_size: int | None = Field(None, ge=1, description="images per forward pass; default: the reward's own")
     device: str = Field("cpu", description="cpu | cuda | cuda:N | auto (cuda when available)")
-    dtype: DType = Field("float32", description="weights/activations dtype (half precision is for GPUs)")
+    dtype: DType | None = Field(None, description="weights/activations dtype; default: bfloat16 on a CUDA device, "
+                                "float32 on the CPU")
     allow_download: bool = Field(False, description="fetch missing files from the Hugging Face hub")
 
 
@@ -102,11 +108,14 @@ class Reward:
     spec_keys: ClassVar[frozenset[str]] = frozenset()  # spec keys besides batch_size/device/dtype/allow_download
     default_batch_size: ClassVar[int] = 64
     uses_torch: ClassVar[bool] = False
+    cuda_dtype: ClassVar[DType] = "bfloat16"  # what a torch reward runs in on a CUDA device when its spec names none
 
-    def __init__(self, batch_size: int | None = None, device: str = "cpu", dtype: str = "float32"):
+    def __init__(self, batch_size: int | None = None, device: str = "cpu", dtype: DType | None = None):
         self.batch_size = int(batch_size or self.default_batch_size)
         self.device = device
-        self.dtype = dtype
+        if dtype is None:  # a reward without torch has no dtype to run in: float32 keeps its fingerprint
+            dtype = default_dtype(torch_device(device), self.cuda_dtype) if self.uses_torch else CPU_DTYPE
+        self.dtype: DType = dtype
 
     # ---- files -------------------------------------------------------------------------------------------------
     @classmethod
@@ -153,7 +162,8 @@ class Reward:
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
     def fingerprint(self) -> str:
-        """What decides this reward's scores besides its inputs: name, files, batch size, device, dtype (JSON)."""
+        """What decides this reward's scores besides its inputs: name, files, batch size, device, dtype (the resolved
+        one), as JSON."""
         files = {k: str(v) for k, v in sorted(getattr(self, "files", {}).items())}
         return json.dumps({"name": self.name, "files": files, "batch_size": self.batch_size, "device": self.device,
                            "dtype": self.dtype}, sort_keys=True)
@@ -194,6 +204,18 @@ def torch_device(device: str):
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise SolrlError(f"device '{device}' requested for a reward, but CUDA is not available (use device: cpu)")
     return dev
+
+
+def default_dtype(device, cuda_dtype: DType = "bfloat16") -> DType:
+    """The dtype of a torch reward whose spec names none: `cuda_dtype` on a CUDA device, float32 elsewhere (CPUs run
+    half precision slowly, and the CPU scores stay those of float32)."""
+    return cuda_dtype if device.type == "cuda" else CPU_DTYPE
+
+
+def host_scores(values) -> np.ndarray:
+    """A (B,) device tensor of scores as float64 numpy: upcast on the device, then one read-back (numpy has no
+    bfloat16)."""
+    return values.detach().float().cpu().numpy().astype(np.float64)
 
 
 def torch_dtype(dtype: str):

@@ -25,7 +25,7 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import loading
-from solrl_core.rewards.base import ModelReward, RewardModelSpec, torch_dtype
+from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
 from solrl_core.rewards.preprocess import normalised_pixels
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -82,13 +82,16 @@ class _CLIPReward(ModelReward):
 
     def __init__(self, files: dict[str, Path], spec: RewardModelSpec):
         super().__init__(files, spec)
+        import torch
         from transformers import AutoTokenizer, CLIPModel
 
         with loading.quiet_logs():
             try:
-                self.model = CLIPModel.from_pretrained(
-                    files["path"], local_files_only=True, dtype=torch_dtype(self.dtype)
-                ).to(self.torch_device).eval()
+                model = CLIPModel.from_pretrained(files["path"], local_files_only=True, dtype=torch.float32)
+                # exp(logit_scale) from the float32 weight: bfloat16 would round ln 100 to 4.59375, scaling every
+                # score by 0.989
+                self.logit_scale = model.logit_scale.detach().exp().to(self.torch_device)
+                self.model = model.to(self.torch_device, dtype=torch_dtype(self.dtype)).eval()
                 self.tokenizer = AutoTokenizer.from_pretrained(files["processor"], local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise SolrlError(f"{self.name}: cannot load {files['path']} ({type(exc).__name__}: {exc})") from None
@@ -118,8 +121,10 @@ class _CLIPReward(ModelReward):
 
     def embeddings(self, images: np.ndarray, prompts: list[str]):
         """(unit image embeddings (B, D), unit text embeddings (B, D)) in float32."""
+        import torch
+
         unique = list(dict.fromkeys(prompts))
-        index = [unique.index(p) for p in prompts]
+        index = torch.tensor([unique.index(p) for p in prompts], device=self.torch_device)
         tokens = self.tokenizer(
             unique, padding="max_length", truncation=True, max_length=self.max_length, return_tensors="pt"
         )
@@ -136,8 +141,8 @@ class _CLIPReward(ModelReward):
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
         image, text = self.embeddings(images, prompts)
-        logits = self.model.logit_scale.float().exp() * (image * text).sum(-1)
-        return (logits / self.scale).cpu().numpy().astype(np.float64)
+        logits = self.logit_scale * (image * text).sum(-1)
+        return host_scores(logits / self.scale)
 
 
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)

@@ -8,8 +8,8 @@ Score, as HPSv2's `img_score.score`: cos(image features, text features), both fr
 normalised outputs (no logit scale). Preprocessing, as HPSv2's validation transform: image to [0, 1], resize so the
 longest side is the model's image size (bicubic, antialiased, on the tensor), pad the short side with zeros
 (centred), normalise with the OpenAI CLIP mean/std; text: open_clip's tokenizer (77 tokens, bundled BPE vocab).
-Differences from the reference: it runs ViT-H-14 under fp16 autocast on GPU; here the dtype is the spec's (float32
-by default). Prompts repeated within a batch are encoded once.
+Differences from the reference: it runs ViT-H-14 under fp16 autocast on GPU; here the weights are cast to the
+spec's dtype (default: bfloat16 on CUDA, float32 on the CPU). Prompts repeated within a batch are encoded once.
 
 `arch` selects the open_clip architecture: a built-in name (default "ViT-H-14") or the path of an open_clip model
 config JSON, registered at runtime under its file stem (this is how the tests build a tiny HPS).
@@ -24,7 +24,7 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import loading
-from solrl_core.rewards.base import ModelReward, RewardModelSpec, torch_dtype
+from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
 from solrl_core.rewards.preprocess import normalised_pixels
 
 DEFAULT_ARCH = "ViT-H-14"
@@ -111,12 +111,14 @@ class HPSv2(ModelReward):
 
     def embeddings(self, images: np.ndarray, prompts: list[str]):
         """(unit image features (B, D), unit text features (B, D)) in float32."""
+        import torch
+
         unique = list(dict.fromkeys(prompts))
-        index = [unique.index(p) for p in prompts]
+        index = torch.tensor([unique.index(p) for p in prompts], device=self.torch_device)
         text = self.model.encode_text(self.tokenizer(unique).to(self.torch_device), normalize=True).float()
         image = self.model.encode_image(self.pixels(images), normalize=True).float()
         return image, text[index]
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
         image, text = self.embeddings(images, prompts)
-        return (image * text).sum(-1).cpu().numpy().astype(np.float64)
+        return host_scores((image * text).sum(-1))

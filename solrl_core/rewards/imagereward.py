@@ -39,7 +39,7 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import loading
-from solrl_core.rewards.base import ModelReward, RewardModelSpec, torch_dtype
+from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
 from solrl_core.rewards.preprocess import unit_tensor
 
 SCORE_MEAN = 0.16717362830052426
@@ -263,7 +263,7 @@ class ImageReward(ModelReward):
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
         raw = self.head(self.features(images, prompts)).squeeze(-1)
-        return ((raw - SCORE_MEAN) / SCORE_STD).cpu().numpy().astype(np.float64)
+        return host_scores((raw - SCORE_MEAN) / SCORE_STD)
 
 
 def _has_vocab(path: Path | None) -> bool:

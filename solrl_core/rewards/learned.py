@@ -21,6 +21,8 @@ class LearnedEmbeddedReward(ModelReward):
     source = "solrl_core/embedded/scorer/ (or reward_models.embedded_learned.path)"
     spec_keys = frozenset({"path"})
     default_batch_size = 256
+    # a 0.2M-parameter CNN gains nothing from half precision, and its scorer adds float32 coordinate channels
+    cuda_dtype = "float32"
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
@@ -38,7 +40,10 @@ class LearnedEmbeddedReward(ModelReward):
         from solrl_core.embedded.scorer import load_scorer
 
         super().__init__(files, spec)
+        if self.dtype != "float32":
+            raise SolrlError(f"reward_models.embedded_learned.dtype: the learned scorer runs in float32 only (got "
+                             f"{self.dtype}; remove the key)")
         self.model = load_scorer(files["weights"].parent).to(self.torch_device)
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        return self.model.score(images, prompts)
+        return self.model.score(images, prompts)  # float64, one read-back

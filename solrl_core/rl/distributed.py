@@ -26,11 +26,13 @@ import os
 import sys
 from collections.abc import Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 
 from solrl_core.errors import SolrlError
+from solrl_core.placement import check_gpus_for_processes
 
 
 class GradientSync:
@@ -96,31 +98,40 @@ class ProcessGroupSync(GradientSync):
         return dict(zip(keys, values.cpu().tolist()))
 
 
-def check_setup(backend: str, device: str) -> None:
-    """Refuse settings the machine cannot run (one line naming the key to change)."""
+def check_setup(backend: str, device: str, processes: int = 1) -> None:
+    """Refuse settings the machine cannot run (one line naming the key to change); `processes`: the update's ranks
+    on this machine (`train.processes`), each of which needs a GPU of its own on CUDA."""
     if backend == "nccl" and not (device.startswith("cuda") and torch.cuda.is_available()):
         raise SolrlError("train.dist_backend: nccl needs CUDA GPUs (model.device cuda); use gloo on a CPU")
     if device.startswith("cuda:"):
         raise SolrlError(f"model.device: with several update processes use 'cuda', not '{device}' (local rank r "
                          "runs on GPU r of its machine)")
+    check_gpus_for_processes(processes, device)
+
+
+GROUP_TIMEOUT = timedelta(minutes=10)  # a rank that never comes (or a peer that failed) ends the wait with an error
 
 
 @contextmanager
-def process_group(backend: str, store_file: str | Path | None, device: str):
-    """Join the process group of a torchrun-launched worker: through the file `store_file` (one machine) or, when
-    None, torchrun's env:// (several machines); rank and size come from torchrun's env either way. On CUDA, rank r's
-    current device is GPU r of its machine (its local rank), so `cuda` means that GPU inside the rank. On leaving
-    without an error every rank waits for all others (a barrier), so no machine's torchrun ends before the writer
-    rank, wherever it runs, has saved."""
+def process_group(backend: str, store_file: str | Path | None, device: str, rank: int | None = None,
+                  world: int | None = None):
+    """Join a process group: through the file `store_file` (one machine) or, when None, torchrun's env:// (several
+    machines). Rank and size are `rank` and `world` when given (the device workers of a run, each pinned to its one
+    GPU), else torchrun's (its env). On CUDA the current device is the local rank's GPU of its machine (GPU 0 of a
+    pinned worker), so `cuda` means that GPU inside the rank. On leaving without an error every rank waits for all
+    others (a barrier), so no rank ends before the writer rank, wherever it runs, has saved."""
     import torch.distributed as dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    pinned = rank is not None
+    rank = rank if pinned else int(os.environ["RANK"])
+    world = world if pinned else int(os.environ["WORLD_SIZE"])
     if device.startswith("cuda"):
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(0 if pinned else int(os.environ.get("LOCAL_RANK", 0)))
     if store_file is None:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=GROUP_TIMEOUT)
     else:
-        dist.init_process_group(backend, init_method=Path(store_file).resolve().as_uri(), rank=rank, world_size=world)
+        dist.init_process_group(backend, init_method=Path(store_file).resolve().as_uri(), rank=rank, world_size=world,
+                                timeout=GROUP_TIMEOUT)
     try:
         yield ProcessGroupSync()
         dist.barrier()

@@ -46,13 +46,14 @@ def nft_loss(
     beta: float = 1.0,
     adv_clip: float = 5.0,
     kl_weight: float = 1e-4,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DiffusionNFT loss for one micro-batch; returns (loss, terms).
 
     v: velocity under θ (carries the gradient); v_old: under θ_old; v_ref: adapters disabled; x_t: noised latents at
     times t (B,); x0: the clean latents they were made from; r: optimality (B,) in [0, 1].
     terms: loss, policy_loss, kl (mean squared velocity gap to the reference), x0_pos_err / x0_neg_err (batch mean of
-    the unfloored weights w+ / w-, i.e. mean |x0± - x0|).
+    the unfloored weights w+ / w-, i.e. mean |x0± - x0|), as detached 0-dim tensors on the loss's device: reading
+    them is a host sync, which a caller does once per optimizer step, not per micro-batch.
     """
     if beta <= 0:
         raise ValueError(f"beta must be positive, got {beta}")
@@ -78,10 +79,10 @@ def nft_loss(
     kl = ((v - v_ref) ** 2).mean()
     loss = policy_loss + kl_weight * kl
     terms = {
-        "loss": float(loss.detach()),
-        "policy_loss": float(policy_loss.detach()),
-        "kl": float(kl.detach()),
-        "x0_pos_err": float(err_pos.mean()),
-        "x0_neg_err": float(err_neg.mean()),
+        "loss": loss.detach(),
+        "policy_loss": policy_loss.detach(),
+        "kl": kl.detach(),
+        "x0_pos_err": err_pos.mean(),
+        "x0_neg_err": err_neg.mean(),
     }
     return loss, terms

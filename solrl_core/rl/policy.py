@@ -4,6 +4,14 @@
 policy is the base W0 with adapters disabled. Works for any diffusers ModelMixin with PeftAdapterMixin (SD3, FLUX,
 SANA transformers).
 
+θ and θ_old are float32 whatever the base's dtype (`MASTER_DTYPE`; AdamW's moments follow the parameters, the EMA is
+kept in float32 too). peft creates adapters in the base layer's dtype, and in bf16 (8 significant bits) an AdamW step
+of about lr = 3e-4 is of the order of half an ulp of a weight near 0.05: steps are rounded off or doubled, a bf16 θ
+drifts from the fp32 one, and weight decay (lr·wd = 3e-8 relative) vanishes. The references keep the trainable LoRA
+in fp32 too. A LoRA layer over a bf16 base still runs: peft's ``Linear.forward`` casts the layer's input to the
+adapter's dtype, adds the fp32 low-rank term to the bf16 base output and casts the sum back to the base output's
+dtype. Adapter files are therefore float32; files of another float dtype load too (cast on copy).
+
 peft pitfalls handled here:
 - diffusers' ``add_adapter`` activates the adapter just added, and peft's ``set_adapter`` / ``enable_adapters`` make
   the *active* adapter trainable and every other adapter frozen; ``disable_adapters`` freezes all of them. After every
@@ -27,6 +35,7 @@ from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 DEFAULT = "default"
 OLD = "old"
 ADAPTERS = (DEFAULT, OLD)
+MASTER_DTYPE = torch.float32  # θ and θ_old, whatever the base weights' dtype (module docstring)
 _INITS = {"gaussian": "gaussian", "kaiming": True}
 
 
@@ -63,7 +72,8 @@ class LoraPolicy:
 
         `targets` are module-name suffixes as peft matches them (e.g. ``to_q``, ``to_out.0``, ``attn.qkv``);
         `init` is ``gaussian`` (A ~ N(0, 1/r), B = 0) or ``kaiming`` (peft's default); both start with ΔW = 0.
-        The global torch RNG is left untouched.
+        Both adapters are `MASTER_DTYPE` (peft draws the init in fp32 and casts it to the base's dtype, so over a
+        bf16 base the initial A is the bf16-rounded draw). The global torch RNG is left untouched.
         """
         if init not in _INITS:
             raise ValueError(f"unknown LoRA init {init!r}; expected one of {', '.join(_INITS)}")
@@ -89,6 +99,8 @@ class LoraPolicy:
         if not policy._params[DEFAULT]:
             raise ValueError(f"LoRA targets {list(targets)} matched no module of {type(transformer).__name__}")
         with torch.no_grad():
+            for p in (*policy._params[DEFAULT].values(), *policy._params[OLD].values()):
+                p.data = p.data.to(MASTER_DTYPE)  # in place of the tensor: the Parameter objects stay the same
             for key, p_old in policy._params[OLD].items():
                 p_old.copy_(policy._params[DEFAULT][key])
         policy._activate(DEFAULT)
@@ -196,7 +208,8 @@ class LoraPolicy:
         return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}
 
     def load_adapter_state_dict(self, adapter_name: str, tensors: dict[str, torch.Tensor]) -> None:
-        """Load weights saved by `adapter_state_dict` (from either adapter) into `adapter_name`, in place."""
+        """Load weights saved by `adapter_state_dict` (from either adapter) into `adapter_name`, in place; tensors
+        of another float dtype (a bf16 file) are cast into the `MASTER_DTYPE` parameters."""
         self._check_name(adapter_name)
         params = self._params[adapter_name]
         missing, unexpected = set(params) - set(tensors), set(tensors) - set(params)
@@ -211,6 +224,8 @@ class LoraPolicy:
         set_peft_model_state_dict(self.transformer, dict(tensors), adapter_name=adapter_name)
         if any(a is not b for a, b in zip(self._collect(adapter_name).values(), params.values())):
             raise RuntimeError("peft replaced adapter parameters while loading; optimizer references would go stale")
+        if any(p.dtype != MASTER_DTYPE for p in params.values()):
+            raise RuntimeError(f"peft changed the dtype of adapter {adapter_name} while loading")
         self._enforce_grad_flags()
 
     def lora_factors(self, adapter_name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
@@ -221,31 +236,38 @@ class LoraPolicy:
                 for name, module in self._lora_modules() if adapter_name in module.lora_A}
 
     @torch.no_grad()
+    def merged_weights(self, adapter_name: str) -> dict[str, torch.Tensor]:
+        """Module name → W0 + ΔW(adapter) of each LoRA-targeted layer: new tensors on the layer's device in its base
+        weight's dtype (the sum computed in float32), W0 itself untouched."""
+        self._check_name(adapter_name)
+        lora_modules = dict(self._lora_modules())
+        if any(module.merged for module in lora_modules.values()):
+            raise RuntimeError("some LoRA layers are merged into their base weights; unmerge them first")
+        merged = {}
+        for name, module in lora_modules.items():
+            if adapter_name in module.lora_A:
+                weight = module.get_base_layer().weight
+                merged[name] = (weight.float() + module.get_delta_weight(adapter_name).float()).to(weight.dtype)
+        return merged
+
+    @torch.no_grad()
     def merged_state_dict(self, adapter_name: str) -> dict[str, torch.Tensor]:
-        """The un-adapted model's state dict (original keys) with W0 + ΔW(adapter) on the LoRA-targeted layers.
+        """The un-adapted model's state dict (original keys) with W0 + ΔW(adapter) on the LoRA-targeted layers
+        (`merged_weights`).
 
         Loading it with ``load_state_dict`` into an adapter-free copy reproduces the forward with `adapter_name`.
         Tensors are CPU copies in the base weights' dtypes.
         """
-        self._check_name(adapter_name)
         current = self.transformer.state_dict()
-        lora_modules = dict(self._lora_modules())
-        if any(module.merged for module in lora_modules.values()):
-            raise RuntimeError("some LoRA layers are merged into their base weights; unmerge them first")
-        deltas = {
-            f"{name}.weight": module.get_delta_weight(adapter_name)
-            for name, module in lora_modules.items()
-            if adapter_name in module.lora_A
-        }
+        lora_modules = {name for name, _ in self._lora_modules()}
+        merged_layers = self.merged_weights(adapter_name)
         merged: dict[str, torch.Tensor] = {}
         for key in self._base_keys:
             module_name, _, leaf = key.rpartition(".")
             source = f"{module_name}.base_layer.{leaf}" if module_name in lora_modules else key
             if source not in current:
                 raise RuntimeError(f"cannot find the base weight of {key} in the adapted model")
-            weight = current[source]
-            if key in deltas:
-                weight = (weight.float() + deltas[key].float()).to(weight.dtype)
+            weight = merged_layers[module_name] if leaf == "weight" and module_name in merged_layers else current[source]
             merged[key] = weight.detach().to("cpu", copy=True).contiguous()
         return merged
 

@@ -73,6 +73,24 @@ def ensure_initial_checkpoint(ctx: StageContext) -> Path:
     return init
 
 
+def initial_work(ctx: StageContext):
+    """Writing the initial adapters as model work of one piece (they need the model's layers): run where the models
+    are, on a device worker when the stages split (solrl_core/stages/shards.py)."""
+    from solrl_core.stages.shards import OnePiece
+
+    return OnePiece(lambda placed: str(ensure_initial_checkpoint(placed)), desc="initial adapters")
+
+
+def initial_checkpoint(ctx: StageContext) -> Path:
+    """The initial adapters' directory, written first (where the models are) when absent: for a process that
+    orchestrates stages and must not load the model itself."""
+    if not (ctx.run.init_dir / STATE_FILE).is_file():
+        from solrl_core.stages.shards import split_or_whole
+
+        split_or_whole(ctx, f"{__name__}:initial_work")
+    return ctx.run.init_dir
+
+
 def previous_checkpoint(ctx: StageContext) -> Path:
     if ctx.iteration == 0:
         return ensure_initial_checkpoint(ctx)

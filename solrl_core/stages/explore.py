@@ -1,7 +1,8 @@
 """explore: N seeds per prompt through the explore copy (4-bit or full precision), into the candidate pool.
 
-The copy is the quantize stage's merged W0 + θ_old, quantized; with ``quant.lora_branch`` it is W0 quantized with
-θ_old's LoRA beside it in high precision, read from the previous checkpoint (solrl_core/stages/quantize.py).
+The copy is W0 + θ_old (the previous checkpoint's), quantized, built in each process that samples exactly as the
+quantize stage built it for its report; with ``quant.lora_branch`` it is W0 quantized with θ_old's LoRA beside it in
+high precision (solrl_core/stages/quantize.py).
 
 With several devices (`orchestration.devices`) the pool is sampled in shards of whole batches, one per device
 (solrl_core/stages/shards.py); the pool is the same as one device makes.
@@ -14,17 +15,13 @@ import numpy as np
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import candidate_seed, iteration_prompts
 from solrl_core.stages.explore_setting import explore_setting
-from solrl_core.stages.quantize import build_branch_copy, build_explore_copy
+from solrl_core.stages.quantize import explore_copy
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool
-from solrl_core.storage import load_tensors
 
 
 def _model(ctx: StageContext, backbone):
-    if ctx.cfg.quant.lora_branch:
-        return build_branch_copy(ctx, backbone)
-    merged = load_tensors(ctx.artifact("quantize", "merged_old.safetensors"))
-    return build_explore_copy(ctx, backbone, merged)[0]
+    return explore_copy(ctx, backbone)[0]
 
 
 def sampling(ctx: StageContext) -> PoolSampling:

@@ -1,9 +1,18 @@
-"""quantize: merge θ_old into W0 and build the explore copy's quantization (report + merged weights).
+"""quantize: the explore copy of this iteration, W0 + θ_old with its eligible Linear layers in the explore precision,
+and its report (per-layer coverage, the output error of one fixed forward).
+
+The stage writes the report only. Every process that explores builds the same copy itself from the previous
+checkpoint (`explore_copy`: deterministic), so no merged weights are written to the run directory (a FLUX.1-sized
+W0 + θ_old would be 24 GB an iteration). The copy shares W0's tensors with the loaded backbone: only the merged
+LoRA-targeted layers and the quantized layers are new (`transformer_copies.merged_transformer`).
 
 With ``quant.lora_branch`` the quantized base is W0 alone (it depends only on W0, the explore precision and the quant
-settings: its `base_key`), and θ_old's LoRA runs in high precision beside it (solrl_core/quant/lora_branch.py). The
-stage then writes only the report, and quantizes only when the base changed: an iteration whose base key equals the
-previous iteration's takes that report over (`base_from_iteration`), without building anything.
+settings: its `base_key`), and θ_old's LoRA runs in high precision beside it (solrl_core/quant/lora_branch.py). An
+iteration whose base key equals the previous iteration's takes that report over (`base_from_iteration`), without
+building anything.
+
+The stage's model work runs where explore runs: on one device worker when the stages are split over devices
+(solrl_core/stages/shards.py), so the process that orchestrates them never loads the model.
 """
 
 from __future__ import annotations
@@ -13,27 +22,26 @@ import json
 
 import torch
 
-from solrl_core.prompts import CALIBRATION_PROMPT
+from solrl_core.backbones.base import module_device
 from solrl_core.backbones.cache import load_backbone
+from solrl_core.prompts import CALIBRATION_PROMPT
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.explore_setting import explore_setting
-from solrl_core.stages.transformer_copies import fresh_transformer
-from solrl_core.storage import save_tensors
+from solrl_core.stages.shards import OnePiece, split_or_whole
+from solrl_core.stages.transformer_copies import merged_transformer
 
 
 def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tensor] | None):
-    """The explore copy: W0 + θ_old (`merged`; None = W0 alone, the lora_branch base) with its eligible Linear layers
-    in the iteration's explore precision.
+    """The explore copy: W0 with `merged` (module name → W0 + ΔW of θ_old, `LoraPolicy.merged_weights`; None = W0
+    alone, the lora_branch base) and its eligible Linear layers in the iteration's explore precision.
 
-    Returns (model, report, setting). The copy is rebuilt from the merged weights each time (a stage may run in
-    another process or on another pool); quantizing is deterministic, so every rebuild is the same copy."""
+    Returns (model, report, setting). Quantizing is deterministic, so every process builds the same copy."""
     from solrl_core.quant.backends import apply_backend
 
     setting = explore_setting(ctx)
-    transformer = fresh_transformer(backbone)
-    if merged is not None:
-        transformer.load_state_dict(merged)
+    transformer = merged_transformer(backbone, merged or {})
+    merged = None  # the copy alone holds the merged layers now: each is freed when its layer is quantized
     quant = ctx.cfg.quant
     skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
     min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
@@ -51,17 +59,29 @@ def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tens
     return transformer, {**info, **report.to_dict()}, setting
 
 
-def build_branch_copy(ctx: StageContext, backbone) -> torch.nn.Module:
-    """The lora_branch explore copy: W0 quantized (the same whatever θ_old is), θ_old's LoRA (the previous
-    checkpoint's ``old`` adapter) in high precision beside each targeted layer."""
+def old_policy_merged(ctx: StageContext, backbone) -> dict[str, torch.Tensor]:
+    """W0 + ΔW(θ_old) of the LoRA-targeted layers, θ_old from the previous checkpoint."""
+    from solrl_core.rl.policy import OLD
+
+    policy = attach_policy(ctx.cfg, backbone)
+    load_adapters(policy, previous_checkpoint(ctx))
+    return policy.merged_weights(OLD)
+
+
+def explore_copy(ctx: StageContext, backbone):
+    """The iteration's explore copy and its report: the merged W0 + θ_old quantized, or with ``quant.lora_branch``
+    W0 quantized with θ_old's LoRA (the previous checkpoint's ``old`` adapter) in high precision beside each
+    targeted layer."""
     from solrl_core.quant.lora_branch import attach_lora_branches
     from solrl_core.rl.policy import OLD
 
-    transformer = build_explore_copy(ctx, backbone, None)[0]
+    if not ctx.cfg.quant.lora_branch:
+        return build_explore_copy(ctx, backbone, old_policy_merged(ctx, backbone))[:2]
+    transformer, report, _ = build_explore_copy(ctx, backbone, None)
     policy = attach_policy(ctx.cfg, backbone)
     load_adapters(policy, previous_checkpoint(ctx))
     attach_lora_branches(transformer, policy.lora_factors(OLD))
-    return transformer
+    return transformer, report
 
 
 def base_key(ctx: StageContext) -> str:
@@ -83,25 +103,12 @@ def _previous_base_report(ctx: StageContext, key: str) -> dict | None:
     return report if report.get("base_key") == key else None
 
 
-def _quantize_base(ctx: StageContext) -> dict:
-    """The lora_branch stage: the base's report, taken over from the previous iteration when the base is the same."""
-    setting = explore_setting(ctx)
-    info = {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
-            "escalations": list(setting.escalations)}
-    key = base_key(ctx)
-    previous = _previous_base_report(ctx, key)
-    if previous is not None:
-        return {**previous, **info}
-    previous_checkpoint(ctx)  # iteration 0: the initial adapters, written once before explore's processes read them
-    report = build_explore_copy(ctx, load_backbone(ctx.cfg), None)[1]
-    return {**report, "lora_branch": True, "base_key": key, "base_from_iteration": ctx.iteration}
-
-
 def _calibration_forward(backbone, transformer, cond):
     """One fixed forward (seed 0 noise, sigma 0.5, the conditioning of a fixed prompt) used to measure the copy's
     output error."""
-    x = backbone.initial_noise([0])
-    sigma = torch.full((1,), 0.5)
+    device = module_device(transformer)
+    x = backbone.initial_noise([0]).to(device)
+    sigma = torch.full((1,), 0.5, device=device)
 
     @torch.no_grad()
     def run():
@@ -110,20 +117,31 @@ def _calibration_forward(backbone, transformer, cond):
     return run
 
 
-def run_quantize(ctx: StageContext) -> dict:
-    merged = None
+def _report(ctx: StageContext) -> dict:
+    """The model work of the stage, in the process of a device: the copy's report (the copy itself is dropped)."""
+    report = explore_copy(ctx, load_backbone(ctx.cfg))[1]
     if ctx.cfg.quant.lora_branch:
-        report = _quantize_base(ctx)
-    else:
-        backbone = load_backbone(ctx.cfg)
-        policy = attach_policy(ctx.cfg, backbone)
-        load_adapters(policy, previous_checkpoint(ctx))
-        merged = {k: v.contiguous() for k, v in policy.merged_state_dict("old").items()}
-        _, report, _ = build_explore_copy(ctx, backbone, merged)
+        report = {**report, "lora_branch": True, "base_key": base_key(ctx), "base_from_iteration": ctx.iteration}
+    return report
+
+
+def report_work(ctx: StageContext) -> OnePiece:
+    """The stage's model work as split work of one piece (solrl_core/stages/shards.py)."""
+    return OnePiece(_report, desc=f"quantize it{ctx.iteration}")
+
+
+def run_quantize(ctx: StageContext) -> dict:
+    setting = explore_setting(ctx)
+    info = {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
+            "escalations": list(setting.escalations)}
+    report = _previous_base_report(ctx, base_key(ctx)) if ctx.cfg.quant.lora_branch else None
+    shards: list[dict] = []
+    if report is None:
+        report, shards = split_or_whole(ctx, f"{__name__}:report_work")
+    report = {**report, **info}
     with ctx.run.stage_output(ctx.iteration, "quantize") as out:
-        if merged is not None:
-            save_tensors(merged, out / "merged_old.safetensors")
         (out / "report.json").write_text(json.dumps(report, indent=2))
     totals = report.get("totals", {})
     numbers = {k: v for k, v in totals.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return {"precision": report["precision"], "steps": report["steps"], "reason": report["reason"], **numbers}
+    return {"precision": report["precision"], "steps": report["steps"], "reason": report["reason"], **numbers,
+            "shards": shards}

@@ -119,6 +119,10 @@ def sample_into_pool(
         noise = backbone.initial_noise(seeds[rows].tolist())
         result = sample(backbone, transformer, cond, noise, steps, sampler=settings.sampler,
                         guidance=settings.guidance, uncond=settings.uncond)
+        if not bool(torch.isfinite(result.x0).all()):  # one read per batch (none per step): NaN would decode silently
+            raise SolrlError(f"{desc}: rows {rows.start} to {rows.stop - 1} sampled to NaN or infinite latents (the "
+                             "model overflowed at this precision, or its weights are damaged); nothing of the batch "
+                             "was written")
         columns = {
             "prompt_index": prompt_index[rows].astype(np.int32),
             "seed": seeds[rows].astype(np.int64),

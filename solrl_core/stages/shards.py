@@ -15,10 +15,16 @@ shard of it. Two kinds exist: a pool to sample (`PoolSampling`, solrl_core/stage
     rows_done()           rows the shards have finished so far, read from what they wrote (None: not known until
                           every shard is done); the stage's process polls it for its one progress bar.
 
+Model work that does not split (the quantize stage's report, the initial adapters) is split work of one piece
+(`OnePiece`), so that it too runs where the models are. Collective work, the update's data-parallel ranks, runs on
+`world` device workers at once (`run_ranks`), which meet in a torch.distributed group: each device's process then
+keeps its one copy of the model for sampling, scoring and training alike.
+
 Who runs the shards is the orchestrator's choice, given with `use_shard_runner` (the Prefect stage tasks run them on
 a Dask cluster of one process per device: tasks/shards.py). The default runs them here, one after another, each on
 its device. With one device (and no Dask cluster named) a stage runs in its own process as it always did.
-Every run records, per shard, its device, host, process and seconds (`records`) in the stage's manifest.
+Every run records, per shard, its device, host, process, seconds and how many models that process has loaded so far
+(`records`) in the stage's manifest.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from solrl_core.placement import local_name, placed_config, resolve_devices
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.backbones.cache import load_backbone, model_loads
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.pool_scoring import scoring_while_sampling
 from solrl_core.stages.table import load
@@ -53,6 +59,36 @@ class Shard:
 
     def rows(self, unit: int, n_rows: int) -> range:
         return range(self.first_batch * unit, min(self.stop_batch * unit, n_rows))
+
+
+@dataclass(frozen=True)
+class OnePiece:
+    """Model work that does not split (the quantize stage's report, say): one piece, run in a device's process (a
+    device worker when the stages split, the stage's own process otherwise), whose result comes back."""
+
+    run: Any  # (StageContext) -> result
+    desc: str
+    n_rows: int = 1
+    unit: int = 1
+    bar_unit: str = "piece"
+
+    def prepare(self, ctx: StageContext) -> None:
+        return None
+
+    def rows_done(self) -> None:
+        return None
+
+    def finished(self) -> bool:
+        return False
+
+    def whole(self, ctx: StageContext):
+        return self.run(ctx)
+
+    def run_shard(self, ctx: StageContext, shard: Shard) -> tuple[dict, Any]:
+        return {}, self.run(ctx)
+
+    def collect(self, ctx: StageContext, reports: list[dict]):
+        return reports[0]["result"]
 
 
 def plan_shards(n_rows: int, batch_size: int, workers: int) -> list[Shard]:
@@ -95,6 +131,14 @@ def prepare(ctx: StageContext, ref: str, device: str) -> None:
     load(ref)(ctx).prepare(ctx)
 
 
+def process_record(index: int, device: str, started: float, **more) -> dict:
+    """Where a piece of work ran, for the stage's manifest: its index (shard or rank), `more` (its rows, what it
+    did), the device's name, host, process, seconds since `started` (a `time.perf_counter()`) and how many models
+    that process has loaded so far."""
+    return {"shard": index, **more, "device": device, "host": socket.gethostname(), "pid": os.getpid(),
+            "seconds": round(time.perf_counter() - started, 3), "model_loads": model_loads()}
+
+
 def run_shard(ctx: StageContext, ref: str, shard: Shard, device: str, label: str) -> dict:
     """Step 2, in the shard's process (on torch device `device`, named `label` in the manifest): run the shard;
     return its record with the result under "result"."""
@@ -103,8 +147,7 @@ def run_shard(ctx: StageContext, ref: str, shard: Shard, device: str, label: str
     work = load(ref)(ctx)
     did, result = work.run_shard(ctx, shard)
     rows = shard.rows(work.unit, work.n_rows)
-    return {"shard": shard.index, "rows": [rows.start, rows.stop], "device": label, "host": socket.gethostname(),
-            "pid": os.getpid(), "seconds": round(time.perf_counter() - start, 3), **did, "result": result}
+    return {**process_record(shard.index, label, start, rows=[rows.start, rows.stop]), **did, "result": result}
 
 
 def records(reports: list[dict]) -> list[dict]:
@@ -119,6 +162,24 @@ class ShardRunner(Protocol):
     def __call__(self, ctx: StageContext, ref: str, shards: list[Shard]) -> list[dict]:
         """Prepare, then run every shard (`run_shard`); return their reports, in shard order."""
 
+    def hosts_update(self, cfg) -> bool:
+        """Whether the update's ranks run on this runner's device workers (`ranks`)."""
+
+    def ranks(self, ctx: StageContext, ref: str, world: int) -> list[dict] | None:
+        """Run the collective work `ref` on `world` of this runner's device workers at once (`run_rank`); return
+        their records in rank order, or None when the runner has no workers that can host it (then it is started
+        by other means)."""
+
+
+def run_rank(ctx: StageContext, ref: str, rank: int, world: int, store: str, device: str, label: str) -> dict:
+    """In the process of one of `world` device workers that run the collective work `ref` together (the update's
+    data-parallel ranks): `load(ref)(ctx, rank, world, store)`, the ranks meeting through the file store `store`;
+    return the rank's record with its result under "result"."""
+    start = time.perf_counter()
+    ctx = placed(ctx, device)
+    result = load(ref)(ctx, rank, world, store)
+    return {**process_record(rank, label, start), "result": result}
+
 
 class InProcess:
     """The default runner: every shard here, one after another, each on its device (no process is pinned)."""
@@ -126,6 +187,12 @@ class InProcess:
     def workers(self, cfg) -> int | None:
         count = len(resolve_devices(cfg))
         return None if count == 1 else count
+
+    def hosts_update(self, cfg) -> bool:
+        return False  # no worker processes: collective work is started by other means (torchrun)
+
+    def ranks(self, ctx: StageContext, ref: str, world: int) -> list[dict] | None:
+        return None
 
     def __call__(self, ctx: StageContext, ref: str, shards: list[Shard]) -> list[dict]:
         devices = resolve_devices(ctx.cfg)
@@ -165,8 +232,7 @@ def one_device(ctx: StageContext, ref: str) -> Iterator[tuple[StageContext, Any,
     record: list[dict] = []
     start = time.perf_counter()
     yield ctx, work, record
-    record.append({"shard": 0, "rows": [0, work.n_rows], "device": device, "host": socket.gethostname(),
-                   "pid": os.getpid(), "seconds": round(time.perf_counter() - start, 3)})
+    record.append(process_record(0, device, start, rows=[0, work.n_rows]))
 
 
 POLL_SECONDS = 1.0  # how often the stage's process reads the shards' progress
@@ -212,6 +278,21 @@ def run_split(ctx: StageContext, ref: str, workers: int) -> tuple[Any, list[dict
         with split_progress(work, ctx.progress):
             reports = _RUNNER.get()(dataclasses.replace(ctx, progress=False), ref, shards)
     return work.collect(ctx, reports), records(reports)
+
+
+def run_ranks(ctx: StageContext, ref: str, world: int, desc: str) -> list[dict] | None:
+    """The collective work `ref` on `world` device workers of the current runner (their records, rank order), or
+    None when it has none (one device, or a cluster whose workers it did not start). The ranks draw no bars: this
+    process shows one, `desc`, for the whole work."""
+    from tqdm.auto import tqdm
+
+    runner = _RUNNER.get()
+    if not runner.hosts_update(ctx.cfg):
+        return None
+    with tqdm(total=world, desc=desc, unit="rank", disable=not ctx.progress) as bar:
+        done = runner.ranks(dataclasses.replace(ctx, progress=False), ref, world)
+        bar.update(world)
+    return done
 
 
 def split_or_whole(ctx: StageContext, ref: str) -> tuple[Any, list[dict]]:

@@ -38,7 +38,8 @@ _SCORE = "solrl_core.stages.score"
 _AUDIT = "solrl_core.stages.audit"
 
 TABLE: tuple[Stage, ...] = (
-    Stage("quantize", "solrl_core.stages.quantize:run_quantize", needs_previous_checkpoint=True),
+    Stage("quantize", "solrl_core.stages.quantize:run_quantize", needs_previous_checkpoint=True,
+          split=("solrl_core.stages.quantize:report_work",)),
     Stage("explore", f"{_EXPLORE}:run_explore", ("quantize",), needs_previous_checkpoint=True, split=(f"{_EXPLORE}:sampling",)),
     Stage("score_explore", f"{_SCORE}:run_score_explore", ("explore",), split=(f"{_SCORE}:explore_scoring",)),
     Stage("select", "solrl_core.stages.select:run_select", ("score_explore",), also_reads=("explore",)),

@@ -6,8 +6,10 @@ derived from (run seed, iteration, optimizer step), so a resumed run repeats it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import time
 
 import numpy as np
 import torch
@@ -16,13 +18,14 @@ from tqdm.auto import tqdm
 from solrl_core.errors import SolrlError
 from solrl_core.pool import read_table
 from solrl_core.rl.advantages import group_advantages, optimality
-from solrl_core.rl.distributed import GradientSync
+from solrl_core.rl.distributed import GradientSync, process_group
 from solrl_core.rl.nft_loss import forward_noise, nft_loss
 from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
 from solrl_core.rl.policy import EmaWeights, old_policy_eta
 from solrl_core.rundir import write_json_atomic
 from solrl_core.seeds import derived_generator, randn_rows
 from solrl_core.storage import load_tensors, save_tensors
+from solrl_core.backbones.base import module_device
 from solrl_core.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import (
     EMA_FILE,
@@ -35,6 +38,7 @@ from solrl_core.stages.checkpoints import (
 )
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE, PURPOSE_TRAIN_T
+from solrl_core.stages.shards import process_record, records, run_ranks
 from solrl_core.stages.update_launch import launch_update
 
 
@@ -46,6 +50,14 @@ def training_pairs(n_samples: int, n_times: int, fraction: float, generator: tor
         for i in range(n_samples)
     ]
     return torch.cat(rows)
+
+
+def read_back(values: dict[str, torch.Tensor]) -> dict[str, float]:
+    """0-dim device tensors as Python floats, in one transfer (one host sync instead of one per value)."""
+    keys = list(values)
+    if not keys:
+        return {}
+    return dict(zip(keys, torch.stack([values[k] for k in keys]).tolist()))
 
 
 def _load_optimizer_state(optimizer, ema: EmaWeights, ckpt) -> int:
@@ -76,9 +88,28 @@ def train_guidance(cfg, backbone) -> float:
 
 
 def run_update(ctx: StageContext) -> dict:
-    if ctx.cfg.train.processes > 1 or ctx.cfg.train.nodes > 1:
+    """The update where the run's models are: on its device workers (`train.processes` ranks, each on a worker that
+    keeps its model between iterations), in this process on one device, or by torchrun (`launch_update`) when the
+    ranks span machines (`train.nodes` > 1) or this process has no device workers of its own."""
+    tc = ctx.cfg.train
+    ranks = (run_ranks(ctx, f"{__name__}:update_rank", tc.processes, f"update it{ctx.iteration}")
+             if tc.nodes == 1 else None)
+    if ranks is not None:
+        return {**ranks[0]["result"], "shards": records(ranks)}
+    if tc.processes > 1 or tc.nodes > 1:
         return launch_update(ctx)  # torchrun: `train.processes` ranks per node each run `update_on_rank`
-    return update_on_rank(ctx, GradientSync())
+    start = time.perf_counter()
+    summary = update_on_rank(ctx, GradientSync())
+    return {**summary, "shards": [process_record(0, ctx.cfg.model.device, start)]}
+
+
+def update_rank(ctx: StageContext, rank: int, world: int, store: str) -> dict:
+    """Rank `rank` of `world` device workers running the update together (`run_ranks`): they meet in a process
+    group through the file `store`, and every rank returns the same summary."""
+    if world == 1:
+        return update_on_rank(ctx, GradientSync())
+    with process_group(ctx.cfg.train.dist_backend, store, ctx.cfg.model.device, rank=rank, world=world) as sync:
+        return update_on_rank(dataclasses.replace(ctx, progress=ctx.progress and rank == 0), sync)
 
 
 def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
@@ -99,14 +130,17 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     grad_clip = opt.grad_clip or backbone.defaults.grad_clip
     step = _load_optimizer_state(optimizer, ema, ckpt)
 
+    device = module_device(policy.transformer)  # every tensor of the loop lives there (moved once per step)
     samples, attrs = read_table(ctx.artifact("regenerate", "samples.zarr"), ["latent", "prompt_index"])
     reward = read_table(ctx.artifact("score_final", "rewards.zarr"), ["reward"])[0]["reward"]
-    x0_all = torch.from_numpy(samples["latent"]).float()
+    x0_all = torch.from_numpy(samples["latent"]).float().to(device)
     prompt_index = samples["prompt_index"]
     adv = group_advantages(reward, prompt_index, clip=tc.adv_clip)
-    r_all = torch.as_tensor(optimality(adv, clip=tc.adv_clip), dtype=torch.float32)
-    times = torch.tensor(attrs["sigmas"][:-1], dtype=torch.float32)  # the schedule's times, terminal 0 excluded
-    row_prompts = [attrs["prompts"][i] for i in prompt_index]  # conditioning from the run's text cache
+    r_all = torch.as_tensor(optimality(adv, clip=tc.adv_clip), dtype=torch.float32).to(device)
+    times = torch.tensor(attrs["sigmas"][:-1], dtype=torch.float32).to(device)  # the schedule's times, terminal 0 excluded
+    # the conditioning of the pool's prompts from the run's text cache, once; each row takes its prompt's
+    cond_all = ctx.encode(list(attrs["prompts"]))
+    row_prompt = torch.as_tensor(prompt_index, dtype=torch.long).to(device)
 
     history = []
     bar = None  # one bar for all optimizer steps (their micro-batches), made once the count is known
@@ -116,11 +150,11 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         pairs = training_pairs(len(x0_all), len(times), tc.timestep_fraction, gen_t)
         n_pairs = len(pairs)
         start, stop = sync.shard_range(n_pairs)  # this rank's pairs (all of them in one process)
-        pairs = pairs[start:stop]
+        pairs = pairs[start:stop].to(device)
         # rows [start, stop) of randn((n_pairs, *latent), generator=gen_eps), drawing only those rows
-        eps_all = randn_rows(gen_eps, n_pairs, x0_all.shape[1:], start, stop)
+        eps_all = randn_rows(gen_eps, n_pairs, x0_all.shape[1:], start, stop).to(device)
         optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}  # weighted loss terms, summed on the device in float64
         chunks = range(0, len(pairs), tc.micro_batch)
         if bar is None:
             bar = tqdm(total=tc.optimizer_steps * len(chunks), desc=f"update it{ctx.iteration}", unit="batch",
@@ -129,7 +163,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
             idx, tix = pairs[start : start + tc.micro_batch].unbind(1)
             x0, t = x0_all[idx], times[tix]
             x_t = forward_noise(x0, t, eps_all[start : start + tc.micro_batch])
-            cond = ctx.encode([row_prompts[i] for i in idx.tolist()])
+            cond = {key: value[row_prompt[idx]] for key, value in cond_all.items()}
             with torch.no_grad():
                 with policy.adapter("old"):
                     v_old = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
@@ -143,10 +177,10 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
             weight = len(idx) / n_pairs
             (loss * weight).backward()
             for key, value in terms.items():
-                totals[key] = totals.get(key, 0.0) + float(value) * weight
+                totals[key] = totals.get(key, 0.0) + value.double() * weight
             bar.update(1)
         sync.all_reduce_gradients(params)
-        totals = sync.all_reduce_totals(totals)
+        totals = sync.all_reduce_totals(read_back(totals))  # the step's one read of the loss terms
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
         if not math.isfinite(grad_norm):
             raise FloatingPointError(f"update it{ctx.iteration}: non-finite gradient norm; nothing was saved")

@@ -25,7 +25,7 @@ def launch_update(ctx: StageContext) -> dict:
     """Run this machine's part of the update stage of `ctx` (`train.processes` local processes, and with
     `train.nodes` > 1 the other machines' torchruns joining); return the stage's summary."""
     tc = ctx.cfg.train
-    check_setup(tc.dist_backend, ctx.cfg.model.device)
+    check_setup(tc.dist_backend, ctx.cfg.model.device, tc.processes)
     with tempfile.TemporaryDirectory(prefix="solrl-update-") as tmp:
         tmp = Path(tmp)
         config = tmp / "config.yaml"
