@@ -38,18 +38,22 @@ bench: setup
 	$(BIN)/solrl bench configs/bench.yaml
 
 # Local servers for `solrl deploy` and work pools: Prefect (UI + API) and MLflow (UI + tracking, artifacts proxied),
-# both on loopback, in the foreground until Ctrl-C. The MLflow store is the one `solrl train` uses without a server.
+# both on loopback, in the foreground until Ctrl-C. The MLflow store is the one `solrl train` uses without a server;
+# while the server runs, solrl commands log to that store through it (flows/mlflow_server.py).
 # flows/servers.py starts Prefect so that its UI calls the API on PREFECT_PORT.
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
 MLFLOW_STORE ?= sqlite:///$(CURDIR)/mlruns.db
 MLFLOW_ARTIFACTS ?= $(CURDIR)/mlartifacts
+# Prefect's database of `make server`: a file of this checkout, not ~/.prefect/prefect.db, which Prefect's temporary
+# servers (a `solrl` command without PREFECT_API_URL) and other checkouts use. PREFECT_DB=FILE for another file; a
+# database URL in PREFECT_SERVER_DATABASE_CONNECTION_URL (e.g. PostgreSQL) wins over both.
+PREFECT_DB ?= $(CURDIR)/.prefect/prefect.db
 
 server: setup
-	@$(BIN)/python -m flows.servers prefect $(PREFECT_PORT) & \
+	@$(BIN)/python -m flows.servers prefect $(PREFECT_PORT) --database "$(PREFECT_DB)" & \
 	prefect_pid=$$!; \
-	$(BIN)/mlflow server --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1 \
-		--backend-store-uri $(MLFLOW_STORE) --artifacts-destination $(MLFLOW_ARTIFACTS) & \
+	$(BIN)/python -m flows.mlflow_server $(MLFLOW_PORT) "$(MLFLOW_STORE)" "$(MLFLOW_ARTIFACTS)" & \
 	mlflow_pid=$$!; \
 	trap 'kill $$prefect_pid $$mlflow_pid 2>/dev/null; wait' INT TERM EXIT; \
 	for url in http://127.0.0.1:$(PREFECT_PORT)/api/health http://127.0.0.1:$(MLFLOW_PORT)/health; do \
@@ -59,11 +63,12 @@ server: setup
 		done; \
 	done; \
 	echo ""; \
-	echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)   MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)"; \
+	echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)"; \
+	echo "MLflow UI : http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"; \
 	echo "Point solrl at them (in each terminal that runs solrl or a Prefect worker):"; \
-	echo "  export PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api"; \
-	echo "  solrl train CONFIG --set tracking.uri=http://127.0.0.1:$(MLFLOW_PORT)  (or tracking: {uri: ...})"; \
-	echo "Existing servers instead: export PREFECT_API_URL=<their API URL>; tracking.uri=<their MLflow URI>."; \
+	echo "  export PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT)"; \
+	echo "In this folder solrl logs through this MLflow server even without MLFLOW_TRACKING_URI: it serves $(MLFLOW_STORE)."; \
+	echo "Existing servers instead: export PREFECT_API_URL=<their API URL> MLFLOW_TRACKING_URI=<their MLflow URI>."; \
 	echo "Ctrl-C stops both servers."; \
 	wait
 

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from flows.commands import config, deploy, distill, doctor, models, plan, pretrain, runs, train
+from flows.commands import config, deploy, distill, doctor, models, plan, presets, pretrain, runs, train
 from flows.signals import interrupted_exit_code, stop_on_sigterm
 from flows.user_errors import as_user_error, hide_user_error_logs, report
 from solrl_core.errors import SolrlError
@@ -35,12 +35,23 @@ def _terminal(args) -> None:
 
 
 # The command groups in the order `solrl --help` lists them; each module's register(sub) adds its subcommands.
-COMMANDS = (train, deploy, runs, models, plan, doctor, pretrain, distill, config)
+COMMANDS = (train, deploy, runs, presets, models, plan, doctor, pretrain, distill, config)
+
+
+def installed_version() -> str:
+    """solrl's version from the installed package's metadata (pyproject.toml's `version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("solrl")
+    except PackageNotFoundError:
+        return "unknown (solrl is not installed: pip install -e .)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solrl", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"solrl {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)

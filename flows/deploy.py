@@ -1,8 +1,9 @@
 """Prefect deployments of solrl's flows and the process work pools they run on.
 
 Deployments (`flow name/deployment name`):
-    solrl-train-config/<name>     the training flow of one config file + run directory + overrides, as `solrl train`
-                                  runs it (name: the config's `name`, or `solrl deploy --name`); may carry a schedule
+    solrl-train-config/<name>     the training flow of one config (carried as its resolved YAML, so a worker needs
+                                  no file of it) + run directory + overrides, as `solrl train` runs it (name: the
+                                  config's `name`, or `solrl deploy --name`); may carry a schedule
     solrl-stage/<stage>@<pool>    one stage on one work pool, as `solrl stage` runs it (parameters run_dir, iteration;
                                   the stage is a default parameter); the iteration flow runs these for stages that
                                   have a pool (`orchestration.work_pools`)
@@ -215,17 +216,25 @@ def ensure_stage_deployment(stage: str, pool: str) -> str:
 
 
 def train_command(config: Path, run_dir: Path, overrides: list[str]) -> str:
-    """The `solrl train` command line a run of the training deployment is equivalent to."""
-    return shlex.join(["solrl", "train", str(config), "--run-dir", str(run_dir),
+    """The `solrl train` command line a run of the training deployment is equivalent to (a packaged config by its
+    name)."""
+    from solrl_core.packaged_configs import packaged_name
+
+    return shlex.join(["solrl", "train", packaged_name(config) or str(config), "--run-dir", str(run_dir),
                        *[arg for o in overrides for arg in ("--set", o)]])
 
 
 def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str, pool: str,
                     cron: str | None = None, interval: float | None = None) -> str:
-    """Create or update the training deployment; its schedule becomes exactly `cron` / `interval` (or none)."""
+    """Create or update the training deployment; its schedule becomes exactly `cron` / `interval` (or none). The
+    deployment carries the config resolved (YAML text, as `solrl config --show` prints it; the overrides stay a
+    parameter of their own), so a worker on any machine runs it without a copy of the file or of its `extends`."""
+    from solrl_core.config import dump_config, load_config
+
     deployment = _load(TRAIN_ENTRYPOINT).to_deployment(
         name=name,
-        parameters={"config": str(config), "run_dir": str(run_dir), "overrides": list(overrides), "progress": False},
+        parameters={"config": dump_config(load_config(config)), "run_dir": str(run_dir), "overrides": list(overrides),
+                    "progress": False},
         cron=cron,
         interval=interval,
         concurrency_limit=1,  # a firing while the previous run still trains waits for it
@@ -242,9 +251,20 @@ def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str
     return f"{TRAIN_FLOW}/{name}"
 
 
+def check_tracking_uri(cfg: RunConfig, run_dir) -> str:
+    """Before anything is registered: the MLflow store the training deployment will log to (run.json's when the run
+    directory has one) answers, and, when its experiment or run keeps artifacts on a server (proxied), is reached
+    through that server; a one-line SolrlError otherwise. Returns the URI logged to."""
+    from flows.preflight import check_tracking
+    from solrl_core.rundir import RunDir
+
+    return check_tracking(cfg, RunDir(run_dir))
+
+
 def deploy_all(cfg: RunConfig, config: Path, run_dir: Path, overrides: list[str], name: str | None = None,
                cron: str | None = None, interval: float | None = None) -> dict:
     """Work pools (created when missing), the training deployment and one deployment per stage."""
+    check_tracking_uri(cfg, run_dir)
     orch = cfg.orchestration
     stage_pools = {stage: orch.pool_for(stage) or orch.flow_pool for stage in STAGES}
     pools = list(dict.fromkeys([orch.flow_pool, *stage_pools.values()]))

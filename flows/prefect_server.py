@@ -8,7 +8,8 @@ settings) as soon as the command knows a flow will run, so it boots while the co
 
 * in its own session: a terminal's Ctrl-C reaches the command only, which records the interruption and then stops it;
 * under solrl_core.orphan_guard: it stops when the command dies, even by SIGKILL;
-* bound to 127.0.0.1 on a free port; its database is Prefect's (PREFECT_HOME), as for Prefect's own temporary server;
+* bound to 127.0.0.1 on a free port; its database is Prefect's ($PREFECT_HOME/prefect.db), as for Prefect's own
+  temporary server, not the one of `make server` (a file of the checkout: flows/servers.py);
 * stopped when the command exits (atexit), after Prefect has sent its last logs and events: Prefect drains its queues
   at interpreter shutdown, before atexit handlers run; a server stopped earlier would leave them retrying for minutes.
 
@@ -48,6 +49,11 @@ def client_env() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")  # the client's side of the same (and no telemetry notice on a terminal)
 
 
+def temporary_server_env() -> dict[str, str]:
+    """The environment of a temporary server: this process's, with Prefect's temporary-server settings."""
+    return {**os.environ, **TEMPORARY_SERVER_ENV}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -72,7 +78,7 @@ class TemporaryServer:
         self.port = _free_port()
         cmd = [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
                "--host", HOST, "--port", str(self.port), "--log-level", "error", "--lifespan", "on"]
-        self.process = subprocess.Popen(guarded(cmd), env={**os.environ, **TEMPORARY_SERVER_ENV},
+        self.process = subprocess.Popen(guarded(cmd), env=temporary_server_env(),
                                         stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 

@@ -1,7 +1,8 @@
 """Before any work starts: the Prefect server of PREFECT_API_URL and the MLflow tracking store answer, or one line
 naming the URL and the setting to fix, within seconds (not after minutes of the clients' own retries).
 
-Checked: an HTTP server (Prefect's API, an MLflow server) answers GET <url>/health within HEALTH_TIMEOUT seconds; a
+Checked: an HTTP server (Prefect's API, an MLflow server) answers GET <url>/health within
+solrl_core.mlflow_links.HEALTH_TIMEOUT seconds; a
 sqlite or file store's folder exists and is writable. MLflow's own HTTP retries are bounded too (MLFLOW_HTTP_*
 defaults below, also given to flow runs on workers), so a server that dies during a run fails it in about a minute.
 """
@@ -9,15 +10,13 @@ defaults below, also given to flow runs on workers), so a server that dies durin
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 from solrl_core.errors import SolrlError
+from solrl_core.mlflow_links import health_failure
 from solrl_core.userfiles import closest_existing, unwritable_reason
 
-HEALTH_TIMEOUT = 5.0  # seconds per health request
 # MLflow's defaults retry a dead server for minutes (7 retries, backoff factor 2, 120 s per request); these give up
 # after about 7 s on a refused connection, about a minute on a server that hangs (4 x 15 s + backoff). An environment
 # variable of the same name wins.
@@ -26,19 +25,6 @@ MLFLOW_HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
 }
-
-
-def _health_failure(url: str, headers: dict[str, str] | None = None) -> str | None:
-    """Why GET `url` did not answer 2xx within HEALTH_TIMEOUT seconds; None when it did."""
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=HEALTH_TIMEOUT):
-            return None
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code} from {url}"
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return "no answer within {:g} s".format(HEALTH_TIMEOUT) if "timed out" in str(reason) else str(reason)
 
 
 def check_prefect_api() -> None:
@@ -50,7 +36,7 @@ def check_prefect_api() -> None:
         url, key = PREFECT_API_URL.value(), PREFECT_API_KEY.value()
     if not url:
         return
-    failure = _health_failure(url.rstrip("/") + "/health", {"Authorization": f"Bearer {key}"} if key else None)
+    failure = health_failure(url.rstrip("/") + "/health", {"Authorization": f"Bearer {key}"} if key else None)
     if failure:
         raise SolrlError(f"PREFECT_API_URL={url}: no Prefect server answers ({failure}); start it (make server), "
                          "fix PREFECT_API_URL, or unset it to use a temporary server")
@@ -63,7 +49,7 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
         os.environ.setdefault(name, value)
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
-        failure = _health_failure(uri.rstrip("/") + "/health")
+        failure = health_failure(uri.rstrip("/") + "/health")
         if failure:
             raise SolrlError(f"{setting} = {uri}: no MLflow server answers ({failure}); start it (mlflow server "
                              f"--host 127.0.0.1) or set {setting} to a server that runs")
@@ -89,19 +75,29 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
 
 
 def check_services(cfg, run=None, tracking: bool = True) -> None:
-    """The Prefect API and (with `tracking`) the run's MLflow store answer: the store recorded in the run directory
-    when the run has one (a resumed run logs there), else the config's."""
-    from flows.tracking import tracking_uri
-    from solrl_core.rundir import read_json
-
+    """The Prefect API and (with `tracking`) the run's MLflow store answer (`check_tracking`)."""
     check_prefect_api()
-    if not tracking:
-        return
-    uri = tracking_uri(cfg)
-    setting = "tracking.uri" if cfg.tracking.uri else "tracking.uri (default)"
-    if run is not None and run.run_json.is_file():
+    if tracking:
+        check_tracking(cfg, run)
+
+
+def check_tracking(cfg, run=None) -> str:
+    """The MLflow store of `cfg` (the one recorded in the run directory of `run` when it has one and keeps it: a resumed
+    run logs there; a run whose config is replaced drops it) answers, through the MLflow server that serves it if one does (flows/tracking.py `route`), and reaches
+    where its run (or the experiment a new run joins) keeps its artifacts. Returns the URI logged to."""
+    from flows.tracking import check_artifact_route, route, tracking_uri
+    from solrl_core.rundir import read_json
+    from solrl_core.runs import config_replaced
+
+    uri, run_id = tracking_uri(cfg), None
+    setting = "tracking.uri" if cfg.tracking.uri else \
+        "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri (default)"
+    if run is not None and run.run_json.is_file() and not config_replaced(run, cfg):
         try:
-            uri, setting = read_json(run.run_json)["tracking_uri"], f"the tracking URI of {run.run_json}"
+            info = read_json(run.run_json)
+            uri, run_id, setting = info["tracking_uri"], info["mlflow_run_id"], f"the tracking URI of {run.run_json}"
         except (ValueError, KeyError, TypeError):  # a damaged run.json is reported where it is read
             pass
-    check_tracking_store(uri, setting)
+    check_tracking_store(route(uri), setting)
+    check_artifact_route(uri, experiment=cfg.tracking.experiment, run_id=run_id)
+    return route(uri)

@@ -6,7 +6,8 @@ from prefect import flow
 
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.runs import check_iteration, load_run_config
+from solrl_core.storage import lock_wait_seconds
 from tasks.registry import STAGE_TASKS
 
 
@@ -23,12 +24,14 @@ def stage_flow(run_dir: str, stage: str, iteration: int, force: bool = False, pr
         force: compute the stage again (its artifact stays until the new one is complete)
         progress: progress bars
         hold: take the run directory's lock for the stage, as `solrl stage` does (stage deployments default to
-            true); false when the caller already holds it (`solrl stage`, the iteration flow that started it)
+            true), waiting for another holder up to SOLRL_LOCK_WAIT seconds (default 600); false when the caller
+            already holds it (`solrl stage`, the iteration flow that started it)
     """
     if stage not in STAGE_TASKS:
         raise SolrlError(f"unknown stage '{stage}' (stages: {', '.join(STAGE_TASKS)})")
-    load_run_config(RunDir(run_dir))  # a path that is not a run directory: one line saying so
+    # a path that is not a run directory, an iteration the run does not have: one line saying so, as `solrl stage`
+    check_iteration(load_run_config(RunDir(run_dir)), iteration, flag="iteration")
     if not hold:
         return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)
-    with RunDir(run_dir).hold():
+    with RunDir(run_dir).hold(wait=lock_wait_seconds()):  # another stage run of the run: wait for it
         return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)

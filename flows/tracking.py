@@ -1,17 +1,28 @@
 """MLflow: one MLflow run per training run; per-iteration metrics and the best/worst grid (step = iteration), and
-each iteration's candidate pool under `pool/iter_NNNN/` (see `log_pool`)."""
+each iteration's candidate pool under `pool/iter_NNNN/` (see `log_pool`).
+
+Where: `tracking_uri` picks the store of a new run (recorded in its run.json; later commands use that one), and
+`connect` talks to it, through the MLflow server of `make server` when one serves that sqlite file
+(solrl_core/mlflow_links.py). MLflow's own "View run / View experiment" lines stay off stdout (QUIET_ENV): the
+commands print the run's address themselves, once."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+import os
+import sqlite3
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from solrl_core.config import RunConfig
+from solrl_core.errors import SolrlError
 from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table, stage_shards
+from solrl_core.mlflow_links import serving_server, sqlite_file
 from solrl_core.pool import read_table
 from solrl_core.report import best_worst_grid, proxy_final_scatter, top_bottom_grids
 from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
@@ -20,12 +31,83 @@ from solrl_core.storage import local_file, location, save_image
 POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
 THUMBNAIL = 64  # pixels, longest side of the images in the pool table's `thumbnail` column
 # The experiment tag by which the MLflow UI (3.x) picks the experiment's view: model training (metric charts),
-# not the GenAI view it infers for an experiment without it.
+# not the GenAI view it infers for an experiment without it. MLflow 3.17 ignores it; the links solrl prints ask for
+# the training view themselves (solrl_core/mlflow_links.py).
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# MLflow prints "View run / View experiment" to stdout after every run it ends (a dozen times a training, under
+# --quiet too, through the progress bars). An environment variable of the same name wins.
+QUIET_ENV = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+# The config keys logged as MLflow params (a key names its subkeys too; unset ones are left out). Few on purpose:
+# MLflow's image card (Model metrics: `pool/best_worst`) prints every param of the run above the image, in its
+# fixed-height box; the config's 80-odd keys filled it and hid the grid, 11 still hid half of it, these (4, or 5 with
+# model.path: two lines) leave it whole. The whole config is the artifact CONFIG_ARTIFACT.
+RUN_PARAMS = ("family", "model.kind", "model.path", "iterations", "train.optimizer.lr")
+CONFIG_ARTIFACT = "config.yaml"
+PROXIED = "mlflow-artifacts:"  # artifact locations that only an MLflow server reaches (its proxied artifacts)
 
 
 def tracking_uri(cfg: RunConfig) -> str:
-    return cfg.tracking.uri or f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+    """The store of a new run of `cfg`: `tracking.uri`, else MLFLOW_TRACKING_URI (MLflow's variable, which `make
+    server` prints), else sqlite ./mlruns.db of the working directory."""
+    return cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+
+
+@functools.cache
+def route(uri: str) -> str:
+    """The URI to talk to for store `uri`: the MLflow server that serves it (`make server`'s, while it answers),
+    else `uri` itself. Asked once per process."""
+    return serving_server(uri) or uri
+
+
+def connect(uri: str):
+    """The `mlflow` module, pointed at store `uri` (through its server, see `route`), its URL lines off stdout."""
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    import mlflow
+
+    mlflow.set_tracking_uri(route(uri))
+    return mlflow
+
+
+def proxied_artifacts(uri: str, experiment: str | None = None, run_id: str | None = None) -> str | None:
+    """The artifact location of MLflow run `run_id` (else of experiment `experiment`) in store `uri` when it is one
+    only an MLflow server reaches (`mlflow-artifacts:`) and `uri` is reached without one; else None. Read from a
+    sqlite store's tables directly (no MLflow import, milliseconds); other stores are left to MLflow."""
+    database = sqlite_file(route(uri))
+    if database is None or not database.is_file():
+        return None
+    sql, key = (("SELECT artifact_uri FROM runs WHERE run_uuid = ?", run_id) if run_id else
+                ("SELECT artifact_location FROM experiments WHERE name = ?", experiment))
+    try:
+        with contextlib.closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=10)) as db:
+            row = db.execute(sql, (key,)).fetchone()
+    except sqlite3.Error:  # not (yet) an MLflow database, or locked for long: MLflow reports what it finds
+        return None
+    location = row[0] if row else None
+    return location if isinstance(location, str) and location.startswith(PROXIED) else None
+
+
+def check_artifact_route(uri: str, experiment: str | None = None, run_id: str | None = None) -> None:
+    """One line when the MLflow run `run_id` (a resumed run) or the experiment a new run joins keeps its artifacts
+    on an MLflow server that store `uri` is not reached through (MLflow would fail at the first artifact, after an
+    iteration of work): a server made it in that same store (`make server` serves ./mlruns.db) and no longer runs."""
+    location = proxied_artifacts(uri, experiment, run_id)
+    if location is None:
+        return
+    database = sqlite_file(uri)
+    start = f"start an MLflow server on it (`make server` in {database.parent})" if database.name == "mlruns.db" \
+        else f"start an MLflow server on it (`make server MLFLOW_STORE={uri}`)"
+    what, fix = (f"MLflow run {run_id}", start) if run_id else (
+        f"experiment '{experiment}'", f"{start}, set tracking.uri or MLFLOW_TRACKING_URI to a server on it, or log "
+        "to another experiment: --set tracking.experiment=NAME")
+    raise SolrlError(f"{what} in {uri} keeps its artifacts on an MLflow server ({location}), and no server serves "
+                     f"that store now: {fix}")
+
+
+def run_params(cfg: RunConfig) -> dict[str, str]:
+    """The MLflow params of a run of `cfg` (RUN_PARAMS)."""
+    return {key: value for key, value in _flatten(cfg.model_dump(mode="json")).items()
+            if value != "None" and any(key == name or key.startswith(name + ".") for name in RUN_PARAMS)}
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, str]:
@@ -39,13 +121,14 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, str]:
 
 
 def _experiment_id(name: str, uri: str) -> str:
-    """The id of experiment `name` at the current tracking URI `uri`, created if missing (artifacts beside a sqlite
-    store go to ./mlartifacts), tagged with EXPERIMENT_KIND if it is not yet."""
+    """The id of experiment `name` in store `uri` (connected), created if missing (artifacts beside a sqlite store
+    reached without a server go to ./mlartifacts; a server keeps them where it keeps its artifacts), tagged with
+    EXPERIMENT_KIND if it is not yet."""
     import mlflow
 
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is None:
-        artifacts = (Path.cwd() / "mlartifacts").as_uri() if uri.startswith("sqlite") else None
+        artifacts = (Path.cwd() / "mlartifacts").as_uri() if route(uri).startswith("sqlite") else None
         return mlflow.create_experiment(name, artifact_location=artifacts, tags=EXPERIMENT_KIND)
     for key, value in EXPERIMENT_KIND.items():
         if key not in experiment.tags:  # made before solrl set it, or by someone else
@@ -56,18 +139,21 @@ def _experiment_id(name: str, uri: str) -> str:
 def ensure_mlflow_run(run: RunDir, cfg: RunConfig) -> dict:
     """Create the run's MLflow run once, at `tracking_uri(cfg)`, and record it in the run directory's run.json; later
     calls (resumes, from any folder) return the recorded one: the default store follows the working directory, so
-    the run directory, not the folder a command runs from, says where its MLflow run is."""
+    the run directory, not the folder a command runs from, says where its MLflow run is. run.json records the store
+    as configured (a sqlite file, not the server that served it then). Either way, first a run whose artifacts need
+    a server that is not there is refused in one line (`check_artifact_route`)."""
     info = run.run_info()
     if info is not None:
+        check_artifact_route(info["tracking_uri"], run_id=info["mlflow_run_id"])
         return info
-    import mlflow
-
     uri = tracking_uri(cfg)
-    mlflow.set_tracking_uri(uri)
+    check_artifact_route(uri, experiment=cfg.tracking.experiment)
+    mlflow = connect(uri)
     experiment_id = _experiment_id(cfg.tracking.experiment, uri)
     with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
         mlflow.set_tags({"family": cfg.family, "run_dir": location(run.root)})
-        mlflow.log_params(_flatten(cfg.model_dump(mode="json")))
+        mlflow.log_params(run_params(cfg))
+        mlflow.log_dict(cfg.model_dump(mode="json"), CONFIG_ARTIFACT)
         info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
     write_json_atomic(run.run_json, info)
     return info
@@ -147,7 +233,6 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
     update_id = run.manifest(iteration, "update").get("id")
     if _logged(marker, update_id):
         return metrics
-    import mlflow
     from PIL import Image
 
     info = ensure_mlflow_run(run, cfg)
@@ -155,7 +240,7 @@ def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, floa
     reward = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr", ["reward"])[0]["reward"]
     grid = best_worst_grid(pool, reward, cfg.tracking.grid_prompts)
     save_image(Image.fromarray(grid), run.iteration_dir(iteration) / "best_worst.png")
-    mlflow.set_tracking_uri(info["tracking_uri"])
+    mlflow = connect(info["tracking_uri"])
     report = json.loads((run.stage_dir(iteration, "quantize") / "report.json").read_text())
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         log_metrics_once(info["mlflow_run_id"], metrics, iteration)
@@ -244,10 +329,8 @@ def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
     marker = run.eval_dir(step) / "logged.json"
     if marker.is_file():
         return
-    import mlflow
-
     info = ensure_mlflow_run(run, cfg)
-    mlflow.set_tracking_uri(info["tracking_uri"])
+    mlflow = connect(info["tracking_uri"])
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         log_metrics_once(info["mlflow_run_id"], {f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step)
         with local_file(run.eval_dir(step) / "samples.png") as samples:
@@ -278,10 +361,8 @@ def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     audit_id = run.manifest(iteration, "audit").get("id")
     if _logged(marker, audit_id):
         return metrics
-    import mlflow
-
     info = ensure_mlflow_run(run, cfg)
-    mlflow.set_tracking_uri(info["tracking_uri"])
+    mlflow = connect(info["tracking_uri"])
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         log_metrics_once(info["mlflow_run_id"], metrics, iteration)
         mlflow.log_dict(summary, f"audit/summary_iter{iteration:04d}.json")
@@ -295,10 +376,8 @@ def log_bench_report(root: Path, uri: str, experiment: str, report: dict, files:
     The run is created once per benchmark directory (`<root>/mlflow.json` records it); a resumed benchmark logs
     the regenerated report into the same run. Headline metrics, at step = iterations: `bench/<family>/final_reward`
     (mean over seeds), `.../final_reward_std`, `.../target_cost_gpu_s` and `.../speedup_vs_<reference>`."""
-    import mlflow
-
     record = Path(root) / "mlflow.json"
-    mlflow.set_tracking_uri(uri)
+    mlflow = connect(uri)
     info = read_json(record) if record.is_file() else None
     if info is None or info.get("tracking_uri") != uri:
         experiment_id = _experiment_id(experiment, uri)

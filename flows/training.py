@@ -11,7 +11,7 @@ from flows.tracking import ensure_mlflow_run, iteration_metrics, log_audit, log_
 from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
 from tasks.shards import dask_shards
-from solrl_core.config import load_config
+from solrl_core.config import load_config_from
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config, prepare_run
 from solrl_core.stages.audit import AUDIT
@@ -62,12 +62,13 @@ def train_config_flow(config: str, run_dir: str, overrides: list[str] | None = N
     iteration count (nothing new when complete).
 
     Args:
-        config: YAML config file
+        config: the config as YAML text (what `solrl deploy` registers: resolved, no file needed), or a YAML file or
+            a packaged config's name
         run_dir: the run directory
         overrides: config overrides KEY=VALUE, as `--set` takes them (e.g. iterations=12 extends the run)
         progress: progress bars
     """
-    cfg = load_config(config, list(overrides or []))
+    cfg = load_config_from(config, list(overrides or []))
     run = RunDir(run_dir)
     with run.hold():
         prepare_run(run, cfg)

@@ -4,7 +4,8 @@ Unknown keys and bad values are rejected with a message naming the key, and so a
 config's `family` (solrl_core/families.py). Every field carries a description: `solrl config --explain` and
 docs/config.md are generated from them (solrl_core/config_explain.py). A config may start from other files with
 `extends: other.yaml` or `extends: [a.yaml, b.yaml, ...]` (paths relative to the extending file; the list merges in
-order, later files win; mappings merge key by key, the extending file wins over all of them).
+order, later files win; mappings merge key by key, the extending file wins over all of them). Where a command takes
+a CONFIG, it is a file or the name of a config shipped in the package (`solrl presets` lists them).
 `--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
 
 Tiny models: when `model.path` is a local directory holding `solrl_tiny.yaml` (written by `solrl make-tiny`), its
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.families import Family, family_conflict
+from solrl_core.packaged_configs import resolve_config
 from solrl_core.userfiles import read_text
 
 Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
@@ -30,6 +32,31 @@ Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "f
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# Upper bounds of the integer settings. Far above any real run (the official ones: 48 prompts x 96 seeds, 28-40 ODE
+# steps, batches of tens, hundreds of iterations on up to hundreds of GPUs), yet low enough that each value, and the
+# counts the code forms from them (rows of a pool: prompts x seeds; optimizer steps: iterations x steps per
+# iteration), fit the 64-bit integers of torch, zarr and Prefect's database: `iterations: 100000000000000000000` once
+# made every Prefect listing of the server fail ("Integer exceeds 64-bit range"). A value past them is a typo.
+MAX_ITERATIONS = 1_000_000  # iterations, optimizer steps per iteration, eval/audit periods, patience
+MAX_SEEDS = 100_000  # seeds per prompt (explore and evaluation), K
+MAX_PROMPTS = 100_000  # prompts per iteration, evaluation prompts, prompts of the grid
+MAX_STEPS = 10_000  # ODE steps
+MAX_BATCH = 65_536  # batch sizes, micro-batches, latents per VAE decode
+MAX_RANK = 65_536  # LoRA rank (at most a layer's width)
+MAX_WIDTH = 1_000_000  # a layer width, text tokens
+MAX_SIDE = 65_536  # image side in pixels
+MAX_PROCESSES = 1_024  # update processes per machine
+MAX_NODES = 65_536  # machines of the update
+MAX_SECONDS = 7 * 24 * 3600  # a timeout: a week
+MAX_SEED = 2**63 - 1  # the largest int64
+
+
+def _count(default: int | None, low: int, high: int, description: str, **kwargs: Any) -> Any:
+    """An integer setting from `low` to `high`, which the end of its description states. Only integers: strict, so
+    `true` or `2.5` (or `10.0`) is refused, not read as 1, 2 or 10."""
+    return Field(default, ge=low, le=high, strict=True, description=f"{description}; {low} to {high:,}", **kwargs)
 
 
 BackboneKind = str
@@ -48,13 +75,14 @@ class ModelConfig(_Strict):
     )
     device: str = Field("cpu", description="torch device of sampling, scoring and the update: cpu, cuda, cuda:1, ...")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="weights of the transformer and encoders (bfloat16 on GPUs; CPUs here lack bf16)"
+        "float32", description="weights of the transformer and encoders (bfloat16 on GPUs); the LoRA θ, θ_old, their "
+        "optimizer state and EMA stay float32 whatever this is"
     )
-    resolution: int | None = Field(None, ge=8, description="image side in pixels; null = the backbone's default")
+    resolution: int | None = _count(None, 8, MAX_SIDE, "image side in pixels; null = the backbone's default")
     sampler: SamplerName | None = Field(None, description="ODE solver; null = the backbone's default")
-    max_sequence_length: int | None = Field(None, ge=1, description="text tokens (T5/Gemma); null = default")
+    max_sequence_length: int | None = _count(None, 1, MAX_WIDTH, "text tokens (T5/Gemma); null = default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the update (saves memory)")
-    decode_chunk: int = Field(8, ge=1, description="latents decoded per VAE call")
+    decode_chunk: int = _count(8, 1, MAX_BATCH, "latents decoded per VAE call")
     release_text_encoders: bool = Field(
         False, description="drop the text encoders from the device once every prompt of the run is cached"
     )
@@ -89,7 +117,7 @@ class PromptsConfig(_Strict):
     split: str | None = Field(
         None, description='JSONL only: train on the lines whose "split" field equals this (e.g. train); null = all'
     )
-    per_iteration: int = Field(4, ge=1, description="prompts drawn per iteration (official 48)")
+    per_iteration: int = _count(4, 1, MAX_PROMPTS, "prompts drawn per iteration (official 48)")
 
 
 class QuantConfig(_Strict):
@@ -98,9 +126,9 @@ class QuantConfig(_Strict):
         description="Linear layers kept in high precision: any whose qualified name contains one of these (substring); "
         "null = backbone default",
     )
-    min_width: int | None = Field(
-        None, ge=0, description="skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX "
-        "1000, SD3.5-L 2432, SANA 2240)"
+    min_width: int | None = _count(
+        None, 0, MAX_WIDTH, "skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX 1000, "
+        "SD3.5-L 2432, SANA 2240)"
     )
     weight_format: Literal["nvfp4", "nvfp4_2d"] = Field(
         "nvfp4_2d", description="NVFP4 weight scaling blocks: nvfp4_2d = 16x16 tiles (Transformer Engine's recipe, "
@@ -122,11 +150,22 @@ class GuardrailConfig(_Strict):
 
     enabled: bool = Field(False, description="watch the fidelity each iteration (sol_rl only: needs regenerate)")
     floor: float = Field(0.5, ge=-1, le=1, description="Spearman below this counts as a bad iteration")
-    patience: int = Field(2, ge=1, description="consecutive bad iterations before escalating")
+    patience: int = _count(2, 1, MAX_ITERATIONS, "consecutive bad iterations before escalating")
     ladder: list[tuple[Precision, int]] = Field(
         default_factory=lambda: [("fp8_emulated", 6), ("fp32", 6), ("fp32", 10)],
-        description="settings to move to, one rung per escalation, after the configured precision/steps",
+        description=f"settings to move to, one rung per escalation, after the configured precision/steps (steps 1 to "
+        f"{MAX_STEPS:,})",
     )
+
+    @field_validator("ladder", mode="before")
+    @classmethod
+    def _ladder_steps(cls, ladder: Any) -> Any:
+        for rung in ladder if isinstance(ladder, list) else ():
+            steps = rung[1] if isinstance(rung, (list, tuple)) and len(rung) == 2 else None
+            if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_STEPS):
+                raise ValueError(f"explore.guardrail.ladder: steps must be a whole number from 1 to {MAX_STEPS:,} "
+                                 f"(got {steps!r})")
+        return ladder
 
 
 class ExploreConfig(_Strict):
@@ -136,9 +175,9 @@ class ExploreConfig(_Strict):
         "nothing replaced (full precision); auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else nvfp4_emulated "
         "(official NVFP4; solrl_core/quant/backends.py)"
     )
-    steps: int = Field(6, ge=1, description="ODE steps of the explore copy (official 6)")
-    seeds_per_prompt: int = Field(16, ge=1, description="N, candidates per prompt (official 96)")
-    batch_size: int = Field(32, ge=1, description="candidates per forward batch; also the commit unit of the pool")
+    steps: int = _count(6, 1, MAX_STEPS, "ODE steps of the explore copy (official 6)")
+    seeds_per_prompt: int = _count(16, 1, MAX_SEEDS, "N, candidates per prompt (official 96)")
+    batch_size: int = _count(32, 1, MAX_BATCH, "candidates per forward batch; also the commit unit of the pool")
     keep_latents: bool = Field(
         True, description="store each candidate's final latent in the pool (always kept when regenerate is off: the "
         "update trains on them)"
@@ -152,7 +191,7 @@ class SelectConfig(_Strict):
         "(official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = "
         "every seed (diffusionnft); or package.module:Class, a SelectionRule of your own (solrl_core/rl/selection.py)"
     )
-    k: int = Field(4, ge=1, description="K, seeds kept per prompt (official 24)")
+    k: int = _count(4, 1, MAX_SEEDS, "K, seeds kept per prompt (official 24)")
 
     @field_validator("mode")
     @classmethod
@@ -177,8 +216,8 @@ class RegenerateConfig(_Strict):
         True, description="sample the selected seeds again with the full-precision copy and train on those (sol_rl); "
         "false = train on the explore samples (the other families)"
     )
-    steps: int = Field(10, ge=1, description="ODE steps of the full-precision copy (official 10)")
-    batch_size: int = Field(32, ge=1, description="samples per forward batch; also the commit unit of its artifact")
+    steps: int = _count(10, 1, MAX_STEPS, "ODE steps of the full-precision copy (official 10)")
+    batch_size: int = _count(32, 1, MAX_BATCH, "samples per forward batch; also the commit unit of its artifact")
 
 
 class ScoreConfig(_Strict):
@@ -202,7 +241,7 @@ class OptimizerConfig(_Strict):
 
 
 class TrainConfig(_Strict):
-    lora_rank: int = Field(32, ge=1, description="rank r of the LoRA adapters θ and θ_old (official 32)")
+    lora_rank: int = _count(32, 1, MAX_RANK, "rank r of the LoRA adapters θ and θ_old (official 32)")
     lora_alpha: float = Field(
         64.0, gt=0, description="LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)"
     )
@@ -227,18 +266,18 @@ class TrainConfig(_Strict):
         1e-4, ge=0, description="weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 "
         "(adapters off); 0 = none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)"
     )
-    micro_batch: int = Field(8, ge=1, description="(sample, time) pairs per forward/backward, per process")
-    processes: int = Field(1, ge=1, description="update processes per node (torchrun --nproc-per-node, data "
-                           "parallel); official 8 GPUs")
-    nodes: int = Field(1, ge=1, description="machines the update spans (torchrun --nnodes). With more than 1, the "
-                       "machine that runs the update stage starts torchrun for itself, each other machine runs `solrl "
-                       "update-node --run-dir DIR` (one torchrun for every iteration's update), and all see the run "
-                       "directory (shared filesystem or S3)")
+    micro_batch: int = _count(8, 1, MAX_BATCH, "(sample, time) pairs per forward/backward, per process")
+    processes: int = _count(1, 1, MAX_PROCESSES, "update processes per node (torchrun --nproc-per-node, data "
+                            "parallel); official 8 GPUs")
+    nodes: int = _count(1, 1, MAX_NODES, "machines the update spans (torchrun --nnodes). With more than 1, the "
+                        "machine that runs the update stage starts torchrun for itself, each other machine runs `solrl "
+                        "update-node --run-dir DIR` (one torchrun for every iteration's update), and all see the run "
+                        "directory (shared filesystem or S3)")
     rdzv_endpoint: str | None = Field(None, description="HOST:PORT where the nodes meet (torchrun --rdzv-endpoint, "
                                       "c10d rendezvous): a free port on one training machine, usually the one that "
                                       "runs the stage, reachable from the others; needed when nodes > 1")
     dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
-    optimizer_steps: int = Field(1, ge=1, description="optimizer steps per iteration (official 1)")
+    optimizer_steps: int = _count(1, 1, MAX_ITERATIONS, "optimizer steps per iteration (official 1)")
     optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW settings of the update")
     old_eta_rate: float = Field(
         0.001, ge=0, description="growth per optimizer step s of η in the sampling policy's soft update θ_old ← "
@@ -266,15 +305,15 @@ class TrainConfig(_Strict):
 class EvalConfig(_Strict):
     """Held-out evaluation with the EMA weights: fixed prompts and seeds, full precision."""
 
-    every: int = Field(5, ge=0, description="evaluate after every N iterations (and the last); 0 = never")
+    every: int = _count(5, 0, MAX_ITERATIONS, "evaluate after every N iterations (and the last); 0 = never")
     prompts: str = Field("builtin:shapes-test", description="a builtin set, a text or a JSONL file (as prompts.train)")
     split: str | None = Field(
         None, description='JSONL only: evaluate the lines whose "split" field equals this (e.g. test); null = all'
     )
-    num_prompts: int = Field(16, ge=1, description="the first N prompts of the set (fixed across evaluations)")
-    seeds_per_prompt: int = Field(2, ge=1, description="fixed noise seeds per prompt (presets: 1)")
-    steps: int = Field(10, ge=1, description="ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
-    batch_size: int = Field(32, ge=1, description="samples per forward batch")
+    num_prompts: int = _count(16, 1, MAX_PROMPTS, "the first N prompts of the set (fixed across evaluations)")
+    seeds_per_prompt: int = _count(2, 1, MAX_SEEDS, "fixed noise seeds per prompt (presets: 1)")
+    steps: int = _count(10, 1, MAX_STEPS, "ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
+    batch_size: int = _count(32, 1, MAX_BATCH, "samples per forward batch")
     rewards: dict[str, float] | None = Field(
         None, description="reward name -> weight of the held-out score; null = the training rewards"
     )
@@ -290,13 +329,15 @@ class AuditConfig(_Strict):
     """Full-fidelity audit: regenerate the whole explore pool at full precision and measure the ranking fidelity of
     the proxy reward over whole prompt groups (solrl_core/stages/audit.py)."""
 
-    every: int = Field(0, ge=0, description="audit iterations whose (iteration + 1) divides by N; 0 = never")
+    every: int = _count(0, 0, MAX_ITERATIONS, "audit iterations whose (iteration + 1) divides by N; 0 = never")
 
 
 class TrackingConfig(_Strict):
-    uri: str | None = Field(None, description="MLflow tracking URI; null = sqlite:///mlruns.db in the working dir")
+    uri: str | None = Field(None, description="MLflow tracking URI; null = MLFLOW_TRACKING_URI, else "
+                            "sqlite:///mlruns.db in the working dir (through the MLflow server of `make server` while "
+                            "it serves that file)")
     experiment: str = Field("solrl", description="MLflow experiment the run is logged under")
-    grid_prompts: int = Field(2, ge=0, description="prompts shown in the best/worst image grid per iteration")
+    grid_prompts: int = _count(2, 0, MAX_PROMPTS, "prompts shown in the best/worst image grid per iteration")
 
 
 class OrchestrationConfig(_Strict):
@@ -320,8 +361,8 @@ class OrchestrationConfig(_Strict):
         None, description="tcp://HOST:PORT of a running Dask scheduler whose workers (one per device, started with "
         "--resources device=1) run the shards; null = a local cluster of one process per entry of `devices`"
     )
-    heartbeat_timeout: int = Field(
-        120, ge=45, description="seconds without a heartbeat (sent every 30 s) after which a run on a work pool is "
+    heartbeat_timeout: int = _count(
+        120, 45, MAX_SECONDS, "seconds without a heartbeat (sent every 30 s) after which a run on a work pool is "
         "marked Crashed (its worker or machine was lost) and its stage re-run"
     )
 
@@ -360,8 +401,9 @@ class RunConfig(_Strict):
         "sol_rl", description="which method the config is (solrl_core/families.py): diffusionnft, naive_scaling, "
         "naive_quant or sol_rl; checked against explore.precision, select.mode and regenerate.enabled"
     )
-    seed: int = Field(0, description="root of every random draw (prompts, noise seeds, selection, timesteps)")
-    iterations: int = Field(10, ge=1, description="RL iterations to train (each one optimizer_steps steps)")
+    seed: int = _count(0, 0, MAX_SEED, "root of every random draw (prompts, noise seeds, selection, timesteps); the "
+                       "noise seeds drawn from it must fit 64 bits as well (checked when the run starts)")
+    iterations: int = _count(10, 1, MAX_ITERATIONS, "RL iterations to train (each one optimizer_steps steps)")
     model: ModelConfig = Field(ModelConfig(), description="the backbone: adapter, weights, device, resolution")
     guidance: GuidanceConfig = Field(GuidanceConfig(), description="guidance scales per phase (official 1.0: none)")
     prompts: PromptsConfig = Field(PromptsConfig(), description="the training prompts")
@@ -440,6 +482,22 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)
 
 
+def _parse_mapping(text: str, source: str, empty_hint: str) -> dict:
+    """The YAML `text` as a mapping of keys; ConfigError naming `source` when it is not one."""
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}:{where} is not valid YAML") from None
+    if data is None:
+        raise ConfigError(empty_hint)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys (key: value lines), not a "
+                          f"{_yaml_kind(data)}")
+    return data
+
+
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in seen:
@@ -447,19 +505,11 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = load_yaml(read_text(path, "config"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} is not valid YAML") from None
+        text = read_text(path, "config")
     except SolrlError as exc:
         raise ConfigError(str(exc)) from None
-    if data is None:
-        raise ConfigError(f"config file {path} is empty; write the settings to change (e.g. extends: demo.yaml "
-                          "plus the keys that differ)")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys (key: value lines), not a "
-                          f"{_yaml_kind(data)}")
+    data = _parse_mapping(text, str(path), f"config file {path} is empty; write the settings to change (e.g. "
+                          "extends: demo.yaml plus the keys that differ)")
     parents = data.pop("extends", None)
     if parents is None:
         return data
@@ -558,13 +608,37 @@ def apply_tiny_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Read, merge `extends`, apply `--set` overrides (and a tiny model's run overrides), validate."""
-    path = Path(path)
-    data = apply_overrides(_read_yaml(path), overrides or [])
+def load_config(config: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML file or a packaged config by name (`solrl_core.packaged_configs.resolve_config`), merge
+    `extends`, apply `--set` overrides (and a tiny model's run overrides), validate."""
+    path = resolve_config(config)
+    return _validated(_read_yaml(path), overrides, str(path), default_name=path.stem)
+
+
+def load_config_text(text: str, overrides: list[str] | None = None, source: str = "config text") -> RunConfig:
+    """A config given as YAML text, e.g. as resolved by `dump_config` (no `extends`: there is no file to resolve
+    its paths against); then as `load_config`."""
+    data = _parse_mapping(text, source, f"{source} is empty")
+    if "extends" in data:
+        raise ConfigError(f"{source}: 'extends' needs a file to resolve it against; give the config as resolved "
+                          "(solrl config --show CONFIG)")
+    return _validated(data, overrides, source)
+
+
+def load_config_from(source: str, overrides: list[str] | None = None) -> RunConfig:
+    """`source` is YAML text when it spans lines (what a training deployment carries), else a file or a packaged
+    config name."""
+    if "\n" in source:
+        return load_config_text(source, overrides)
+    return load_config(source, overrides)
+
+
+def _validated(data: dict, overrides: list[str] | None, source: str, default_name: str | None = None) -> RunConfig:
+    data = apply_overrides(data, overrides or [])
     data = apply_tiny_overrides(data, overrides or [])
-    data.setdefault("name", path.stem)
-    return validate_config(data, source=str(path))
+    if default_name is not None:
+        data.setdefault("name", default_name)
+    return validate_config(data, source=source)
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
 
 import numpy as np
 
 from solrl_core.errors import MissingInputError
+from solrl_core.mlflow_links import run_link
 from solrl_core.pool import read_table
 from solrl_core.rundir import RunDir
 
-UI_HOST, UI_PORT = "127.0.0.1", 5000
 
 
 def pool_table(run: RunDir, iteration: int) -> dict[str, np.ndarray]:
@@ -138,36 +137,12 @@ def pool_artifact_path(iteration: int) -> str:
 
 
 def mlflow_pool_link(run: RunDir, iteration: int) -> dict | None:
-    """The MLflow UI address of an iteration's pool, from the run's tracking URI (None before the MLflow run exists).
-
-    An http(s) tracking URI is a server with the UI: the link opens the run's artifact view at the pool. Any other
-    URI (sqlite, file, a local path, a database) has no UI of its own: `ui_command` is the `mlflow ui` command that
-    serves it on 127.0.0.1, and the link is the address that command serves.
-    """
-    link = mlflow_run_link(run)
-    if link is None:
-        return None
+    """Where an iteration's pool is in MLflow (None before the run's MLflow run exists): the run's link
+    (solrl_core/mlflow_links.py: the UI of the server serving its store, in the training view; or the `mlflow ui`
+    command that would serve it) at the pool's artifact path, and whether the pool is logged yet."""
     path = pool_artifact_path(iteration)
-    return {**link, "artifact_path": path, "url": f"{link['url']}/artifactPath/{path}",
-            "logged": logged_marker(run, iteration).is_file()}
-
-
-def mlflow_run_link(run: RunDir) -> dict | None:
-    """The run's MLflow run (from run.json; None before it exists): tracking_uri, run_id, experiment_id, the UI
-    address of the run (`url`) and, for a tracking URI without a UI of its own, the `mlflow ui` command that serves
-    that address (`ui_command`, else None)."""
-    info = run.run_info()
-    if info is None:
-        return None
-    uri = info["tracking_uri"]
-    if urlparse(uri).scheme in ("http", "https"):
-        base, command = uri.rstrip("/"), None
-    else:
-        base = f"http://{UI_HOST}:{UI_PORT}"
-        command = f"mlflow ui --backend-store-uri {uri} --host {UI_HOST} --port {UI_PORT}"
-    experiment = info.get("experiment_id", "0")
-    return {"tracking_uri": uri, "run_id": info["mlflow_run_id"], "experiment_id": experiment,
-            "url": f"{base}/#/experiments/{experiment}/runs/{info['mlflow_run_id']}", "ui_command": command}
+    link = run_link(run.run_info(), path)
+    return link and {**link, "artifact_path": path, "logged": logged_marker(run, iteration).is_file()}
 
 
 def mlflow_link_text(link: dict | None, iteration: int) -> str:

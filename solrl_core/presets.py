@@ -18,10 +18,10 @@ from pathlib import Path
 
 from solrl_core.backbones.registry import backbone_specs
 from solrl_core.families import FAMILIES
+from solrl_core.packaged_configs import CONFIGS_DIR, PRESETS_SUBDIR
 from solrl_core.rewards.registry import REWARDS as REGISTERED_REWARDS
 
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
-PRESETS_DIR = CONFIGS_DIR / "presets"
+PRESETS_DIR = CONFIGS_DIR / PRESETS_SUBDIR
 
 MODEL_SPECS = {s.key: s for s in backbone_specs() if s.part.is_file()}  # models with a part in parts/models/
 MODELS = tuple(MODEL_SPECS)
@@ -45,6 +45,11 @@ PROMPTS_HINT = (
 
 def preset_name(model: str, family: str, reward: str) -> str:
     return f"{model}_{family}_{reward}"
+
+
+def preset_models() -> dict[str, str]:
+    """Preset name -> its model (the backbone key: several models may share a `model.kind`, as sd35l and sd35m)."""
+    return {preset_name(m, f, r): m for m in MODELS for f in FAMILIES for r in REWARDS}
 
 
 def preset_text(model: str, family: str, reward: str) -> str:

@@ -23,16 +23,24 @@ URL (s3://bucket/run, ...): see solrl_core/storage.py for what changes on object
 from __future__ import annotations
 
 import fcntl
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from solrl_core import commit, integrity
-from solrl_core.errors import RunDirLockedError, SolrlError
+from solrl_core.errors import SolrlError
 from solrl_core.stages.table import STAGES
-from solrl_core.staleness import lineage, new_completion_id
-from solrl_core.storage import Lease, as_path, is_remote, read_json, remove_tree, write_json_atomic
+from solrl_core.staleness import kept_id, lineage, new_completion_id
+from solrl_core.storage import (
+    Lease,
+    LockWait,
+    as_path,
+    holder_text,
+    is_remote,
+    read_json,
+    remove_tree,
+    write_json_atomic,
+)
 from solrl_core.userfiles import closest_existing, unwritable_reason, user_os_errors
 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
@@ -225,11 +233,22 @@ class RunDir:
 
     def complete(self, iteration: int, stage: str, summary: dict | None = None, completion_id: str | None = None,
                  inputs: dict | None = None) -> dict:
+        """Write the stage's manifest: its artifact's inventory, its id (the manifest it replaces keeps its id when
+        the artifact is the same, bit for bit: solrl_core/staleness.py) and the ids of its inputs."""
         manifest = {"stage": stage, "iteration": iteration, "completed_at": time.time(), "summary": summary or {}}
         self._record_files(iteration, stage, manifest)
+        completion_id = kept_id(self._replaced_manifest(iteration, stage), manifest[integrity.FILES_KEY], completion_id)
         manifest.update(lineage(completion_id, inputs))  # solrl_core/staleness.py
         write_json_atomic(self.manifest_path(iteration, stage), manifest)
         return manifest
+
+    def _replaced_manifest(self, iteration: int, stage: str) -> dict | None:
+        """The manifest a completion replaces (None: none, or damaged)."""
+        path = self.manifest_path(iteration, stage)
+        try:
+            return read_json(path) if path.is_file() else None
+        except ValueError:  # not valid JSON (json.JSONDecodeError, UnicodeDecodeError): nothing to keep
+            return None
 
     def _record_files(self, iteration: int, stage: str, manifest: dict) -> None:
         """The artifact's inventory, checked by every consumer before it reads (solrl_core/integrity.py)."""
@@ -253,12 +272,14 @@ class RunDir:
                              "another --run-dir")
 
     @contextmanager
-    def hold(self):
+    def hold(self, wait: float = 0.0, say=None):
         """Hold the run directory exclusively (an OS file lock: released even when the process is killed; on object
-        stores a lease object, see storage.Lease)."""
+        stores a lease object, see storage.Lease). While another live process holds it, wait up to `wait` seconds,
+        saying once (by `say`, default: a line on stderr) whom it waits for; then refuse in one line. A lock whose
+        holder died is free (the OS released it; an abandoned lease is taken over)."""
         if is_remote(self.root):  # no mkdir first: s3fs would create a missing bucket
             lease = Lease(self.root / ".lock")
-            lease.acquire(str(self.root))
+            lease.acquire(str(self.root), wait, say)
             try:
                 self.recover()
                 yield self
@@ -271,19 +292,22 @@ class RunDir:
         with user_os_errors(f"--run-dir {self.root}"):  # what check_writable cannot see (a full disk, root's access)
             self.root.mkdir(parents=True, exist_ok=True)
             fh = open(lock_path, "a+")
+        waiting = LockWait(str(self.root), wait, say)
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
+            while True:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    fh.seek(0)
+                    waiting.pause(fh.read().strip() or "another process")  # past the wait: RunDirLockedError
+        except BaseException:  # refused, or interrupted while waiting
             fh.close()
-            raise RunDirLockedError(
-                f"run directory {self.root} is held by {holder}; wait for it to finish or use another --run-dir"
-            ) from None
+            raise
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(f"pid {os.getpid()}")
+            fh.write(holder_text())
             fh.flush()
             self.recover()
             yield self

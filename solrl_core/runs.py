@@ -1,16 +1,19 @@
-"""Creating and re-opening a run: the config is frozen in the run directory at the first start."""
+"""Creating and re-opening a run: the config is frozen in the run directory at the first start, and replaced only
+while the run has computed nothing (no stage, no initial adapters, no evaluation: it failed at once)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
 
-from solrl_core.config import RunConfig, dump_config, load_yaml, validate_config
+from solrl_core import commit
+from solrl_core.config import MAX_SEED, RunConfig, dump_config, load_yaml, validate_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
 from solrl_core.integrity import config_body, config_text
 from solrl_core.rundir import RunDir
-from solrl_core.storage import write_text_atomic
+from solrl_core.storage import remove_tree, write_text_atomic
 from solrl_core.wording import plural
 
 # Keys that may differ when a run is continued (extending a run is the point of passing them again; where stages
@@ -26,18 +29,84 @@ def _comparable(cfg: RunConfig) -> dict:
 
 
 def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
-    """Freeze `cfg` into a new run directory, or check it matches the one an existing run was started with."""
+    """Freeze `cfg` into a new run directory, or check it matches the one an existing run was started with. A run
+    that has computed nothing yet (`computed`) takes `cfg` instead of its frozen config, saying so in one line on
+    stderr: its unfinished attempts and its MLflow run record (run.json) are dropped, as they belong to the old one."""
+    check_seed_range(cfg)
     if run.config_path.is_file():
-        frozen = load_run_config(run)
-        if _comparable(frozen) != _comparable(cfg):
-            diff = sorted(_diff_keys(_comparable(frozen), _comparable(cfg)))
-            raise SolrlError(
-                f"{run.root} was started with a different config (differs at: {', '.join(diff[:5])}); "
-                "use the same config to resume, or another --run-dir"
-            )
+        try:
+            frozen = _comparable(load_run_config(run))
+        except SolrlError:  # damaged, or no longer valid (a value past a bound): replaceable until something computed
+            if computed(run) is not None:
+                raise
+            frozen = None
+        if frozen != _comparable(cfg):
+            how = ("its frozen config did not load" if frozen is None else
+                   f"differs at: {', '.join(sorted(_diff_keys(frozen, _comparable(cfg)))[:5])}")
+            done = computed(run)
+            if done is not None:
+                raise SolrlError(f"{run.root} was started with a different config ({how}) and has computed {done}; "
+                                 "use the same config to resume, or another --run-dir")
+            _discard_attempts(run)
+            print(f"solrl: replaced the config of {run.root}, which had computed nothing ({how})", file=sys.stderr)
     run.root.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run.config_path, config_text(dump_config(cfg)))
     return cfg
+
+
+def computed(run: RunDir) -> str | None:
+    """What the run has computed, in words ("explore of iteration 0", "the initial adapters", ...); None when nothing:
+    no stage manifest (nor a stage's commit under way), no initial adapters, no evaluation."""
+    for manifest in sorted(run.root.glob("iter_[0-9]*/manifests/*.json")):
+        name, iteration = manifest.name.removesuffix(".json"), manifest.parent.parent.name[5:]
+        if not name.endswith(".pending") or commit.pending(manifest) is not None:
+            return f"{name.removesuffix('.pending')} of iteration {int(iteration)}"
+    if (run.init_dir / "state.json").is_file():
+        return "the initial adapters"
+    if any(run.root.glob("eval/step_[0-9]*/metrics.json")) or any(
+            commit.pending(journal) is not None for journal in run.root.glob("eval/step_[0-9]*.pending.json")):
+        return "an evaluation"
+    return None
+
+
+def config_replaced(run: RunDir, cfg: RunConfig) -> bool:
+    """Whether `prepare_run(run, cfg)` will replace the run's frozen config (it differs from `cfg`, or no longer loads,
+    and the run has computed nothing), dropping its MLflow run record (run.json) with it."""
+    if not run.config_path.is_file() or computed(run) is not None:
+        return False
+    try:
+        return _comparable(load_run_config(run)) != _comparable(cfg)
+    except SolrlError:
+        return True
+
+
+def _discard_attempts(run: RunDir) -> None:
+    """Remove what attempts under the old config left unfinished (partial artifacts; nothing is complete), and the
+    record of its MLflow run: both were made for the config being replaced."""
+    for leftover in [*run.root.glob("iter_[0-9]*"), run.init_dir, run.init_dir.with_name("init.partial"),
+                     run.root / "eval"]:
+        remove_tree(leftover)
+    run.run_json.unlink(missing_ok=True)
+
+
+def check_seed_range(cfg: RunConfig) -> None:
+    """A SolrlError when the run's noise seeds (solrl_core/stages/draws.py: candidate_seed) would pass the largest
+    64-bit integer, which the pools store them as: too large a `seed` for this many iterations, prompts and seeds."""
+    from solrl_core.stages.draws import candidate_seed  # torch: only where a run is prepared
+
+    def largest(seed: int) -> int:
+        last = cfg.model_copy(update={"seed": seed})
+        n_prompts, n_seeds = cfg.prompts.per_iteration, cfg.explore.seeds_per_prompt
+        return candidate_seed(last, cfg.iterations - 1, n_prompts - 1, n_seeds - 1)
+
+    if largest(cfg.seed) <= MAX_SEED:
+        return
+    low, high = 0, cfg.seed  # the largest seed that fits: largest() grows with the seed
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if largest(middle) <= MAX_SEED else (low, middle - 1)
+    raise SolrlError(f"seed {cfg.seed} is too large for this run: its noise seeds would pass 2**63 - 1; use a seed "
+                     f"from 0 to {low} (or fewer iterations, prompts or seeds per prompt)")
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> set[str]:

@@ -5,7 +5,9 @@ completions it read ("inputs", keys "<iteration>/<stage>"): the same-iteration s
 (solrl_core/stages/table.py) and, for the stages that start from the previous checkpoint, the previous iteration's
 update; the evaluation after k iterations reads iteration k-1's update. A completion is stale when one of its inputs
 has another id now (it was run again), is missing, or is stale itself. Records without "inputs" (written before
-completions had ids) count as fresh.
+completions had ids) count as fresh. A re-run whose artifact is bit for bit the one it replaces (the same file
+inventory: names, sizes, digests) keeps the replaced completion's id (`kept_id`): what read it read the same bytes,
+so nothing becomes stale.
 
 Pure functions over a RunDir: they read manifests, never write.
 """
@@ -16,7 +18,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING
 
-from solrl_core.integrity import file_identity
+from solrl_core.integrity import FILES_KEY, file_identity
 from solrl_core.stages.table import BY_NAME, TABLE
 from solrl_core.storage import is_remote
 
@@ -34,6 +36,14 @@ def lineage(completion_id: str | None = None, inputs: dict | None = None) -> dic
     if inputs is not None:
         keys["inputs"] = inputs
     return keys
+
+
+def kept_id(previous: dict | None, files: dict, completion_id: str | None) -> str | None:
+    """The id of a completion whose artifact has the inventory `files`: the `previous` completion's (the record it
+    replaces) when that one's artifact had the same files, sizes and digests, else `completion_id`."""
+    if isinstance(previous, dict) and previous.get("id") and previous.get(FILES_KEY) == files:
+        return previous["id"]
+    return completion_id
 
 
 def stage_key(iteration: int, stage: str) -> str:

@@ -4,7 +4,7 @@ directory, MLflow run)."""
 
 from __future__ import annotations
 
-from solrl_core.inspect import mlflow_run_link
+from solrl_core.mlflow_links import run_link
 from solrl_core.rundir import STAGES, RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.staleness import describe, recompute_command, stale_items
@@ -42,7 +42,7 @@ def run_status(run: RunDir) -> dict:
         "stale": stale,
         "recompute": recompute_command(run),
         "eval_every": cfg.eval.every,
-        "mlflow": mlflow_run_link(run),
+        "mlflow": run_link(run.run_info()),
         "iterations": [{"iteration": i, "stages": row} for i, row in enumerate(stages)],
     }
 
@@ -72,9 +72,11 @@ def status_text(data: dict) -> str:
     if link is None:
         lines.append("MLflow       : no MLflow run yet (`solrl train` creates it)")
     else:
-        lines.append(f"MLflow       : run {link['run_id']} at {link['tracking_uri']}")
+        served = f" (served by {link['server']})" if link["server"] not in (None, link["tracking_uri"].rstrip("/")) \
+            else ""
+        lines.append(f"MLflow       : run {link['run_id']} at {link['tracking_uri']}{served}")
         if link["ui_command"]:
-            lines.append(f"               start the UI: {link['ui_command']}")
+            lines.append(f"               no MLflow server serves it; start a UI: {link['ui_command']}")
         lines.append(f"               open: {link['url']}")
     lines.append("")
     lines.append("iter  " + "  ".join(f"{s:>13}" for s in STAGES))

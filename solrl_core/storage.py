@@ -25,6 +25,7 @@ import re
 import shutil
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -222,8 +223,53 @@ def zarr_store(path, read_only: bool = False):
     return FsspecStore(fs=fs, path=path.path.rstrip("/"), read_only=read_only)
 
 
-# ---- the run lock on object stores --------------------------------------------------------------------------------
+# ---- the run lock ---------------------------------------------------------------------------------------------------
 LEASE_SECONDS = 60.0  # a lease whose heartbeat is older than this is abandoned (its holder died)
+LOCK_WAIT_ENV = "SOLRL_LOCK_WAIT"  # seconds a stage run waits for a run directory another command holds
+LOCK_WAIT_SECONDS = 600.0  # ... when neither that variable nor --lock-wait says
+LOCK_POLL_SECONDS = 0.5
+
+
+def lock_wait_seconds(seconds: float | None = None) -> float:
+    """How long a stage run waits for the run directory's lock: `seconds` (a command-line option) when given, else
+    the SOLRL_LOCK_WAIT environment variable, else LOCK_WAIT_SECONDS."""
+    if seconds is None:
+        text = os.environ.get(LOCK_WAIT_ENV, "").strip()
+        try:
+            seconds = float(text) if text else LOCK_WAIT_SECONDS
+        except ValueError:
+            raise SolrlError(f"{LOCK_WAIT_ENV}={text!r} is not a number of seconds; set it to e.g. 600, or 0 to "
+                             "fail at once when the run directory is held") from None
+    if not 0 <= seconds < float("inf"):
+        raise SolrlError(f"a lock wait of {seconds} s is out of range: give 0 (fail at once) or more seconds")
+    return seconds
+
+
+def holder_text() -> str:
+    """How a lock names its holder: "pid 123 on host node1 since 2025-01-31 14:02:07"."""
+    return f"pid {os.getpid()} on host {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+
+
+class LockWait:
+    """Waiting for a run directory another process holds: `pause(holder)` sleeps a moment, having said once (by
+    `say`, default: a line on stderr) what it waits for; past `seconds` it raises the one-line RunDirLockedError."""
+
+    def __init__(self, name: str, seconds: float, say=None):
+        self.name, self.seconds = name, seconds
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.deadline = time.monotonic() + seconds
+        self.said = False
+
+    def pause(self, holder: str) -> None:
+        if time.monotonic() >= self.deadline:
+            waited = f" (waited {self.seconds:g} s)" if self.seconds > 0 else ""
+            raise RunDirLockedError(f"run directory {self.name} is held by {holder}{waited}; wait for it to finish "
+                                    "or use another --run-dir")
+        if not self.said:
+            self.say(f"solrl: waiting for the run directory's lock, held by {holder} (up to {self.seconds:g} s: "
+                     f"--lock-wait or {LOCK_WAIT_ENV} says how long)")
+            self.said = True
+        time.sleep(min(LOCK_POLL_SECONDS, max(self.deadline - time.monotonic(), 0.0)))
 
 
 class Lease:
@@ -233,7 +279,8 @@ class Lease:
     Taking it: create the object with an exclusive create (`x` mode: a conditional PUT, If-None-Match, on S3) so
     that of two runs starting at once exactly one wins. Filesystems without exclusive create get a check-then-write
     followed by a read-back of the owner token, which narrows but cannot close the race. A lease whose heartbeat is
-    older than `seconds` belongs to a dead process and is taken over. Released by deleting the object.
+    older than `seconds` belongs to a dead process and is taken over. Released by deleting the object. A lease held
+    by a live process is waited for up to `wait` seconds (`acquire`), saying once what it waits for.
     """
 
     def __init__(self, path, seconds: float = LEASE_SECONDS):
@@ -243,7 +290,7 @@ class Lease:
         except ValueError:
             raise SolrlError("SOLRL_LEASE_SECONDS must be a number of seconds") from None
         self.token = uuid.uuid4().hex
-        self.owner = f"{socket.gethostname()} pid {os.getpid()}"
+        self.owner = holder_text()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -274,7 +321,18 @@ class Lease:
         current = self._read()
         return current is not None and current.get("token") == self.token
 
-    def acquire(self, name: str) -> None:
+    def acquire(self, name: str, wait: float = 0.0, say=None) -> None:
+        """Take the lease; while a live process holds it, wait up to `wait` seconds (polling), calling `say` once
+        with what it waits for; then a RunDirLockedError."""
+        waiting = LockWait(name, wait, say)
+        while True:
+            held = self._try_acquire(name)
+            if held is None:
+                return
+            waiting.pause(held)
+
+    def _try_acquire(self, name: str) -> str | None:
+        """Take the lease now: None when taken, else who holds it."""
         for _ in range(2):
             try:
                 created = self._create()
@@ -283,19 +341,16 @@ class Lease:
             if created:
                 self._thread = threading.Thread(target=self._heartbeat, name="solrl-lease", daemon=True)
                 self._thread.start()
-                return
+                return None
             current = self._read()
             if current is None:
                 continue  # released meanwhile: try again
             age = time.time() - float(current.get("heartbeat", 0))
             if age < float(current.get("seconds", self.seconds)):
-                raise RunDirLockedError(
-                    f"run directory {name} is held by {current.get('owner', 'another process')} (lease renewed "
-                    f"{age:.0f} s ago); wait for it to finish or use another --run-dir"
-                )
+                return f"{current.get('owner', 'another process')} (lease renewed {age:.0f} s ago)"
             self.path.fs.rm(self.path.path)  # abandoned: its holder stopped renewing it
             self.path.fs.invalidate_cache(self.path.path)
-        raise RunDirLockedError(f"run directory {name} is being taken by another process; try again")
+        return "another process, which is taking it"
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.seconds / 4):

@@ -14,7 +14,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from conftest import TINY, tracking_set
 from flows.cli import main
 from prefect_workers import api, process_workers
-from solrl_core.config import load_config
+from solrl_core.config import load_config, load_config_text
 from solrl_core.pool import read_table
 from solrl_core.prompts import prompt_set
 from solrl_core.rundir import STAGES, RunDir
@@ -51,7 +51,9 @@ def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, sessi
         # imported from the installed package, in the worker's directory: nothing points at this checkout
         assert train.work_pool_name == FLOW_POOL and train.entrypoint == "flows.training.train_config_flow"
         assert train.pull_steps == [] and train.path is None and train.job_variables["working_dir"] == "."
-        assert train.parameters["config"] == str(TINY) and train.parameters["run_dir"] == str(run_dir)
+        # the config travels resolved (no file, no `extends` for the worker to find); the overrides beside it
+        assert load_config_text(train.parameters["config"]) == load_config(TINY)
+        assert "extends" not in train.parameters["config"] and train.parameters["run_dir"] == str(run_dir)
         assert train.parameters["overrides"] == [f"orchestration.work_pools={MAPPING}",
                                                  f"orchestration.flow_pool={FLOW_POOL}"]
         assert train.global_concurrency_limit.limit == 1
@@ -127,3 +129,22 @@ def test_deploy_needs_a_prefect_server(capsys):
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
         assert main(["deploy", str(TINY), "--interval", "60"]) == 2
     assert "no Prefect server configured" in capsys.readouterr().err
+
+
+def test_deploy_checks_the_tracking_uri_before_registering_anything(session_env, tmp_path, capsys):
+    from prefect.exceptions import ObjectNotFound
+
+    from conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    sets = ["--run-dir", str(tmp_path / "run"), "--name", "dp-no-tracking", "--set", f"tracking.uri={dead}",
+            "--set", "orchestration.flow_pool=dp-no-tracking"]
+    with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"]}):
+        assert main(["deploy", str(TINY), *sets]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"tracking.uri = {dead}: no MLflow server answers" in err and len(err.splitlines()) == 1
+    with api(session_env) as client:
+        with pytest.raises(ObjectNotFound):
+            client.read_deployment_by_name("solrl-train-config/dp-no-tracking")
+        with pytest.raises(ObjectNotFound):
+            client.read_work_pool("dp-no-tracking")

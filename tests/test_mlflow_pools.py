@@ -12,9 +12,10 @@ import pytest
 from PIL import Image
 
 from conftest import TINY
+from solrl_core.inspect import mlflow_pool_link as pool_link
 from solrl_core.config import load_config
 from solrl_core.grids import Tile, grid_layout
-from solrl_core.inspect import mlflow_pool_link
+from solrl_core.mlflow_links import TRAINING_VIEW
 from solrl_core.pool import read_table
 from solrl_core.rundir import RunDir, write_json_atomic
 
@@ -104,7 +105,7 @@ def test_inspect_prints_the_mlflow_link_of_the_pool(trained, run_cli):
     run, info = trained
     out = run_cli("inspect", "--run-dir", str(run.root), "--iteration", "1").stdout
     url = (f"http://127.0.0.1:5000/#/experiments/{info['experiment_id']}/runs/{info['mlflow_run_id']}"
-           "/artifactPath/pool/iter_0001")
+           f"/artifactPath/pool/iter_0001?{TRAINING_VIEW}")  # the training view: MLflow 3.17 opens GenAI's without
     assert f"mlflow ui --backend-store-uri {info['tracking_uri']} --host 127.0.0.1 --port 5000" in out
     assert url in out and "not logged yet" not in out
     link = json.loads(run_cli("inspect", "--run-dir", str(run.root), "--iteration", "1", "--json").stdout)["mlflow"]
@@ -142,11 +143,11 @@ def test_the_run_directory_finds_its_mlflow_run_from_any_folder(trained, run_cli
 
 def test_link_to_a_tracking_server_opens_its_ui(tmp_path):
     run = RunDir(tmp_path)
-    assert mlflow_pool_link(run, 0) is None
+    assert pool_link(run, 0) is None
     write_json_atomic(run.run_json, {"tracking_uri": "http://127.0.0.1:5001/", "mlflow_run_id": "abc",
                                      "experiment_id": "7"})
-    link = mlflow_pool_link(run, 2)
-    assert link["url"] == "http://127.0.0.1:5001/#/experiments/7/runs/abc/artifactPath/pool/iter_0002"
+    link = pool_link(run, 2)
+    assert link["url"] == f"http://127.0.0.1:5001/#/experiments/7/runs/abc/artifactPath/pool/iter_0002?{TRAINING_VIEW}"
     assert link["ui_command"] is None and link["logged"] is False
 
 

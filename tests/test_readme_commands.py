@@ -77,6 +77,7 @@ SOLRL_SUBCOMMANDS = {
     "config": CONFIG_EXPLAIN,
     "distill-reward": LEARNED_DISTILL,
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
+    "presets": "tests/test_packaged_configs.py::test_presets_lists_every_packaged_config_with_model_family_and_reward",
 }
 SOLRL_CONCRETE = {
     "solrl doctor --gpu-bench": "tests/test_doctor.py::test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect",
@@ -101,6 +102,12 @@ SOLRL_CONCRETE = {
     "solrl train configs/presets/sana_sol_rl_imagereward.yaml --set model.path=/models/Sana_1600M_1024px_diffusers":
         BACKBONES,
     "solrl make-tiny flux1 /tmp/tiny-flux": HERE,  # into a temporary directory
+    # packaged configs by name: the preset (resolved as the docs write it) and the demo from an installed wheel
+    "solrl train flux1_sol_rl_pickscore --set model.path=...":
+        "tests/test_packaged_configs.py::test_a_preset_is_named_as_the_docs_write_it",
+    "solrl train demo": "tests/test_wheel_install.py::test_the_installed_cli_runs_alone_from_an_empty_directory",
+    "solrl presets --write NAME FILE":
+        "tests/test_packaged_configs.py::test_write_gives_a_file_that_works_anywhere_and_refuses_to_overwrite",
     "solrl train configs/presets/flux1_sol_rl_pickscore.yaml --iterations 1 --set model.path=/tmp/tiny-flux": BACKBONES,
     "solrl stage explore --run-dir runs/demo-pools --iteration 0 --force": HERE,
     "solrl plan configs/presets/flux1_sol_rl_pickscore.yaml --gpu h100": HERE,
@@ -108,7 +115,8 @@ SOLRL_CONCRETE = {
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,
 }
-MAKE_TARGETS = {"demo": PIPELINE, "test": CI, "test-fast": CI, "bench": BENCH, "server": MAKE_SERVER, "help": HERE}
+MAKE_TARGETS = {"demo": PIPELINE, "test": CI, "test-fast": CI, "setup": CI, "bench": BENCH, "server": MAKE_SERVER,
+                "help": HERE}
 TOOL_COMMANDS = {  # (tool, subcommand words): where it runs against this project
     ("prefect", "server start"): SERVERS,
     ("prefect", "worker start"): POOLS,
@@ -348,8 +356,11 @@ def check_shell(command: str) -> str:
         import tomllib
 
         extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-        match = re.fullmatch(r"\.\[(\w+)\]", words[-1])
-        assert words[:3] == ["pip", "install", "-e"] and match and match.group(1) in extras, command
+        target = words[-1].strip("'")
+        match = re.fullmatch(r"\.(?:\[(\w+)\])?", target)
+        assert words[:2] == ["pip", "install"] and match and (match.group(1) is None or match.group(1) in extras), command
+        if "-c" in words:  # the tested set: the file the Makefile installs with
+            assert words[words.index("-c") + 1] == "constraints.txt" and "-c constraints.txt" in (ROOT / "Makefile").read_text()
     return CHECKED
 
 
@@ -440,7 +451,8 @@ def tiny_run(session_env, tmp_path_factory) -> Path:
     # README: `solrl stage explore --run-dir runs/demo-pools --iteration 0 --force`, here on the tiny run
     out = solrl(session_env, "stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force", "--quiet")
     assert json.loads(out.stdout)
-    assert "made stale" in out.stderr  # the stages after it; README (Reliability): `solrl train` recomputes them
+    # the same pool, bit for bit: it keeps its id and nothing after it is stale (README, Reliability)
+    assert "made stale" not in out.stderr
     solrl(session_env, "train", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), "--quiet",
           *tracking_set(session_env))
     return run_dir

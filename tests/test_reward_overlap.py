@@ -221,3 +221,53 @@ def test_a_nan_reward_stops_the_run_naming_the_reward_row_prompt_and_seed(quanti
     seed = int(read_table(pool / "pool.zarr", ["seed"])[0]["seed"][8])
     assert message == (f"reward {name} is NaN for row 8 of explore/pool.zarr of iteration 0 (prompt {prompts[1]!r}, "
                        f"seed {seed}) (and 7 more rows of its batch); the run stopped here and nothing was trained on it")
+
+
+def test_inline_scores_equal_the_split_score_stages_bit_for_bit_whatever_the_threads(tmp_path, rows):
+    """One device scores while it samples, in its own process (2 intra-op threads on 2 cores); several devices score
+    afterwards in shards, on Dask workers (1 thread: their Nanny sets OMP_NUM_THREADS=1). A torch reward on the CPU
+    rounds its float32 sums by the thread count (embedded_learned: one bit, 1.2e-7, between 1 and 2 threads), so
+    scoring pins its threads: the inline scores and the shards' are the same bits, and the weighted totals too."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from solrl_core.stages.pool_scoring import _totals, pool_scoring
+    from solrl_core.stages.shards import plan_shards
+
+    images, prompts, seeds = rows
+    weights = {"embedded_learned": 1.0, "embedded": 0.5}
+    models = {"embedded_learned": {"batch_size": 4}, "embedded": {"batch_size": 4}}  # 4: 2 threads round otherwise
+    rewards = load_rewards(weights, models)
+    pool = tmp_path / "pool.zarr"
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the stage's process: scores on a background thread while it samples
+        scorer = _scorer(pool, rewards, prompts, seeds)
+        _sample(pool, scorer, images, prompts, seeds)
+        scorer.finish()
+        scorer.close()
+        assert torch.get_num_threads() == 2  # the sampling thread keeps its own count
+        torch.set_num_threads(1)  # a device worker of the split score stage
+        ctx = SimpleNamespace(cfg=SimpleNamespace(reward_models=models), iteration=0)
+        work = pool_scoring(ctx, pool, "score", weights)
+        assert (work.n_rows, work.unit) == (N_ROWS, 4)
+        reports = [{"shard": shard.index, "result": work.run_shard(ctx, shard)[1]}
+                   for shard in plan_shards(N_ROWS, 4, 2)]
+        split_total, split = work.collect(ctx, reports)
+        torch.set_num_threads(2)  # one device, scoring afterwards in the stage's own process (score.overlap off)
+        whole_total, whole = work.whole(SimpleNamespace(cfg=ctx.cfg, iteration=0, progress=False))
+    finally:
+        torch.set_num_threads(threads)
+    inline_total, inline = _totals(scorer.store.values, weights)
+    for total, per in ((split_total, split), (whole_total, whole)):
+        assert total.tobytes() == inline_total.tobytes()
+        for name in weights:
+            assert per[name].tobytes() == inline[name].tobytes(), name
+    learned = rewards["embedded_learned"]
+    torch.set_num_threads(2)  # the difference the pinned threads avoid is there: scored alone with 2 threads
+    try:
+        alone = learned.scores(images, prompts, progress=False)
+        assert not np.array_equal(alone, scorer.store.values["embedded_learned"])
+    finally:
+        torch.set_num_threads(threads)

@@ -1,4 +1,6 @@
-"""`make server`: the Prefect UI calls the API on the port the server was started on, not Prefect's default."""
+"""`make server`: the Prefect UI calls the API on the port the server was started on, not Prefect's default; its
+database is a file of the checkout (or PREFECT_DB, or a database URL of the environment), not the
+~/.prefect/prefect.db of Prefect's and solrl's temporary servers."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import urllib.request
 import pytest
 
 from conftest import ROOT, free_port, start_prefect_server, stop
+from flows.prefect_server import temporary_server_env
+from flows.servers import DATABASE_URL, DATABASE_URL_SETTINGS, prefect_server_env
 
 
 @pytest.mark.e2e
@@ -18,8 +22,64 @@ def test_make_server_starts_prefect_through_flows_servers():
     port = free_port()
     plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
-    assert f"{sys.prefix}/bin/python -m flows.servers prefect {port} &" in plan
+    assert f'{sys.prefix}/bin/python -m flows.servers prefect {port} --database "{ROOT}/.prefect/prefect.db" &' in plan
     assert "prefect server start" not in plan  # one command line, in flows/servers.py
+    plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}", "PREFECT_DB=/x/p.db"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f'flows.servers prefect {port} --database "/x/p.db" &' in plan
+
+
+@pytest.mark.e2e
+def test_a_server_given_a_database_keeps_its_runs_there(tmp_path):
+    from flows.servers import start_prefect
+
+    home, database = tmp_path / "home", tmp_path / "checkout" / ".prefect" / "prefect.db"
+    env = {**os.environ, "PREFECT_HOME": str(home)}
+    for name in ("PREFECT_API_URL", *DATABASE_URL_SETTINGS):
+        env.pop(name, None)
+    port = free_port()
+    server = start_prefect(env, port, tmp_path / "server.log", ROOT, database=database)
+    assert server is not None, (tmp_path / "server.log").read_text()
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/flows/", method="POST",
+                                         data=json.dumps({"name": "kept-here"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=30).close()
+    finally:
+        stop(server)
+    assert database.is_file() and not (home / "prefect.db").exists()
+    assert b"kept-here" in database.read_bytes() or any(  # SQLite may still hold the row in its write-ahead log
+        b"kept-here" in p.read_bytes() for p in database.parent.glob("prefect.db-*"))
+    assert f"Prefect database: {database}" in (tmp_path / "server.log").read_text()
+
+
+def _database(monkeypatch, env: dict[str, str]) -> str:
+    """The database URL Prefect's settings resolve to in the environment `env`."""
+    from prefect.settings import Settings
+
+    for name in (*DATABASE_URL_SETTINGS, "PREFECT_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    url = Settings().server.database.connection_url
+    return url.get_secret_value() if hasattr(url, "get_secret_value") else url
+
+
+def test_make_servers_database_is_its_own_not_the_temporary_servers(monkeypatch, tmp_path):
+    home = {"PREFECT_HOME": str(tmp_path / "home")}
+    database = tmp_path / "checkout" / ".prefect" / "prefect.db"
+    served = prefect_server_env(4310, database, environ={})
+    assert served[DATABASE_URL] == f"sqlite+aiosqlite:///{database}"
+    assert _database(monkeypatch, {**home, **served}) == f"sqlite+aiosqlite:///{database}"
+    for name in DATABASE_URL_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PREFECT_HOME", home["PREFECT_HOME"])
+    temporary = _database(monkeypatch, temporary_server_env())  # what solrl's temporary server runs with
+    assert temporary == f"sqlite+aiosqlite:///{tmp_path / 'home' / 'prefect.db'}" != served[DATABASE_URL]
+    # told otherwise: a database URL in the environment wins; no --database: Prefect's default
+    for name in DATABASE_URL_SETTINGS:
+        assert DATABASE_URL not in prefect_server_env(4310, database, environ={name: "postgresql+asyncpg://db/p"})
+    assert DATABASE_URL not in prefect_server_env(4310)
 
 
 @pytest.mark.e2e

@@ -87,20 +87,42 @@ def test_failed_forced_update_leaves_the_old_checkpoint_and_manifest(trained, tm
     monkeypatch.undo()
     assert run_stage(run, cfg, 1, "update", progress=False) == json.loads(manifest_before)  # complete: not redone
     again = run_stage(run, cfg, 1, "update", force=True, progress=False)
-    assert again["id"] != json.loads(manifest_before)["id"]
+    # the same checkpoint bit for bit (the update is deterministic): the same completion, nothing made stale
+    assert again["id"] == json.loads(manifest_before)["id"] and again["files"] == json.loads(manifest_before)["files"]
+    assert again["completed_at"] > json.loads(manifest_before)["completed_at"] and stale_items(run) == []
     assert not run.partial_dir(1, "update").exists() and not run.aside_dir(1, "update").exists()
     fresh = _checkpoint(RunDir(trained), 1)
     for key, value in _checkpoint(run, 1).items():
         torch.testing.assert_close(value, fresh[key], rtol=0, atol=0)
 
 
-def test_forced_stage_makes_its_dependents_stale_and_training_recomputes_them(trained, tmp_path):
+def test_a_forced_stage_that_reproduces_its_files_makes_nothing_stale(trained, tmp_path):
     run = _copy(trained, tmp_path / "run")
     cfg = load_run_config(run)
-    ids = {(i, s): run.manifest(i, s)["id"] for i in range(2) for s in STAGES}
+    before = {(i, s): run.manifest(i, s) for i in range(2) for s in STAGES}
+    for stage in ("explore", "score_explore", "select"):
+        again = run_stage(run, cfg, 0, stage, force=True, progress=False)
+        assert again["completed_at"] > before[(0, stage)]["completed_at"]  # computed again
+        assert again["id"] == before[(0, stage)]["id"] and again["files"] == before[(0, stage)]["files"]
+        assert stale_items(run) == []
+    assert all(run.manifest(i, s) == before[(i, s)] for i in range(2) for s in STAGES if (i, s) not in
+               {(0, "explore"), (0, "score_explore"), (0, "select")})
+
+
+def test_forced_stage_makes_its_dependents_stale_and_training_recomputes_them(trained, tmp_path):
+    """A forced stage whose files change (here: scored with another reward weight than the run's) makes what read it
+    stale. Forced again as the run has it, its files are the first ones again but its completion is a third one, so
+    its dependents stay stale; training recomputes them until a recomputed stage reproduces its files (select, from
+    the same rewards): what read that one is current again without being computed."""
+    run = _copy(trained, tmp_path / "run")
+    cfg = load_run_config(run)
+    before = {(i, s): run.manifest(i, s) for i in range(2) for s in STAGES}
+    ids = {key: manifest["id"] for key, manifest in before.items()}
     eval_id = run.evaluation(2)["id"]
 
-    run_stage(run, cfg, 0, "score_explore", force=True, progress=False)
+    reweighted = cfg.model_copy(update={"rewards": {"embedded": 0.5}})
+    changed = run_stage(run, reweighted, 0, "score_explore", force=True, progress=False)
+    assert changed["id"] != ids[(0, "score_explore")] and changed["files"] != before[(0, "score_explore")]["files"]
     expected = [(0, s) for s in ("select", "regenerate", "score_final", "update")] + [(1, s) for s in STAGES]
     stale = stale_items(run)
     assert [(item.get("iteration", item.get("step")), item["stage"]) for item in stale] == expected + [(2, "eval")]
@@ -119,12 +141,19 @@ def test_forced_stage_makes_its_dependents_stale_and_training_recomputes_them(tr
                        "before score_explore of iteration 0 was run again.: solrl train .* recomputes it"):
         run_stage(run, cfg, 0, "update", force=True, progress=False)  # not from a stale input
 
+    restored = run_stage(run, cfg, 0, "score_explore", force=True, progress=False)
+    assert restored["files"] == before[(0, "score_explore")]["files"]
+    assert restored["id"] not in (ids[(0, "score_explore")], changed["id"])  # replaced other files: a new completion
+    assert [(item.get("iteration", item.get("step")), item["stage"]) for item in stale_items(run)] == expected + [
+        (2, "eval")]
+
     _train(run)
     assert stale_items(run) == []
-    assert all(run.manifest(0, s)["id"] == ids[(0, s)] for s in ("quantize", "explore"))  # not recomputed
-    assert all(run.manifest(i, s)["id"] != ids[(i, s)] for i, s in expected)
-    assert run.evaluation(2)["id"] != eval_id
-    assert run.evaluation(2)["metrics"] == RunDir(trained).evaluation(2)["metrics"]
+    select = run.manifest(0, "select")
+    assert select["completed_at"] > before[(0, "select")]["completed_at"] and select["id"] == ids[(0, "select")]
+    for iteration, stage in expected[1:]:  # read select's bytes, which are the same: current without recomputing
+        assert run.manifest(iteration, stage) == before[(iteration, stage)]
+    assert run.evaluation(2)["id"] == eval_id
     fresh = RunDir(trained)
     for iteration in range(2):
         reference = _checkpoint(fresh, iteration)
@@ -197,6 +226,36 @@ def test_commit_interrupted_at_any_step_is_finished_by_the_next_holder(tmp_path,
                      reopened.pending_path(0, "select")):
         assert not leftover.exists(), leftover
     assert reopened.recover() == []
+
+
+@pytest.mark.parametrize("scheme", ["local", "memory"])
+def test_a_commit_of_the_same_files_keeps_the_completion_id(tmp_path, monkeypatch, scheme):
+    run = _stage_run(tmp_path, scheme)
+    _write_version(run, "old")
+    first = run.commit(0, "select", {"version": "old"}, {})
+    _write_version(run, "old")
+    assert run.commit(0, "select", {"version": "old", "seconds": 2}, {"0/score_explore": "x"})["id"] == first["id"]
+
+    _write_version(run, "old")  # interrupted once the artifact is in place, finished by the next holder
+    real_advance = solrl_core.commit._advance
+
+    def advance(journal, record, phase):
+        real_advance(journal, record, phase)
+        if phase == "in":
+            raise Crash
+
+    monkeypatch.setattr(solrl_core.commit, "_advance", advance)
+    with pytest.raises(Crash):
+        run.commit(0, "select", {"version": "old"}, {})
+    monkeypatch.undo()
+    run.recover()
+    assert run.manifest(0, "select")["id"] == first["id"]
+
+    _write_version(run, "new")  # other content of the same size: a new completion
+    assert run.commit(0, "select", {"version": "new"}, {})["id"] != first["id"]
+    run.manifest_path(0, "select").write_text("{not json")  # a damaged manifest is replaced, with a new id
+    _write_version(run, "new")
+    assert run.commit(0, "select", {"version": "new"}, {})["id"] != first["id"]
 
 
 def test_a_partial_is_resumed_only_by_an_attempt_from_the_same_inputs(tmp_path):

@@ -28,6 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--explain", nargs="?", const=_EVERY_SECTION, metavar="SECTION",
                       help="a section (model, explore, explore.guardrail, train.optimizer, ...); none = all of them")
-    what.add_argument("--show", metavar="CONFIG", help="a YAML config, e.g. configs/demo.yaml")
+    what.add_argument("--show", metavar="CONFIG", help="a YAML config: a file or a packaged config's name, e.g. demo")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with --show: override a config key")
     p.set_defaults(func=cmd_config)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from flows.prefect_server import client_env
 from solrl_core.wording import plural
 
 
 def cmd_deploy(args) -> int:
     from solrl_core.config import load_config
+    from solrl_core.packaged_configs import resolve_config
     from solrl_core.runs import default_run_dir
 
     overrides = list(args.set or [])
@@ -18,15 +17,21 @@ def cmd_deploy(args) -> int:
 
     run_dir = location(as_path(args.run_dir or default_run_dir(cfg)))
     client_env()
-    from flows.deploy import check_schedule, deploy_all, require_api, train_command
+    from flows.deploy import check_schedule, check_tracking_uri, deploy_all, require_api, train_command
 
     check_schedule(args.cron, args.interval)
     url = require_api()
-    info = deploy_all(cfg, Path(args.config).resolve(), run_dir, overrides, args.name, args.cron, args.interval)
+    tracking = check_tracking_uri(cfg, run_dir)
+    if _fill_in_tracking(cfg, run_dir, tracking):  # the deployment logs where this command found a server
+        overrides.append(f"tracking.uri={tracking}")
+        cfg = load_config(args.config, overrides)
+    config = resolve_config(args.config).resolve()  # a file or a packaged config's name
+    info = deploy_all(cfg, config, run_dir, overrides, args.name, args.cron, args.interval)
     schedule = f"cron '{args.cron}'" if args.cron else f"every {args.interval:g} s" if args.interval else "none"
     print(f"deployed to {url}")
     print(f"training : {info['training']}  (work pool '{info['training_pool']}', schedule: {schedule})")
-    print(f"           = {train_command(Path(args.config).resolve(), run_dir, overrides)}")
+    print(f"           = {train_command(config, run_dir, overrides)}")
+    print(f"tracking : {tracking}  (MLflow)")
     for stage, name in info["stages"].items():
         print(f"stage    : {name}")
     for pool in info["pools"]:
@@ -40,6 +45,17 @@ def cmd_deploy(args) -> int:
     return 0
 
 
+def _fill_in_tracking(cfg, run_dir, tracking: str) -> bool:
+    """Whether the deployment gets `--set tracking.uri=TRACKING`: the config leaves tracking.uri unset, this command
+    reaches an MLflow server through it (MLFLOW_TRACKING_URI, or the server of `make server` serving ./mlruns.db), and
+    the run directory has no frozen config yet (a run's config, and so its store, are decided once). Without it, a
+    worker in another directory would log to a mlruns.db of its own."""
+    from solrl_core.mlflow_links import is_server
+    from solrl_core.rundir import RunDir
+
+    return cfg.tracking.uri is None and is_server(tracking) and not RunDir(run_dir).config_path.is_file()
+
+
 def register(sub) -> None:
     p = sub.add_parser("deploy", help="register the training flow and every stage as Prefect deployments",
                        description="Register, on the Prefect server of PREFECT_API_URL, the deployment "
@@ -47,8 +63,12 @@ def register(sub) -> None:
                        "on a schedule) and solrl-stage/<stage>@<pool> for each stage (what `solrl stage` does; "
                        "parameters run_dir and iteration), on the work pools of the config's `orchestration` section "
                        "(process pools, created when missing). Workers import the flows from the installed solrl package and "
-                       "run them in the directory they were started in.")
-    p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
+                       "run them in the directory they were started in. First the MLflow store the training will "
+                       "log to must answer (and be reached through its server when its artifacts are proxied); with "
+                       "tracking.uri unset, a server found through MLFLOW_TRACKING_URI or `make server` is filled in "
+                       "for a new run.")
+    p.add_argument("config", help="YAML config: a file, or a packaged config's name (`solrl presets`), e.g. demo; "
+                   "the deployment carries it resolved, so workers need no copy")
     p.add_argument("--run-dir", help="the run directory the training deployment trains (default runs/<config name>/)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--name", help="name of the training deployment (default: the config's name)")

@@ -49,7 +49,8 @@ def register(sub) -> None:
                        "check --config CONFIG: for each reward of the config (training and eval), whether its "
                        "weights are found, and its scores on a small sample batch. Exit 1 if any reward fails.")
     p.add_argument("action", choices=["list", "check"], help="list the registered rewards, or check a config's")
-    p.add_argument("--config", help="YAML config whose rewards / reward_models to use")
+    p.add_argument("--config", help="YAML config (a file or a packaged config's name) whose rewards / reward_models "
+                   "to use")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.set_defaults(func=cmd_rewards)
 

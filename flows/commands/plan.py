@@ -24,11 +24,11 @@ def cmd_plan(args) -> int:
                               "solrl plan --paper"))
         return 0
     if not args.target or not args.gpu:
-        raise SolrlError("solrl plan needs CONFIG or MODEL and --gpu NAME (e.g. solrl plan configs/demo.yaml --gpu "
-                         "b200, solrl plan flux1 --gpu b200), or --paper")
+        raise SolrlError("solrl plan needs CONFIG or MODEL and --gpu NAME (e.g. solrl plan demo --gpu b200, solrl "
+                         "plan flux1 --gpu b200), or --paper")
     from solrl_core.planner.model import FAMILIES, format_plan, plan
 
-    if args.target.endswith((".yaml", ".yml")):
+    if args.target.endswith((".yaml", ".yml")) or args.target not in full_size_models():  # a file or a config name
         from solrl_core.config import load_config
         from solrl_core.planner.config_plan import plan_config
 
@@ -53,7 +53,7 @@ def cmd_bench(args) -> int:
     from solrl_core.run_preflight import preflight
 
     overrides = list(args.set or [])
-    bench, base_dir = load_bench_config(args.config, overrides, quick=args.quick)
+    bench, base_dir = load_bench_config(args.config, overrides, quick=args.quick)  # a file or a packaged name
     runs = bench_runs(bench, base_dir, args.run_dir)
     root = RunDir(args.run_dir or bench.run_root)
     command = " ".join(["solrl", "bench", str(args.config), *(["--quick"] if args.quick else []),
@@ -80,7 +80,7 @@ def cmd_bench(args) -> int:
             from flows.bench import bench_flow
 
             with api.ready():
-                report = bench_flow(str(args.config), overrides, args.run_dir, progress=show_progress(args),
+                report = bench_flow(str(config), overrides, args.run_dir, progress=show_progress(args),
                                     command=command, quick=args.quick)
     print(f"\nbenchmark '{bench.name}' ({bench.protocol} protocol): {plural(len(runs), 'run')} "
           f"({plural(bench.seeds, 'seed')} x "
@@ -110,8 +110,9 @@ def register(sub) -> None:
                        "writes to its run directory per iteration and in all. --paper compares the predictions with "
                        "the paper's iteration times.")
     p.add_argument("target", nargs="?", metavar="CONFIG|MODEL",
-                   help="a run config (its backbone and per-iteration sizes; the other families at the same sizes) "
-                   "or a model: " + " | ".join(full_size_models()) + " (official sizes)")
+                   help="a run config, a file or a packaged name (its backbone and per-iteration sizes; the other "
+                   "families at the same sizes; `solrl presets` lists the names) or a model: "
+                   + " | ".join(full_size_models()) + " (official sizes)")
     p.add_argument("--model", help="with CONFIG: price its sizes on this backbone instead (flux1, sd35l, ...)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="with CONFIG: override a config key")
     p.add_argument("--gpu", help="b200, gb200, b300, h100, h200, a100, rtx-pro-6000, rtx-5090, l40s, ...")
@@ -134,7 +135,7 @@ def register(sub) -> None:
                        "full-fidelity audits; 95% bootstrap intervals over training seeds, paired differences "
                        "and a verdict per claim of the method. configs/bench.yaml is sized for about 60 minutes "
                        "on 2 CPU cores; --quick runs its smaller protocol (under 15 minutes).")
-    p.add_argument("config", help="bench YAML, e.g. configs/bench.yaml")
+    p.add_argument("config", help="bench YAML: a file, or a packaged bench config's name, e.g. bench")
     p.add_argument("--run-dir", help="where the runs and the report go (default: the config's run_root, runs/bench)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a bench config key, e.g. --set iterations=4 or --set seeds=1 (repeatable)")

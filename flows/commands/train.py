@@ -36,8 +36,9 @@ def cmd_train(args) -> int:
         from flows.tracking import ensure_mlflow_run
 
         info = ensure_mlflow_run(run, cfg)
-        with api.ready():
+        with api.ready() as prefect_url:
             history = training_flow(str(run.root), cfg.iterations, progress=show_progress(args))
+            prefect_ui = None if api.server is not None and prefect_url == api.server.url else _prefect_ui()
     train = [h["reward/train_mean"] for h in history]
     evals = run.evaluations()
     curve = None
@@ -59,9 +60,25 @@ def cmd_train(args) -> int:
         print(f"learning curve: {curve}")
     print(f"best/worst    : {run.iteration_dir(cfg.iterations - 1) / 'best_worst.png'}")
     print(f"status        : solrl status --run-dir {run.root}")
-    print(f"MLflow UI     : mlflow ui --backend-store-uri {info['tracking_uri']} --host 127.0.0.1 --port 5000")
-    print("Prefect UI    : prefect server start --host 127.0.0.1  (then open http://127.0.0.1:4200)")
+    from solrl_core.mlflow_links import run_link
+
+    link = run_link(info)
+    print(f"MLflow run    : {link['url']}")
+    if link["ui_command"]:  # no server serves the store
+        print(f"                (no MLflow server serves {link['tracking_uri']}; start one: {link['ui_command']})")
+    if prefect_ui:
+        print(f"Prefect UI    : {prefect_ui}")
+    else:  # the command's temporary server recorded the runs in Prefect's own database, and has stopped
+        print("Prefect UI    : prefect server start --host 127.0.0.1  (then open http://127.0.0.1:4200: this run's "
+              "flow runs are in Prefect's default database)")
     return 0
+
+
+def _prefect_ui() -> str:
+    """The UI address of the Prefect server in use (Prefect's PREFECT_UI_URL: the API URL without /api)."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
+
+    return PREFECT_UI_URL.value() or PREFECT_API_URL.value()
 
 
 def cmd_stage(args) -> int:
@@ -71,6 +88,7 @@ def cmd_stage(args) -> int:
     from solrl_core.stages.registry import missing_input_error, missing_inputs, verify_inputs
     from solrl_core.staleness import is_current, recompute_command, stale_items, stale_where
     from solrl_core.status import stale_lines
+    from solrl_core.storage import lock_wait_seconds
 
     if args.name not in STAGES:
         raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
@@ -86,7 +104,7 @@ def cmd_stage(args) -> int:
         return 0
     verify_inputs(run, args.iteration, args.name)  # checked again by the stage; here before Prefect starts
     stale_before = {stale_where(item) for item in stale_items(run)}
-    with run.hold():
+    with run.hold(wait=lock_wait_seconds(args.lock_wait)):  # another command holds the run: wait for it
         client_env()
         check_services(cfg, tracking=False)
         api = prefect_api()
@@ -121,7 +139,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a run from a YAML config (resumes an existing run directory)",
                        description="Run the training flow: iterations of quantize → explore → score → select → "
                        "regenerate → score → update. Re-running the same command resumes after a crash.")
-    p.add_argument("config", help="YAML config, e.g. configs/demo.yaml")
+    p.add_argument("config", help="YAML config: a file, or a packaged config's name (`solrl presets`), e.g. demo")
     p.add_argument("--run-dir", help="where artifacts go (default runs/<config name>/)")
     p.add_argument("--iterations", type=int, help="number of iterations (overrides the config's `iterations`)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -138,6 +156,9 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="compute the stage again (its artifact stays until the new one is complete); the stages that "
                    "read it become stale (`solrl status` lists them, `solrl train` recomputes them)")
+    p.add_argument("--lock-wait", type=float, metavar="SECONDS",
+                   help="while another command holds the run directory, wait up to this long for it, then fail "
+                   "(default: $SOLRL_LOCK_WAIT, else 600; 0 = fail at once)")
     output_options(p)
     p.set_defaults(func=cmd_stage)
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PARTS_DIR = Path(__file__).resolve().parents[2] / "configs" / "parts" / "models"
+from solrl_core.packaged_configs import CONFIGS_DIR
+
+PARTS_DIR = CONFIGS_DIR / "parts" / "models"
 
 
 @dataclass(frozen=True)

@@ -104,9 +104,12 @@ def check_cost_names(bench: BenchConfig) -> None:
 
 def load_bench_config(path: str | Path, overrides: list[str] | None = None,
                       quick: bool = False) -> tuple[BenchConfig, Path]:
-    """Read and validate a bench YAML (with `extends` and `--set` overrides); returns it with its directory.
-    `quick`: the config's `quick` keys replace the protocol's (before the overrides), labelled protocol 'quick'."""
-    path = Path(path)
+    """Read and validate a bench YAML (a file, or a packaged bench config's name; with `extends` and `--set`
+    overrides); returns it with its directory. `quick`: the config's `quick` keys replace the protocol's (before the
+    overrides), labelled protocol 'quick'."""
+    from solrl_core.packaged_configs import resolve_config
+
+    path = resolve_config(path)
     data = _read_yaml(path)
     data.setdefault("name", path.stem)
     if quick:

@@ -10,6 +10,12 @@ float64 column `reward_<name>` per reward and, in the group attributes, each rew
 fingerprint (name, files, batch size, device, dtype). Like the pool, rows past a committed count are scored again
 after a crash; a column written under another fingerprint (the reward config changed) is scored again from row 0.
 The score stages read the stored columns, score only the rows still missing, and write `rewards.zarr` as before.
+
+One device or several, the same computation: a torch reward on the CPU scores with SCORING_THREADS intra-op threads
+wherever it runs (`scoring_threads`). Its float32 convolutions and matrix products split their sums by the thread
+count, so their rounding depends on it (one bit of float32 at the score's magnitude, e.g. 1.2e-7 between 1 and 2
+threads), and the processes that score differ: the stage's own process (torch's default: the cores) scores while
+sampling, a Dask device worker (started with OMP_NUM_THREADS=1) scores a shard.
 """
 
 from __future__ import annotations
@@ -28,13 +34,43 @@ from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
 from solrl_core.pool import create_array
-from solrl_core.rewards.base import Reward
+from solrl_core.rewards.base import Reward, torch_device
 from solrl_core.rewards.registry import load_rewards, reward_batch_size, weighted_sum
 from solrl_core.stages.context import StageContext
 from solrl_core.storage import remove_tree, zarr_store
 
 SCORES = "scores.zarr"  # next to the pool it scores
 MAX_QUEUED = 2  # committed batches waiting for the scorer before sampling waits for it
+SCORING_THREADS = 1  # intra-op threads of torch rewards on the CPU, in every process (a Dask worker's default)
+
+
+def _torch_on_cpu(rewards: Mapping[str, Reward]) -> bool:
+    return any(reward.uses_torch and torch_device(reward.device).type == "cpu" for reward in rewards.values())
+
+
+def _set_threads(count: int) -> int:
+    """Set the calling thread's torch intra-op threads (OpenMP and MKL keep them per thread; torch's global default
+    moves too, for threads that start later); return the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    if before != count:  # setting them also empties oneDNN's cache of compiled kernels: only when they change
+        torch.set_num_threads(count)
+    return before
+
+
+@contextlib.contextmanager
+def scoring_threads(rewards: Mapping[str, Reward]) -> Iterator[None]:
+    """Score `rewards` with SCORING_THREADS intra-op threads when one of them is a torch reward on the CPU (the
+    module's docstring says why), then restore the calling thread's count."""
+    if not _torch_on_cpu(rewards):
+        yield
+        return
+    before = _set_threads(SCORING_THREADS)
+    try:
+        yield
+    finally:
+        _set_threads(before)
 
 
 class ScoreStore:
@@ -120,6 +156,10 @@ class RowScorer:
 
     def run(self, available: int) -> None:
         """Score every batch that lies within the first `available` rows (all rows once `available` is n_rows)."""
+        with scoring_threads(self.rewards):
+            self._run(available)
+
+    def _run(self, available: int) -> None:
         n = self.store.n_rows
         for name, reward in self.rewards.items():
             start = self.store.committed[name]
@@ -164,7 +204,11 @@ class InlineScorer:
         self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images)
         self._buffer = np.zeros((0,), np.uint8)
         self._buffer_start = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-score")
+        # the scorer thread keeps the scoring threads (`scoring_threads` then changes nothing per batch)
+        pinned = SCORING_THREADS if _torch_on_cpu(rewards) else None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-score",
+                                            initializer=_set_threads if pinned else None,
+                                            initargs=(pinned,) if pinned else ())
         self._futures: deque[Future] = deque()
 
     def on_commit(self, start: int, columns: dict) -> None:

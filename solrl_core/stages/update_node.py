@@ -62,11 +62,13 @@ def join_updates(run: RunDir, iteration: int | None = None, force: bool = False,
     return summaries
 
 
-def _completion_id(run: RunDir, iteration: int) -> str | None:
-    """The id of the update's completion in the run directory (None: not complete)."""
+def _completion_id(run: RunDir, iteration: int) -> tuple | None:
+    """What tells one commit of the update from another (None: not complete): its id and the time it was written (a
+    re-run whose files are bit for bit the old ones keeps the old id: solrl_core/staleness.py kept_id)."""
     if not run.is_complete(iteration, "update"):
         return None
-    return run.manifest(iteration, "update").get("id")
+    manifest = run.manifest(iteration, "update")
+    return manifest.get("id"), manifest.get("completed_at")
 
 
 def _join(run: RunDir, iteration: int, poll_seconds: float, attempts: int, say: Callable[[str], None]) -> dict:
