@@ -80,7 +80,7 @@ def cmd_bench(args) -> int:
             from flows.bench import bench_flow
 
             with api.ready():
-                report = bench_flow(str(config), overrides, args.run_dir, progress=show_progress(args),
+                report = bench_flow(str(args.config), overrides, args.run_dir, progress=show_progress(args),
                                     command=command, quick=args.quick)
     print(f"\nbenchmark '{bench.name}' ({bench.protocol} protocol): {plural(len(runs), 'run')} "
           f"({plural(bench.seeds, 'seed')} x "
