@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from flows.commands import config, deploy, distill, doctor, models, plan, presets, pretrain, runs, train
-from flows.signals import interrupted_exit_code, stop_on_sigterm
-from flows.user_errors import as_user_error, hide_user_error_logs, report
+from flows.signals import RESUME_LINE, interrupted_exit_code, stop_late, stop_on_signals
+from flows.user_errors import as_user_error, hide_user_error_logs, report, say
+from solrl_core import stop
 from solrl_core.errors import SolrlError
 from solrl_core.quiet import quiet_libraries
 
@@ -59,21 +61,61 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    quiet_libraries()
-    _terminal(args)
-    hide_user_error_logs()
-    stop_on_sigterm()
+    """Run the command line `argv`; its exit code. Without `argv` (sys.argv: the command of this process, as the
+    `solrl` script and `python -m flows.cli` run it) the command also owns the process's stop signals and its end
+    (flows/signals.py): a signal in any phase, start-up and shutdown included, gives the interrupted exit."""
+    owns_process = argv is None
+    if owns_process:
+        stop_on_signals()  # first: a signal during start-up (imports, config, model load) stops as one later does
+    code = _run(argv)
+    if owns_process:
+        try:
+            stop_late(code)
+        except KeyboardInterrupt:  # a signal just as the command ended
+            return interrupted()
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     try:
-        return args.func(args)
+        args = build_parser().parse_args(argv)
+        quiet_libraries()
+        _terminal(args)
+        hide_user_error_logs()
+        code = args.func(args)
+        stop.check()  # a stop whose interrupt was lost on the way (flows/signals.py): still the interrupted exit
+        sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at exit
+        return code
+    except BrokenPipeError:
+        return closed_pipe()
     except (SolrlError, OSError) as exc:  # an OSError only when the user can fix it (full disk, permissions)
         error = as_user_error(exc)
         if error is None:
             raise
         return report(error)
     except KeyboardInterrupt:
-        print("solrl: interrupted; run the same command again to resume", file=sys.stderr)
-        return interrupted_exit_code()
+        return interrupted()
+
+
+def interrupted() -> int:
+    """After a stop (Ctrl-C, SIGTERM, SIGHUP): the resume line and 128 + the signal's number."""
+    code = interrupted_exit_code()
+    stop.handled()
+    say(RESUME_LINE)
+    return code
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away (`solrl status | head`): stop writing, quietly, and exit 141 (128 + SIGPIPE),
+    what a shell reports for a command ended by a closed pipe. stdout then writes into nothing: Python flushes it
+    once more at exit, and that would be a second broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file (main() called with stdout captured in memory)
+        pass
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, online_workers
+from flows.progress import stage_done
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.audit import AUDIT, audit_due
@@ -42,11 +43,13 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
             if stage == "update" and not shards.hosts_update(cfg):
                 shards.close()  # torchrun runs the update: the workers free their devices for it
             pool = cfg.orchestration.pool_for(stage)
-            if pool and not is_current(run, iteration, stage):  # stale stages are computed again
-                manifests[stage] = remote_stage_task(run_dir, stage, iteration,
-                                                     _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
-            else:
-                manifests[stage] = stage_task(run_dir, iteration, progress=progress)
+            with stage_done(progress, stage, iteration, cfg.iterations):
+                if pool and not is_current(run, iteration, stage):  # stale stages are computed again
+                    manifests[stage] = remote_stage_task(run_dir, stage, iteration,
+                                                         _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
+                else:
+                    manifests[stage] = stage_task(run_dir, iteration, progress=progress)
             if stage == "score_final" and audit:
-                manifests[AUDIT] = audit_task(run_dir, iteration, progress=progress)
+                with stage_done(progress, AUDIT, iteration, cfg.iterations):
+                    manifests[AUDIT] = audit_task(run_dir, iteration, progress=progress)
     return manifests

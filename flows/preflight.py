@@ -1,15 +1,17 @@
 """Before any work starts: the Prefect server of PREFECT_API_URL and the MLflow tracking store answer, or one line
 naming the URL and the setting to fix, within seconds (not after minutes of the clients' own retries).
 
-Checked: an HTTP server (Prefect's API, an MLflow server) answers GET <url>/health within
-solrl_core.mlflow_links.HEALTH_TIMEOUT seconds; a
-sqlite or file store's folder exists and is writable. MLflow's own HTTP retries are bounded too (MLFLOW_HTTP_*
-defaults below, also given to flow runs on workers), so a server that dies during a run fails it in about a minute.
+Checked: PREFECT_API_URL is an http(s) URL; a tracking URI's scheme is one MLflow has a store for; an HTTP server
+(Prefect's API, an MLflow server) answers GET <url>/health within solrl_core.mlflow_links.HEALTH_TIMEOUT seconds; a
+sqlite or file store's folder exists, is writable and its disk is not full. MLflow's own HTTP retries are bounded
+too (MLFLOW_HTTP_* defaults below, also given to flow runs on workers), so a server that dies during a run fails it
+in about a minute.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -25,6 +27,13 @@ MLFLOW_HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
 }
+HTTP_SCHEMES = ("http", "https")
+# what a tracking URI may be when MLflow's own registry of stores cannot be asked (`tracking_store_schemes`)
+TRACKING_SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", *HTTP_SCHEMES, "databricks", "databricks-uc",
+                    "uc")
+TRACKING_URI_FORMS = ("a folder, file:///PATH, sqlite:///FILE, a database (postgresql://, mysql://, mssql://), "
+                      "http(s)://SERVER or databricks")
+MIN_FREE_BYTES = 1 << 20  # a sqlite or file store's disk with less free space than this counts as full
 
 
 def check_prefect_api() -> None:
@@ -36,6 +45,10 @@ def check_prefect_api() -> None:
         url, key = PREFECT_API_URL.value(), PREFECT_API_KEY.value()
     if not url:
         return
+    parsed = urlparse(url)
+    if parsed.scheme not in HTTP_SCHEMES or not parsed.netloc:
+        raise SolrlError(f"PREFECT_API_URL={url} is not an http(s) URL; set it to a Prefect server's API (e.g. "
+                         "http://127.0.0.1:4200/api), or unset it to use a temporary server")
     failure = health_failure(url.rstrip("/") + "/health", {"Authorization": f"Bearer {key}"} if key else None)
     if failure:
         raise SolrlError(f"PREFECT_API_URL={url}: no Prefect server answers ({failure}); start it (make server), "
@@ -44,11 +57,15 @@ def check_prefect_api() -> None:
 
 def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
     """The MLflow store at `uri` can be used: an http(s) server answers /health; a sqlite or file store's folder
-    exists and is writable. Other stores (databases, Databricks) are left to MLflow. Bounds MLflow's HTTP retries."""
+    exists, is writable and has room. Other stores (databases, Databricks) are left to MLflow; a scheme MLflow has no
+    store for is refused. Bounds MLflow's HTTP retries."""
     for name, value in MLFLOW_HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
     parsed = urlparse(uri)
-    if parsed.scheme in ("http", "https"):
+    if not known_tracking_scheme(uri):
+        raise SolrlError(f"{setting} = {uri}: MLflow has no tracking store for '{parsed.scheme}:' URIs; set {setting} "
+                         f"to {TRACKING_URI_FORMS}")
+    if parsed.scheme in HTTP_SCHEMES:
         failure = health_failure(uri.rstrip("/") + "/health")
         if failure:
             raise SolrlError(f"{setting} = {uri}: no MLflow server answers ({failure}); start it (mlflow server "
@@ -60,6 +77,7 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
             return
         folder = Path(path).absolute().parent
     elif parsed.scheme in ("", "file"):
+        check_folder_stores_allowed(uri, setting)
         folder = closest_existing(parsed.path if parsed.scheme else uri)
     else:
         return
@@ -72,6 +90,39 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
         folder, why = database, "permission denied"
     if why:
         raise SolrlError(f"{setting} = {uri}: cannot write to {folder} ({why}); set {setting} to a writable place")
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise SolrlError(f"{setting} = {uri}: the disk of {folder} is full ({free} bytes free); free space there or "
+                         f"set {setting} to a place on another disk")
+
+
+def check_folder_stores_allowed(uri: str, setting: str) -> None:
+    """MLflow 3.x opens a folder store (./mlruns, file:///...) only with MLFLOW_ALLOW_FILE_STORE=true: refuse one
+    otherwise, naming both fixes (MLflow itself would raise a traceback when the run starts)."""
+    try:
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+    except ImportError:  # an MLflow without that switch opens folder stores
+        return
+    if not MLFLOW_ALLOW_FILE_STORE.get():
+        raise SolrlError(f"{setting} = {uri}: MLflow opens a folder store only with MLFLOW_ALLOW_FILE_STORE=true; "
+                         f"set {setting} to a database, e.g. sqlite:///mlruns.db, or export MLFLOW_ALLOW_FILE_STORE=true")
+
+
+def known_tracking_scheme(uri: str) -> bool:
+    """Whether MLflow has a tracking store for `uri` (its registry of stores, plug-ins included: asked only for a
+    scheme outside TRACKING_SCHEMES; a one-letter scheme is a Windows drive, a path)."""
+    scheme = urlparse(uri).scheme
+    if scheme in TRACKING_SCHEMES or len(scheme) == 1:
+        return True
+    try:
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+    except ImportError:  # MLflow moved its registry: the short list decides
+        return scheme.split("+")[0] in TRACKING_SCHEMES
+    try:
+        _tracking_store_registry.get_store_builder(uri)  # finds the builder of the scheme; connects to nothing
+    except Exception:  # noqa: BLE001 - MLflow's "unsupported URI" errors have no common class
+        return False
+    return True
 
 
 def check_services(cfg, run=None, tracking: bool = True) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prefect import flow
 
+from flows.progress import stage_done
+
 from solrl_core.errors import SolrlError
 from solrl_core.rundir import RunDir
 from solrl_core.runs import check_iteration, load_run_config
@@ -31,7 +33,8 @@ def stage_flow(run_dir: str, stage: str, iteration: int, force: bool = False, pr
         raise SolrlError(f"unknown stage '{stage}' (stages: {', '.join(STAGE_TASKS)})")
     # a path that is not a run directory, an iteration the run does not have: one line saying so, as `solrl stage`
     check_iteration(load_run_config(RunDir(run_dir)), iteration, flag="iteration")
-    if not hold:
-        return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)
-    with RunDir(run_dir).hold(wait=lock_wait_seconds()):  # another stage run of the run: wait for it
-        return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)
+    with stage_done(progress, stage, iteration):
+        if not hold:
+            return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)
+        with RunDir(run_dir).hold(wait=lock_wait_seconds()):  # another stage run of the run: wait for it
+            return STAGE_TASKS[stage](run_dir, iteration, force=force, progress=progress)

@@ -4,16 +4,27 @@ each iteration's candidate pool under `pool/iter_NNNN/` (see `log_pool`).
 Where: `tracking_uri` picks the store of a new run (recorded in its run.json; later commands use that one), and
 `connect` talks to it, through the MLflow server of `make server` when one serves that sqlite file
 (solrl_core/mlflow_links.py). MLflow's own "View run / View experiment" lines stay off stdout (QUIET_ENV): the
-commands print the run's address themselves, once."""
+commands print the run's address themselves, once.
+
+When MLflow goes away: a run whose MLflow run no longer exists (its store deleted or replaced, the run deleted in the
+UI) gets a new one in the same store, said in one line, and every iteration, evaluation and audit is logged there
+again (each `logged` marker names the MLflow run it was logged to: `ensure_mlflow_run`). Every MLflow request is
+bounded (flows/preflight.py MLFLOW_HTTP_DEFAULTS: timeout and retries); a store or server that fails while logging
+ends in one line, `TrackingFailed` (`tracking_errors`), after which the run directory is as complete as its stages
+made it and the same command, run again, logs what is missing. Logging reads the run directory's artifacts only
+after checking them against their manifests (solrl_core/integrity.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import json
+import logging
 import math
 import os
+import re
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,11 +33,13 @@ import numpy as np
 from solrl_core.config import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table, stage_shards
-from solrl_core.mlflow_links import serving_server, sqlite_file
+from solrl_core.integrity import verify_stage
+from solrl_core.mlflow_links import SQLITE, health_failure, is_server, serving_server, sqlite_file
 from solrl_core.pool import read_table
 from solrl_core.report import best_worst_grid, proxy_final_scatter, top_bottom_grids
 from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.storage import local_file, location, save_image
+from solrl_core.wording import plural
 
 POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
 THUMBNAIL = 64  # pixels, longest side of the images in the pool table's `thumbnail` column
@@ -44,6 +57,14 @@ QUIET_ENV = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 RUN_PARAMS = ("family", "model.kind", "model.path", "iterations", "train.optimizer.lr")
 CONFIG_ARTIFACT = "config.yaml"
 PROXIED = "mlflow-artifacts:"  # artifact locations that only an MLflow server reaches (its proxied artifacts)
+CAUSE_CHARS = 200  # how much of an MLflow error a one-line TrackingFailed quotes
+AUDIT_MARKER = "audit_logged.json"  # in iter_NNNN/manifests/: the audit is logged (see `log_audit`)
+EVAL_MARKER = "logged.json"  # in eval/step_NNNN/: the evaluation is logged (see `log_evaluation`)
+
+
+class TrackingFailed(SolrlError):
+    """MLflow failed while logging (its store or server stopped answering, its database failed, the run went away):
+    the run directory is complete and consistent up to there, and the same command, run again, logs what is missing."""
 
 
 def tracking_uri(cfg: RunConfig) -> str:
@@ -59,10 +80,23 @@ def route(uri: str) -> str:
     return serving_server(uri) or uri
 
 
+def store_location(uri: str) -> str:
+    """`uri` as run.json records it: a sqlite file given by a relative path made absolute (against the working
+    directory), so that the run's store does not change with the folder a later command runs from."""
+    if uri.startswith(SQLITE) and not uri[len(SQLITE):].startswith("/") and sqlite_file(uri) is not None:
+        return f"{SQLITE}{sqlite_file(uri)}"
+    return uri
+
+
 def connect(uri: str):
-    """The `mlflow` module, pointed at store `uri` (through its server, see `route`), its URL lines off stdout."""
+    """The `mlflow` module, pointed at store `uri` (through its server, see `route`), its URL lines off stdout, and
+    its HTTP retries' warnings off the terminal unless MLflow's INFO lines are wanted (--verbose): a server that stops
+    answering is said once, in the command's one-line error. (Its HTTP requests are bounded by the preflight that runs
+    before any work: flows/preflight.py MLFLOW_HTTP_DEFAULTS.)"""
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
+    if os.environ.get("MLFLOW_LOGGING_LEVEL", "").upper() not in ("DEBUG", "INFO"):
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     import mlflow
 
     mlflow.set_tracking_uri(route(uri))
@@ -127,6 +161,11 @@ def _experiment_id(name: str, uri: str) -> str:
     import mlflow
 
     experiment = mlflow.get_experiment_by_name(name)
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise SolrlError(f"experiment '{name}' in {uri} is deleted (in the MLflow UI or CLI), so no run can be made "
+                         f"in it: restore it (MLFLOW_TRACKING_URI={route(uri)} mlflow experiments restore -x "
+                         f"{experiment.experiment_id}), or start a new run logging to another experiment with "
+                         "--set tracking.experiment=NAME")
     if experiment is None:
         artifacts = (Path.cwd() / "mlartifacts").as_uri() if route(uri).startswith("sqlite") else None
         return mlflow.create_experiment(name, artifact_location=artifacts, tags=EXPERIMENT_KIND)
@@ -136,27 +175,163 @@ def _experiment_id(name: str, uri: str) -> str:
     return experiment.experiment_id
 
 
-def ensure_mlflow_run(run: RunDir, cfg: RunConfig) -> dict:
+_present: set[tuple[str, str]] = set()  # (store, MLflow run id) found in its store by this process
+
+
+def run_gone(info: dict) -> str | None:
+    """Why the MLflow run that run.json `info` records cannot be logged to, in words ("no longer exists": not in its
+    store, e.g. the store was deleted or replaced; "was deleted": in the UI or CLI); None when it is there. Asked
+    once per process and run."""
+    key = (info["tracking_uri"], info["mlflow_run_id"])
+    if key in _present:
+        return None
+    from mlflow.exceptions import MlflowException
+
+    client = connect(info["tracking_uri"]).MlflowClient()
+    try:
+        found = client.get_run(info["mlflow_run_id"])
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return "no longer exists"
+        raise
+    if found.info.lifecycle_stage == "deleted":
+        return "was deleted"
+    _present.add(key)
+    return None
+
+
+def ensure_mlflow_run(run: RunDir, cfg: RunConfig, say=None) -> dict:
     """Create the run's MLflow run once, at `tracking_uri(cfg)`, and record it in the run directory's run.json; later
     calls (resumes, from any folder) return the recorded one: the default store follows the working directory, so
     the run directory, not the folder a command runs from, says where its MLflow run is. run.json records the store
-    as configured (a sqlite file, not the server that served it then). Either way, first a run whose artifacts need
-    a server that is not there is refused in one line (`check_artifact_route`)."""
+    as configured (a sqlite file, not the server that served it then; a relative path made absolute). Either way,
+    first a run whose artifacts need a server that is not there is refused in one line (`check_artifact_route`).
+
+    A recorded MLflow run that is gone from its store (`run_gone`) is made again there: the markers of what was
+    logged are forgotten, so `solrl train` logs every iteration, evaluation and audit into the new run, and `say`
+    (default: a line on stderr) says so once."""
     info = run.run_info()
     if info is not None:
         check_artifact_route(info["tracking_uri"], run_id=info["mlflow_run_id"])
-        return info
-    uri = tracking_uri(cfg)
+        with tracking_errors(info["tracking_uri"], "the run's MLflow run"):
+            gone = run_gone(info)
+        if gone is None:
+            return info
+        uri = store_location(info["tracking_uri"])
+    else:
+        uri, gone = store_location(tracking_uri(cfg)), None
     check_artifact_route(uri, experiment=cfg.tracking.experiment)
-    mlflow = connect(uri)
-    experiment_id = _experiment_id(cfg.tracking.experiment, uri)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
-        mlflow.set_tags({"family": cfg.family, "run_dir": location(run.root)})
-        mlflow.log_params(run_params(cfg))
-        mlflow.log_dict(cfg.model_dump(mode="json"), CONFIG_ARTIFACT)
-        info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
-    write_json_atomic(run.run_json, info)
-    return info
+    with tracking_errors(uri, "a new MLflow run"):
+        mlflow = connect(uri)
+        experiment_id = _experiment_id(cfg.tracking.experiment, uri)
+        with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
+            mlflow.set_tags({"family": cfg.family, "run_dir": location(run.root)})
+            mlflow.log_params(run_params(cfg))
+            mlflow.log_dict(cfg.model_dump(mode="json"), CONFIG_ARTIFACT)
+            new = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
+    if gone is not None:
+        forget_logged(run)  # first: what they say was logged went to the run that is gone
+    write_json_atomic(run.run_json, new)
+    _present.add((uri, new["mlflow_run_id"]))
+    if gone is not None:
+        (say or _stderr)(f"solrl: the MLflow run {info['mlflow_run_id']} {gone} in {info['tracking_uri']}: logging to "
+                         f"a new run {new['mlflow_run_id']}; `solrl train` logs the run's earlier iterations and "
+                         "evaluations there again")
+    return new
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def logged_markers(run: RunDir) -> list[Path]:
+    """The files that record what was logged to the run's MLflow run (`log_iteration`, `log_audit`,
+    `log_evaluation`)."""
+    iterations = [*run.root.glob(f"iter_[0-9]*/manifests/{logged_marker(run, 0).name}"),
+                  *run.root.glob(f"iter_[0-9]*/manifests/{AUDIT_MARKER}")]
+    return [*iterations, *run.root.glob(f"eval/step_[0-9]*/{EVAL_MARKER}")]
+
+
+def forget_logged(run: RunDir) -> None:
+    """Forget what was logged (its MLflow run is gone): the next `solrl train` logs it all again."""
+    for marker in logged_markers(run):
+        marker.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def tracking_errors(uri: str, what: str, info: dict | None = None):
+    """Turn MLflow failing while logging `what` to store `uri` into the one-line TrackingFailed (see
+    `tracking_failure`); any other error (a bug) keeps its traceback. `info`: the run's run.json, when it has one."""
+    try:
+        yield
+    except SolrlError:
+        raise
+    except Exception as exc:
+        error = tracking_failure(exc, uri, what, info)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def tracking_failure(exc: Exception, uri: str, what: str, info: dict | None = None) -> TrackingFailed | None:
+    """`exc`, raised by MLflow while logging `what` to store `uri`, as a one-line TrackingFailed when it is MLflow's
+    store that failed: its server does not answer (refused, timed out after MLflow's bounded retries), its database
+    failed (a full disk, locked, read-only), or the MLflow run of `info` is gone; None for anything else."""
+    where = route(uri)
+    again = ("the run directory is complete and consistent up to there, and nothing is lost: once MLflow answers, "
+             "run the same command again (it resumes, and logs what is not logged yet)")
+    cause = _store_failure(exc, where)
+    if cause is not None:
+        return TrackingFailed(f"MLflow at {where} failed while logging {what} ({cause}); {again}")
+    if info is not None:
+        _present.discard((info["tracking_uri"], info["mlflow_run_id"]))
+        try:
+            gone = run_gone(info)
+        except Exception:  # noqa: BLE001 - the question failed too: report the first error as it is
+            gone = None
+        if gone is not None:
+            return TrackingFailed(f"the MLflow run {info['mlflow_run_id']} {gone} in {info['tracking_uri']} (found "
+                                  f"while logging {what}); run the same command again: it logs to a new MLflow run, "
+                                  "the run's earlier iterations too")
+    return None
+
+
+def _store_failure(exc: Exception, where: str) -> str | None:
+    """Why the store at `where` failed, in a few words, when `exc` says it did (see `tracking_failure`); else None."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(e) for e in chain)
+    if "OperationalError" in text or any(type(e).__name__ == "OperationalError" for e in chain):
+        drivers = [str(e) for e in chain if type(e).__name__ == "OperationalError"]
+        return "database error: " + _short(_database_message(drivers[-1] if drivers else text))
+    transport = any(isinstance(e, (requests.RequestException, ConnectionError, TimeoutError)) for e in chain) or any(
+        isinstance(e, MlflowException) and str(e).startswith("API request to") for e in chain)
+    answered = health_failure(where.rstrip("/") + "/health") if is_server(where) else None
+    if not transport and answered is None:
+        return None
+    if answered is not None:
+        return answered
+    return "timed out" if "timeout" in text.lower() else _short(str(exc))
+
+
+def _database_message(text: str) -> str:
+    """The database's own words in an OperationalError's text (sqlite3's "database or disk is full"), not what
+    SQLAlchemy or MLflow put around them (a "(raised as a result of Query-invoked autoflush ...)" line, the SQL)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        found = re.search(r"\((?:\w+\.)*OperationalError\)\s*(.+)", line)
+        if found:
+            return found.group(1)
+    return next((line for line in lines if not line.startswith("(raised as a result of")), text.strip())
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 3] + "..."
 
 
 def iteration_metrics(run: RunDir, iteration: int) -> dict[str, float]:
@@ -220,45 +395,69 @@ def _same(logged: float, value: float) -> bool:
     return logged == value or (math.isnan(logged) and math.isnan(value))
 
 
-def _logged(marker, completion_id: str | None) -> bool:
-    """Whether `marker` says this completion (its id; None before completions had ids) was logged."""
-    return marker.is_file() and read_json(marker).get("id") == completion_id
+def _logged(marker, info: dict | None, completion_id: str | None = None) -> bool:
+    """Whether `marker` says this completion (its id; None before completions had ids) was logged to the MLflow run
+    of run.json `info` (a marker written before markers named their MLflow run counts as logged to it)."""
+    if info is None or not marker.is_file():
+        return False
+    record = read_json(marker)
+    return record.get("id") == completion_id and record.get("mlflow_run_id", info["mlflow_run_id"]) == \
+        info["mlflow_run_id"]
 
 
+def _describes(subject):
+    """Give a logging function the words for what it logs (`subject(*args)`), which the logging thread quotes when
+    MLflow does not answer (flows/tracking_queue.py)."""
+    def mark(log):
+        log.describe = subject
+        return log
+    return mark
+
+
+def _where(run: RunDir) -> str:
+    info = run.run_info()
+    return f" to {route(info['tracking_uri'])}" if info is not None else ""
+
+
+@_describes(lambda run, cfg, iteration: f"iteration {iteration}{_where(run)}")
 def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
-    """Log one finished iteration (once per completion of its update: a marker file records which) and save its
-    best/worst grid PNG."""
+    """Log one finished iteration (once per completion of its update into its MLflow run: a marker file records
+    which) and save its best/worst grid PNG. The artifacts read are checked first (solrl_core/integrity.py)."""
     marker = logged_marker(run, iteration)
     metrics = iteration_metrics(run, iteration)
     update_id = run.manifest(iteration, "update").get("id")
-    if _logged(marker, update_id):
+    if _logged(marker, run.run_info(), update_id):
         return metrics
     from PIL import Image
 
+    for stage in ("quantize", "explore", "score_explore"):  # the grid and the report (the pool table checks its own)
+        verify_stage(run, iteration, stage)
     info = ensure_mlflow_run(run, cfg)
+    run_id = info["mlflow_run_id"]
     pool = run.stage_dir(iteration, "explore") / "pool.zarr"
     reward = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr", ["reward"])[0]["reward"]
     grid = best_worst_grid(pool, reward, cfg.tracking.grid_prompts)
     save_image(Image.fromarray(grid), run.iteration_dir(iteration) / "best_worst.png")
-    mlflow = connect(info["tracking_uri"])
     report = json.loads((run.stage_dir(iteration, "quantize") / "report.json").read_text())
-    with mlflow.start_run(run_id=info["mlflow_run_id"]):
-        log_metrics_once(info["mlflow_run_id"], metrics, iteration)
-        mlflow.set_tags({"explore_backend": report["precision"], "explore_backend_reason": report["reason"][:5000]})
-        log_pool(run, cfg, iteration, info["mlflow_run_id"], report)
-        mlflow.log_dict(stage_shards(run, iteration), f"shards/iter_{iteration:04d}.json")  # device, host, pid
+    with tracking_errors(info["tracking_uri"], f"iteration {iteration}", info):
+        client = connect(info["tracking_uri"]).MlflowClient()
+        log_metrics_once(run_id, metrics, iteration)
+        client.set_tag(run_id, "explore_backend", report["precision"])
+        client.set_tag(run_id, "explore_backend_reason", report["reason"][:5000])
+        log_pool(run, cfg, iteration, run_id, report)
+        client.log_dict(run_id, stage_shards(run, iteration), f"shards/iter_{iteration:04d}.json")  # device, host, pid
         for event in report.get("escalations", []):
             if event["iteration"] == iteration - 1:  # decided after the previous iteration, applied from this one
-                mlflow.log_dict(event, f"guardrail/escalation_after_iter{event['iteration']:04d}.json")
-                log_metrics_once(info["mlflow_run_id"], {"guardrail/level": event["to_level"]}, iteration)
+                client.log_dict(run_id, event, f"guardrail/escalation_after_iter{event['iteration']:04d}.json")
+                log_metrics_once(run_id, {"guardrail/level": event["to_level"]}, iteration)
         if cfg.tracking.grid_prompts:
-            mlflow.log_image(grid, key="pool/best_worst", step=iteration)
-    write_json_atomic(marker, {"iteration": iteration, "id": update_id})
+            client.log_image(run_id, grid, key="pool/best_worst", step=iteration)
+    write_json_atomic(marker, {"iteration": iteration, "id": update_id, "mlflow_run_id": run_id})
     return metrics
 
 
 def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: dict) -> str:
-    """Log an iteration's pool into the active MLflow run, under `pool/iter_NNNN/`; return that path.
+    """Log an iteration's pool into MLflow run `run_id`, under `pool/iter_NNNN/`; return that path.
 
     - `candidates.json`: MLflow table, one row per explore candidate (prompt, seed, proxy reward, final reward where
       a training sample was made from the seed, selected; solrl_core.inspect.pool_table) and a `thumbnail` image
@@ -271,22 +470,23 @@ def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: d
     """
     import mlflow
 
+    client = mlflow.MlflowClient()
     path = pool_artifact_path(iteration)
-    table = pool_table(run, iteration)
+    table = pool_table(run, iteration)  # checks the stages' artifacts it reads
     pool = run.stage_dir(iteration, "explore") / "pool.zarr"
-    if f"{path}/candidates.json" not in {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, path)}:
+    if f"{path}/candidates.json" not in {a.path for a in client.list_artifacts(run_id, path)}:
         _log_table(run_id, {**{k: v.tolist() for k, v in table.items()}, "thumbnail": _thumbnails(pool)},
                    f"{path}/candidates.json")
     k = max(1, cfg.select.k // 2)
     for prompt, grid in top_bottom_grids(pool, table["proxy_reward"], k, tile=POOL_TILE).items():
-        mlflow.log_image(grid, artifact_file=f"{path}/top_bottom/prompt_{prompt:04d}.png")
+        client.log_image(run_id, grid, artifact_file=f"{path}/top_bottom/prompt_{prompt:04d}.png")
     prompts = read_table(pool, [])[1]["prompts"]
     with tempfile.TemporaryDirectory() as tmp:
         scatter = Path(tmp) / "proxy_vs_final.png"
         proxy_final_scatter(table["proxy_reward"], table["final_reward"], table["prompt_index"], scatter,
                             prompts=prompts, title=f"iteration {iteration}: selected seeds")
-        mlflow.log_artifact(str(scatter), artifact_path=path)
-    mlflow.log_dict(report, f"{path}/quantize_report.json")
+        client.log_artifact(run_id, str(scatter), path)
+    client.log_dict(run_id, report, f"{path}/quantize_report.json")
     return path
 
 
@@ -323,21 +523,25 @@ def _log_table(run_id: str, data: dict[str, list], artifact_file: str) -> None:
         client.log_text(run_id, pd.DataFrame(plain).to_json(orient="split", index=False), artifact_file)
 
 
+@_describes(lambda run, cfg, evaluation: f"the evaluation after {plural(evaluation['step'], 'iteration')}"
+           f"{_where(run)}")
 def log_evaluation(run: RunDir, cfg: RunConfig, evaluation: dict) -> None:
-    """Log `eval/<reward>` at step = iterations done (0 = before training), and the samples grid."""
+    """Log `eval/<reward>` at step = iterations done (0 = before training), and the samples grid (once per MLflow
+    run: a marker file records it). `evaluation`: its metrics.json record, read after checking its files."""
     step = evaluation["step"]
-    marker = run.eval_dir(step) / "logged.json"
-    if marker.is_file():
+    marker = run.eval_dir(step) / EVAL_MARKER
+    if _logged(marker, run.run_info()):
         return
     info = ensure_mlflow_run(run, cfg)
-    mlflow = connect(info["tracking_uri"])
-    with mlflow.start_run(run_id=info["mlflow_run_id"]):
-        log_metrics_once(info["mlflow_run_id"], {f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step)
+    run_id = info["mlflow_run_id"]
+    with tracking_errors(info["tracking_uri"], f"the evaluation after {plural(step, 'iteration')}", info):
+        client = connect(info["tracking_uri"]).MlflowClient()
+        log_metrics_once(run_id, {f"eval/{k}": v for k, v in evaluation["metrics"].items()}, step)
         with local_file(run.eval_dir(step) / "samples.png") as samples:
-            mlflow.log_artifact(str(samples), artifact_path=f"eval/step_{step:04d}")
-        mlflow.log_dict({key: evaluation.get(key, []) for key in ("shards", "score_shards")},
+            client.log_artifact(run_id, str(samples), f"eval/step_{step:04d}")
+        client.log_dict(run_id, {key: evaluation.get(key, []) for key in ("shards", "score_shards")},
                         f"eval/step_{step:04d}/shards.json")
-    write_json_atomic(marker, {"step": step})
+    write_json_atomic(marker, {"step": step, "mlflow_run_id": run_id})
 
 
 AUDIT_METRICS = {
@@ -350,23 +554,24 @@ AUDIT_METRICS = {
 }
 
 
+@_describes(lambda run, cfg, iteration: f"the audit of iteration {iteration}{_where(run)}")
 def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
-    """Log a finished audit (once: a marker file records it) at step = iteration. `audit/spearman` and
+    """Log a finished audit (once per MLflow run: a marker file records it) at step = iteration. `audit/spearman` and
     `audit/kendall` are the means over prompt groups (what selection depends on); `*_pooled` over all candidates."""
     summary = run.manifest(iteration, "audit")["summary"]
     metrics = {key: float(summary[name]) for key, name in AUDIT_METRICS.items()
                if summary.get(name) is not None and np.isfinite(summary[name])}
     metrics["time/audit_s"] = float(summary["seconds"])
-    marker = run.iteration_dir(iteration) / "manifests" / "audit_logged.json"
+    marker = run.iteration_dir(iteration) / "manifests" / AUDIT_MARKER
     audit_id = run.manifest(iteration, "audit").get("id")
-    if _logged(marker, audit_id):
+    if _logged(marker, run.run_info(), audit_id):
         return metrics
     info = ensure_mlflow_run(run, cfg)
-    mlflow = connect(info["tracking_uri"])
-    with mlflow.start_run(run_id=info["mlflow_run_id"]):
+    with tracking_errors(info["tracking_uri"], f"the audit of iteration {iteration}", info):
         log_metrics_once(info["mlflow_run_id"], metrics, iteration)
-        mlflow.log_dict(summary, f"audit/summary_iter{iteration:04d}.json")
-    write_json_atomic(marker, {"iteration": iteration, "id": audit_id})
+        connect(info["tracking_uri"]).MlflowClient().log_dict(info["mlflow_run_id"], summary,
+                                                              f"audit/summary_iter{iteration:04d}.json")
+    write_json_atomic(marker, {"iteration": iteration, "id": audit_id, "mlflow_run_id": info["mlflow_run_id"]})
     return metrics
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.iteration import iteration_flow
+from flows.progress import stage_done
 from flows.tracking import ensure_mlflow_run, iteration_metrics, log_audit, log_evaluation, log_iteration
 from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
@@ -46,7 +47,8 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
             )
             step = iteration + 1
             if cfg.eval.every and (step % cfg.eval.every == 0 or step == iterations):
-                evaluation = evaluate_task(run_dir, step, progress=progress)
+                with stage_done(progress, f"evaluation after {step} iterations"):
+                    evaluation = evaluate_task(run_dir, step, progress=progress)
                 tracking.submit(log_evaluation, run, cfg, evaluation)
                 logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
         for item in stale_items(run):  # evaluations off the schedule whose checkpoint was computed again

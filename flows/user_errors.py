@@ -1,4 +1,5 @@
-"""How errors the user can fix reach the terminal: one line, `solrl: error: ...`, exit 2, no traceback.
+"""How errors the user can fix reach the terminal: one line, `solrl: error: ...` (at most LINE_CHARS long), exit 2,
+no traceback.
 
 A user error raised inside a flow or task reaches `solrl`'s main() unchanged, but Prefect first logs it (the
 exception with its traceback, then the run's final Failed state). `hide_user_error_logs` drops those records on the
@@ -13,6 +14,7 @@ import re
 import sys
 
 from solrl_core.errors import SolrlError
+from solrl_core.excerpts import LINE_CHARS, one_line
 from solrl_core.userfiles import USER_ERRNOS, user_os_error
 
 EXIT_USER_ERROR = 2
@@ -29,9 +31,19 @@ def as_user_error(exc: BaseException) -> SolrlError | None:
 
 
 def report(error: SolrlError) -> int:
-    """Print `error` as the command's one line on stderr; the exit status of a user error."""
-    print(f"solrl: error: {error}", file=sys.stderr)
+    """Print `error` as the command's one line on stderr, at most LINE_CHARS long whatever it quotes (a message that
+    echoes a huge value is cut in the middle: solrl_core/excerpts.py); the exit status of a user error."""
+    say(f"solrl: error: {one_line(str(error), LINE_CHARS - len('solrl: error: '))}")
     return EXIT_USER_ERROR
+
+
+def say(line: str) -> None:
+    """Print the command's last `line` on stderr; nothing when stderr is gone (SIGHUP: the terminal closed; a closed
+    pipe), as there is no one left to read it."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _subclasses(cls: type) -> set[type]:

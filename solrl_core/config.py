@@ -15,48 +15,81 @@ the command line still wins. This makes an official preset runnable on a CPU aga
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.excerpts import cut, excerpt, one_line
 from solrl_core.families import Family, family_conflict
-from solrl_core.packaged_configs import resolve_config
+from solrl_core.limits import (  # the integer settings' upper bounds (runs.py and tests read them from here too)
+    MAX_BATCH, MAX_ITERATIONS, MAX_NODES, MAX_PROCESSES, MAX_PROMPTS, MAX_RANK, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
+    MAX_SIDE, MAX_STEPS, MAX_WIDTH)
+from solrl_core.packaged_configs import packaged_config, resolve_config
 from solrl_core.userfiles import read_text
 
 Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
 
 
+def _takes_floats(annotation: Any) -> bool:
+    """Whether a field type holds floats (float, float | None, tuple[float, float], dict[str, float], ...)."""
+    return annotation is float or any(_takes_floats(arg) for arg in get_args(annotation))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        """A float setting (or a float in a list or mapping) given true/false is refused, not read as 1.0/0.0
+        (YAML reads yes/no/on/off as booleans too). Integer settings refuse them by being strict (`_count`)."""
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        booleans = any(isinstance(item, bool) for item in items)
+        if booleans and _takes_floats(cls.model_fields[info.field_name].annotation):
+            raise PydanticCustomError("float_type", "Input should be a number, not true or false")
+        return value
 
-# Upper bounds of the integer settings. Far above any real run (the official ones: 48 prompts x 96 seeds, 28-40 ODE
-# steps, batches of tens, hundreds of iterations on up to hundreds of GPUs), yet low enough that each value, and the
-# counts the code forms from them (rows of a pool: prompts x seeds; optimizer steps: iterations x steps per
-# iteration), fit the 64-bit integers of torch, zarr and Prefect's database: `iterations: 100000000000000000000` once
-# made every Prefect listing of the server fail ("Integer exceeds 64-bit range"). A value past them is a typo.
-MAX_ITERATIONS = 1_000_000  # iterations, optimizer steps per iteration, eval/audit periods, patience
-MAX_SEEDS = 100_000  # seeds per prompt (explore and evaluation), K
-MAX_PROMPTS = 100_000  # prompts per iteration, evaluation prompts, prompts of the grid
-MAX_STEPS = 10_000  # ODE steps
-MAX_BATCH = 65_536  # batch sizes, micro-batches, latents per VAE decode
-MAX_RANK = 65_536  # LoRA rank (at most a layer's width)
-MAX_WIDTH = 1_000_000  # a layer width, text tokens
-MAX_SIDE = 65_536  # image side in pixels
-MAX_PROCESSES = 1_024  # update processes per machine
-MAX_NODES = 65_536  # machines of the update
-MAX_SECONDS = 7 * 24 * 3600  # a timeout: a week
-MAX_SEED = 2**63 - 1  # the largest int64
+
+# The learning rate's upper bound. AdamW moves every weight by about lr per step whatever the gradient's scale (the
+# update is m / (sqrt(v) + eps), of magnitude ~1), so at lr = 1 each step already moves a LoRA weight by more than
+# its own size (B starts at 0, A at about 1/sqrt(rank): solrl_core/rl/policy.py): the adapter is noise after one
+# step. The references train LoRA at 1e-4 to 3e-4 (NVlabs/Sana configs/sol_rl, DiffusionNFT, flow_grpo). `lr: 1e30`
+# or `.inf` once trained a whole iteration and failed only when the weights were saved (a FloatingPointError, a
+# pending journal).
+MAX_LR = 1.0
 
 
 def _count(default: int | None, low: int, high: int, description: str, **kwargs: Any) -> Any:
     """An integer setting from `low` to `high`, which the end of its description states. Only integers: strict, so
     `true` or `2.5` (or `10.0`) is refused, not read as 1, 2 or 10."""
     return Field(default, ge=low, le=high, strict=True, description=f"{description}; {low} to {high:,}", **kwargs)
+
+
+def _real(default: float | None, description: str, *, ge: float | None = None, gt: float | None = None,
+          le: float | None = None, lt: float | None = None) -> Any:
+    """A float setting: finite (nan, .inf and a string such as "inf" are refused; true/false too, see `_Strict`) and
+    within the bounds given, which the end of its description states ("finite, > 0 and ≤ 1")."""
+    bounds = [f"{sign} {value:g}" for sign, value in (("≥", ge), (">", gt), ("≤", le), ("<", lt)) if value is not None]
+    return Field(default, ge=ge, gt=gt, le=le, lt=lt, allow_inf_nan=False,
+                 description=f"{description}; {', '.join(['finite', ' and '.join(bounds)] if bounds else ['finite'])}")
+
+
+def _check_weights(key: str, weights: dict[str, float] | None) -> None:
+    """Reward weights are finite and add up to more than 0 (a weight may be negative, a penalty; 0 scores a reward
+    for the record only). All zero, the total reward is 0 for every sample: nothing to rank or learn from."""
+    for name, weight in (weights or {}).items():
+        if not math.isfinite(weight):
+            raise ValueError(f"{key}.{cut(name)}: the weight must be a finite number (got {weight})")
+    if weights and not sum(weights.values()) > 0:
+        raise ValueError(f"{key}: the weights add up to {sum(weights.values()):g}; they must add up to more than 0 "
+                         "(all 0: every sample's total reward is 0, nothing to rank or learn from), e.g. 1.0 on the "
+                         "reward that counts (a weight of 0 only scores a reward alongside)")
 
 
 BackboneKind = str
@@ -78,7 +111,10 @@ class ModelConfig(_Strict):
         "float32", description="weights of the transformer and encoders (bfloat16 on GPUs); the LoRA θ, θ_old, their "
         "optimizer state and EMA stay float32 whatever this is"
     )
-    resolution: int | None = _count(None, 8, MAX_SIDE, "image side in pixels; null = the backbone's default")
+    resolution: int | None = _count(
+        None, 8, MAX_SIDE, "image side in pixels; null = the backbone's default. A multiple of the backbone's pixels "
+        "per image token (its VAE factor times its latent patch: 16 for FLUX.1, 32 for SANA; solrl_core/backbones/"
+        "specs/); the embedded model takes only its weights' own side (32 for the shipped ones)")
     sampler: SamplerName | None = Field(None, description="ODE solver; null = the backbone's default")
     max_sequence_length: int | None = _count(None, 1, MAX_WIDTH, "text tokens (T5/Gemma); null = default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the update (saves memory)")
@@ -103,9 +139,9 @@ class GuidanceConfig(_Strict):
     """Guidance scales. 1.0 = none. FLUX.1-dev's distilled guidance embedding takes the value directly; the others
     use classifier-free guidance with the empty prompt when the scale is above 1."""
 
-    rollout: float = Field(1.0, ge=0, description="scale of the explore and regenerate sampling (official 1.0)")
-    train: float = Field(1.0, ge=0, description="scale of the velocities inside the update (official 1.0)")
-    eval: float = Field(1.0, ge=0, description="scale of the held-out evaluation's sampling (official 1.0)")
+    rollout: float = _real(1.0, "scale of the explore and regenerate sampling (official 1.0)", ge=0)
+    train: float = _real(1.0, "scale of the velocities inside the update (official 1.0)", ge=0)
+    eval: float = _real(1.0, "scale of the held-out evaluation's sampling (official 1.0)", ge=0)
 
 
 class PromptsConfig(_Strict):
@@ -149,7 +185,7 @@ class GuardrailConfig(_Strict):
     """Raise the explore precision/steps when its ranking fidelity (Spearman, proxy vs final) stays low."""
 
     enabled: bool = Field(False, description="watch the fidelity each iteration (sol_rl only: needs regenerate)")
-    floor: float = Field(0.5, ge=-1, le=1, description="Spearman below this counts as a bad iteration")
+    floor: float = _real(0.5, "Spearman below this counts as a bad iteration", ge=-1, le=1)
     patience: int = _count(2, 1, MAX_ITERATIONS, "consecutive bad iterations before escalating")
     ladder: list[tuple[Precision, int]] = Field(
         default_factory=lambda: [("fp8_emulated", 6), ("fp32", 6), ("fp32", 10)],
@@ -164,7 +200,7 @@ class GuardrailConfig(_Strict):
             steps = rung[1] if isinstance(rung, (list, tuple)) and len(rung) == 2 else None
             if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_STEPS):
                 raise ValueError(f"explore.guardrail.ladder: steps must be a whole number from 1 to {MAX_STEPS:,} "
-                                 f"(got {steps!r})")
+                                 f"(got {excerpt(steps)})")
         return ladder
 
 
@@ -230,42 +266,46 @@ class ScoreConfig(_Strict):
 
 
 class OptimizerConfig(_Strict):
-    lr: float = Field(3e-4, gt=0, description="AdamW learning rate of the LoRA weights (official 3e-4)")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW moment decays (official 0.9, 0.999)")
-    weight_decay: float = Field(1e-4, ge=0, description="AdamW decoupled weight decay (official 1e-4)")
-    eps: float = Field(1e-8, gt=0, description="AdamW denominator epsilon (official 1e-8)")
-    grad_clip: float | None = Field(
-        None, gt=0, description="clip the gradient's global L2 norm to this; null = the backbone's default (official "
-        "1.0, NVlabs/Sana configs/sol_rl max_grad_norm)"
-    )
+    lr: float = _real(3e-4, "AdamW learning rate of the LoRA weights (official 3e-4; AdamW moves each weight by about "
+                      "lr per step whatever the gradient's scale: at 1 a LoRA weight moves by more than its size)",
+                      gt=0, le=MAX_LR)
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW moment decays (official 0.9, 0.999); each finite, ≥ 0 and < 1 (at 1 a moment "
+        "never forgets its start and Adam's bias correction divides by 0)")
+    weight_decay: float = _real(1e-4, "AdamW decoupled weight decay (official 1e-4)", ge=0)
+    eps: float = _real(1e-8, "AdamW denominator epsilon (official 1e-8)", gt=0)
+    grad_clip: float | None = _real(
+        None, "clip the gradient's global L2 norm to this; null = the backbone's default (official 1.0, NVlabs/Sana "
+        "configs/sol_rl max_grad_norm)", gt=0)
+
+    @field_validator("betas")
+    @classmethod
+    def _decays(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(math.isfinite(b) and 0 <= b < 1 for b in betas):
+            raise ValueError(f"train.optimizer.betas: each decay must be ≥ 0 and < 1 (got {list(betas)})")
+        return betas
 
 
 class TrainConfig(_Strict):
     lora_rank: int = _count(32, 1, MAX_RANK, "rank r of the LoRA adapters θ and θ_old (official 32)")
-    lora_alpha: float = Field(
-        64.0, gt=0, description="LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)"
-    )
+    lora_alpha: float = _real(
+        64.0, "LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)", gt=0)
     lora_targets: list[str] | None = Field(
         None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of "
         "these); null = the backbone's official list (docs/backbones.md)"
     )
-    timestep_fraction: float = Field(
-        0.6, gt=0, le=1, description="share of the sampling schedule's times trained per sample, drawn at random "
-        "(official 0.6 SANA / SD3.5, 0.4 FLUX)"
-    )
-    beta: float = Field(
-        1.0, gt=0, description="β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = "
-        "v_old ± β·(v − v_old) step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl "
-        "`config.beta`)"
-    )
-    adv_clip: float = Field(
-        5.0, gt=0, description="advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the "
-        "optimality is r = clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)"
-    )
-    kl_weight: float = Field(
-        1e-4, ge=0, description="weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 "
-        "(adapters off); 0 = none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)"
-    )
+    timestep_fraction: float = _real(
+        0.6, "share of the sampling schedule's times trained per sample, drawn at random (official 0.6 SANA / SD3.5, "
+        "0.4 FLUX)", gt=0, le=1)
+    beta: float = _real(
+        1.0, "β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) "
+        "step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)", gt=0)
+    adv_clip: float = _real(
+        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = "
+        "clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)", gt=0)
+    kl_weight: float = _real(
+        1e-4, "weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = "
+        "none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)", ge=0)
     micro_batch: int = _count(8, 1, MAX_BATCH, "(sample, time) pairs per forward/backward, per process")
     processes: int = _count(1, 1, MAX_PROCESSES, "update processes per node (torchrun --nproc-per-node, data "
                             "parallel); official 8 GPUs")
@@ -279,18 +319,14 @@ class TrainConfig(_Strict):
     dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
     optimizer_steps: int = _count(1, 1, MAX_ITERATIONS, "optimizer steps per iteration (official 1)")
     optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW settings of the update")
-    old_eta_rate: float = Field(
-        0.001, ge=0, description="growth per optimizer step s of η in the sampling policy's soft update θ_old ← "
-        "η·θ_old + (1 − η)·θ, η = min(old_eta_rate·s, old_eta_max) (official 0.001, docs/method.md)"
-    )
-    old_eta_max: float = Field(
-        0.5, ge=0, le=1, description="cap of that η: 0 = θ_old copies θ after every step, 1 = θ_old never moves "
-        "(official 0.5)"
-    )
-    ema_max_decay: float = Field(
-        0.9, ge=0, le=1, description="cap of the decay of the EMA of θ used for evaluation: decay = min((1 + s) / (10 "
-        "+ s), ema_max_decay) at optimizer step s (official 0.9)"
-    )
+    old_eta_rate: float = _real(
+        0.001, "growth per optimizer step s of η in the sampling policy's soft update θ_old ← η·θ_old + (1 − η)·θ, η = "
+        "min(old_eta_rate·s, old_eta_max) (official 0.001, docs/method.md)", ge=0)
+    old_eta_max: float = _real(
+        0.5, "cap of that η: 0 = θ_old copies θ after every step, 1 = θ_old never moves (official 0.5)", ge=0, le=1)
+    ema_max_decay: float = _real(
+        0.9, "cap of the decay of the EMA of θ used for evaluation: decay = min((1 + s) / (10 + s), ema_max_decay) at "
+        "optimizer step s (official 0.9)", ge=0, le=1)
 
     @model_validator(mode="after")
     def _rendezvous(self) -> TrainConfig:
@@ -298,7 +334,7 @@ class TrainConfig(_Strict):
             host, _, port = (self.rdzv_endpoint or "").rpartition(":")
             if not host or not port.isdigit():
                 raise ValueError(f"train.rdzv_endpoint: with train.nodes = {self.nodes} give HOST:PORT where the "
-                                 f"nodes meet (e.g. 10.0.0.1:29400), got {self.rdzv_endpoint!r}")
+                                 f"nodes meet (e.g. 10.0.0.1:29400), got {excerpt(self.rdzv_endpoint)}")
         return self
 
 
@@ -315,7 +351,8 @@ class EvalConfig(_Strict):
     steps: int = _count(10, 1, MAX_STEPS, "ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
     batch_size: int = _count(32, 1, MAX_BATCH, "samples per forward batch")
     rewards: dict[str, float] | None = Field(
-        None, description="reward name -> weight of the held-out score; null = the training rewards"
+        None, description="reward name -> weight of the held-out score; null = the training rewards. Weights are "
+        "finite and add up to more than 0, as the training rewards'"
     )
     gold: str | None = Field(
         None, description="the gold evaluator: a reward also scored on every evaluation (weight 0, not in the total), "
@@ -380,13 +417,15 @@ class OrchestrationConfig(_Strict):
 
         unknown = sorted(set(self.work_pools) - set(STAGES))
         if unknown:
-            raise ValueError(f"orchestration.work_pools: unknown stage '{unknown[0]}' (stages: {', '.join(STAGES)})")
+            raise ValueError(f"orchestration.work_pools: unknown stage '{cut(unknown[0])}' (stages: "
+                             f"{', '.join(STAGES)})")
         if isinstance(self.devices, list):
             from solrl_core.placement import check_device_list
 
             check_device_list(self.devices)
         if self.dask_address is not None and not self.dask_address.startswith(("tcp://", "tls://")):
-            raise ValueError(f"orchestration.dask_address: expected tcp://HOST:PORT (got '{self.dask_address}')")
+            raise ValueError(f"orchestration.dask_address: expected tcp://HOST:PORT (got "
+                             f"'{cut(self.dask_address)}')")
         return self
 
     def pool_for(self, stage: str) -> str | None:
@@ -413,7 +452,8 @@ class RunConfig(_Strict):
     regenerate: RegenerateConfig = Field(RegenerateConfig(), description="full-precision sampling of the kept seeds")
     rewards: dict[str, float] = Field(
         default_factory=lambda: {"embedded": 1.0},
-        description="reward name -> weight of the training reward (`solrl rewards list`; official: one reward, 1.0)"
+        description="reward name -> weight of the training reward (`solrl rewards list`; official: one reward, 1.0). "
+        "Weights are finite and add up to more than 0; one may be negative (a penalty) or 0 (scored, not trained on)"
     )
     score: ScoreConfig = Field(ScoreConfig(), description="reward scoring of the sampled images")
     reward_models: dict[str, dict[str, Any]] = Field(
@@ -447,6 +487,8 @@ class RunConfig(_Strict):
             raise ValueError(f"select.k must be even for {rule.name}, got {self.select.k}")
         if not self.rewards:
             raise ValueError("rewards: name at least one reward")
+        _check_weights("rewards", self.rewards)
+        _check_weights("eval.rewards", self.eval.rewards)
         from solrl_core.errors import SolrlError
         from solrl_core.rewards.registry import check_reward_names, parse_reward_models
 
@@ -461,6 +503,11 @@ class RunConfig(_Strict):
         conflict = family_conflict(self)
         if conflict:
             raise ValueError(conflict)
+        from solrl_core.backbones.registry import resolution_problem
+
+        problem = resolution_problem(self.model)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -476,16 +523,58 @@ def _deep_merge(base: dict, top: dict) -> dict:
 
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ~15x faster
 
+# The most values (scalars, lists, mappings) a YAML text may stand for once its aliases are expanded. An alias (*a)
+# repeats the value of an anchor (&a) without copying it, so 362 bytes of nested aliases (a "billion laughs") stand
+# for 10^9 values: harmless while shared, but merging, validating or printing the config walks every one of them. A
+# real config (or a run's frozen config.yaml) has hundreds.
+MAX_YAML_VALUES = 100_000
 
-def load_yaml(text: str) -> Any:
-    """`yaml.safe_load`, with libyaml when available (each stage task reads the run's config.yaml)."""
-    return yaml.load(text, Loader=_YamlLoader)
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """How many values the node tree under `root` stands for with its aliases expanded, counted over the shared nodes
+    once each (linear in the text); stops at the first count over `limit` (a recursive alias counts as over)."""
+    sizes: dict[int, int] = {}
+    ancestors: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            ancestors.discard(id(node))
+            if sizes[id(node)] > limit:
+                return sizes[id(node)]
+        elif id(node) in ancestors:  # an alias inside its own anchor: infinitely many values
+            return limit + 1
+        elif id(node) not in sizes:
+            ancestors.add(id(node))
+            stack.append((node, True))
+            stack += [(c, False) for c in children]
+    return sizes[id(root)]
+
+
+def load_yaml(text: str, source: str = "YAML") -> Any:
+    """`yaml.safe_load`, with libyaml when available (each stage task reads the run's config.yaml). A ConfigError
+    naming `source` when the aliases expand to more than MAX_YAML_VALUES values (checked before anything expands)."""
+    loader = _YamlLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        # Without a "*" the text has no alias: nothing to count (the common case, kept at libyaml's speed).
+        if "*" in text and _expanded_size(node, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+            raise ConfigError(f"{source}: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values (an alias "
+                              "bomb, or an alias inside its own anchor); write the values out, or repeat fewer")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _parse_mapping(text: str, source: str, empty_hint: str) -> dict:
     """The YAML `text` as a mapping of keys; ConfigError naming `source` when it is not one."""
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -511,6 +600,9 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     data = _parse_mapping(text, str(path), f"config file {path} is empty; write the settings to change (e.g. "
                           "extends: demo.yaml plus the keys that differ)")
     parents = data.pop("extends", None)
+    if not data and not parents:  # `extends: []` (or null) and nothing else: a run of every default, asked by no one
+        raise ConfigError(f"config file {path} sets nothing (an empty 'extends' and no keys); name the config it "
+                          "starts from (extends: demo.yaml) or write the settings")
     if parents is None:
         return data
     if isinstance(parents, str):
@@ -519,21 +611,34 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}: 'extends' must be a file name or a list of file names")
     base: dict = {}
     for parent in parents:  # in order: later files win
-        base = _deep_merge(base, _read_yaml(path.parent / parent, seen + (path,)))
+        base = _deep_merge(base, _read_yaml(_extended(path, parent), seen + (path,)))
     return _deep_merge(base, data)
 
 
+def _extended(path: Path, parent: str) -> Path:
+    """The file `extends: parent` in config `path` names: relative to `path`'s folder, else a packaged config of that
+    name (`extends: demo.yaml` from a config of your own, beside no copy of demo.yaml)."""
+    local = path.parent / parent
+    if local.exists():
+        return local
+    packaged = packaged_config(parent)
+    if packaged is None:
+        raise ConfigError(f"{path}: extends '{cut(parent)}', not found: neither a file beside it ({local}) nor a "
+                          "packaged config (`solrl presets` lists them)")
+    return packaged
+
+
 def _yaml_kind(value: Any) -> str:
-    return "list" if isinstance(value, list) else f"single value ({value!r:.40})"
+    return "list" if isinstance(value, list) else f"single value ({excerpt(value, 40)})"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (['a', 'b', 'c'], yaml-parsed value)."""
     if "=" not in text:
-        raise ConfigError(f"override '{text}' must look like key=value (e.g. train.optimizer.lr=1e-4)")
+        raise ConfigError(f"override '{cut(text)}' must look like key=value (e.g. train.optimizer.lr=1e-4)")
     key, raw = text.split("=", 1)
     if not key.strip():
-        raise ConfigError(f"override '{text}' has an empty key")
+        raise ConfigError(f"override '{cut(text)}' has an empty key")
     try:
         value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
@@ -551,7 +656,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             if child is None:
                 child = {}
             elif not isinstance(child, dict):
-                raise ConfigError(f"override '{text}': '{'.'.join(keys[: i + 1])}' is not a section")
+                raise ConfigError(f"override '{cut(text)}': '{cut('.'.join(keys[: i + 1]))}' is not a section")
             node[key] = dict(child)
             node = node[key]
         node[keys[-1]] = value
@@ -560,12 +665,12 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 def _format_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "config"
+    key = cut(".".join(str(p) for p in err["loc"]) or "config")
     if err["type"] == "extra_forbidden":
         return f"unknown key '{key}'"
     if err["type"] == "value_error":
-        return err["msg"].removeprefix("Value error, ")
-    return f"'{key}': {err['msg']} (got {err.get('input')!r})"
+        return one_line(err["msg"].removeprefix("Value error, "))
+    return f"'{key}': {cut(err['msg'])} (got {excerpt(err.get('input'))})"
 
 
 def validate_config(data: dict, source: str = "config") -> RunConfig:
@@ -599,7 +704,7 @@ def apply_tiny_overrides(data: dict, overrides: list[str]) -> dict:
     wanted = data["model"].get("kind", "embedded")
     if kind is not None and kind != wanted:
         raise ConfigError(
-            f"model.path {tiny_file.parent} holds a tiny '{kind}' model but model.kind is '{wanted}'; "
+            f"model.path {tiny_file.parent} holds a tiny '{cut(kind)}' model but model.kind is '{cut(wanted)}'; "
             "use the preset of that model"
         )
     data = apply_overrides(_deep_merge(data, tiny), overrides)

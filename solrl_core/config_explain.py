@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 
 from solrl_core.config import RunConfig
 from solrl_core.errors import ConfigError
+from solrl_core.excerpts import cut
 
 def _is_section(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
@@ -81,7 +82,7 @@ def field_rows(section: str) -> list[dict[str, str]]:
     known = sections()
     if section not in known:
         names = ", ".join(s for s in known if s)
-        raise ConfigError(f"unknown config section '{section}'; sections: {names}")
+        raise ConfigError(f"unknown config section '{cut(section)}'; sections: {names}")
     prefix = f"{section}." if section else ""
     return [{"key": prefix + name, "type": type_name(field.annotation), "default": default_text(field),
              "description": field.description or ""}

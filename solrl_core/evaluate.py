@@ -18,7 +18,7 @@ from solrl_core import commit
 from solrl_core.config import RunConfig
 from solrl_core.eval_metrics import evaluation_metrics
 from solrl_core.grids import Tile, labelled_grid, rank_captions
-from solrl_core.integrity import FILES_KEY, inventory, verify_checkpoint
+from solrl_core.integrity import FILES_KEY, inventory, sealed, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
 from solrl_core.rundir import start_attempt, write_json_atomic
@@ -148,5 +148,5 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
                "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
                "shards": sample_shards, "score_shards": score_shards, "seconds": round(time.perf_counter() - started, 3),
                **lineage(inputs=inputs)}
-    write_json_atomic(partial / "metrics.json", {**summary, FILES_KEY: inventory(partial)})
+    write_json_atomic(partial / "metrics.json", sealed({**summary, FILES_KEY: inventory(partial)}))  # edits refused
     return run.commit_evaluation(step)

@@ -1,16 +1,23 @@
 """One iteration's candidate pool as people read it: the per-candidate table, the per-prompt summary that
-`solrl inspect` prints, and where the pool is in the MLflow UI."""
+`solrl inspect` prints, and where the pool is in the MLflow UI. Every stage artifact read here is checked against its
+manifest's inventory first (solrl_core/integrity.py), as the stages check theirs: a damaged file is refused in one
+line naming it and the command that rebuilds it."""
 
 from __future__ import annotations
-
 
 import numpy as np
 
 from solrl_core.errors import MissingInputError
+from solrl_core.integrity import verify_stage
 from solrl_core.mlflow_links import run_link
 from solrl_core.pool import read_table
 from solrl_core.rundir import RunDir
 
+
+def _read(run: RunDir, iteration: int, stage: str, name: str, columns=None):
+    """A zarr table of a complete stage's artifact, after checking the artifact's files."""
+    verify_stage(run, iteration, stage)
+    return read_table(run.stage_dir(iteration, stage) / name, columns)
 
 
 def pool_table(run: RunDir, iteration: int) -> dict[str, np.ndarray]:
@@ -19,7 +26,7 @@ def pool_table(run: RunDir, iteration: int) -> dict[str, np.ndarray]:
     selected. With several rewards, also proxy_<name> and final_<name> per reward."""
     if not run.is_complete(iteration, "explore"):
         raise MissingInputError(f"iteration {iteration} of {run.root} has no complete explore pool yet")
-    cols, attrs = read_table(run.stage_dir(iteration, "explore") / "pool.zarr", ["prompt_index", "seed"])
+    cols, attrs = _read(run, iteration, "explore", "pool.zarr", ["prompt_index", "seed"])
     n = len(cols["seed"])
     prompts = np.asarray(attrs["prompts"], dtype=object)
     table = {
@@ -32,16 +39,14 @@ def pool_table(run: RunDir, iteration: int) -> dict[str, np.ndarray]:
         "selected": np.zeros(n, dtype=bool),
     }
     if run.is_complete(iteration, "score_explore"):
-        proxy, _ = read_table(run.stage_dir(iteration, "score_explore") / "rewards.zarr")
+        proxy, _ = _read(run, iteration, "score_explore", "rewards.zarr")
         table["proxy_reward"] = proxy["reward"].astype(np.float64)
         table.update(_components("proxy", proxy, np.arange(n), n))
     if run.is_complete(iteration, "select"):
-        table["selected"] = read_table(run.stage_dir(iteration, "select") / "selection.zarr", ["selected"])[0][
-            "selected"].astype(bool)
+        table["selected"] = _read(run, iteration, "select", "selection.zarr", ["selected"])[0]["selected"].astype(bool)
     if run.is_complete(iteration, "score_final"):
-        rows = read_table(run.stage_dir(iteration, "regenerate") / "samples.zarr", ["candidate_index"])[0][
-            "candidate_index"]
-        final, _ = read_table(run.stage_dir(iteration, "score_final") / "rewards.zarr")
+        rows = _read(run, iteration, "regenerate", "samples.zarr", ["candidate_index"])[0]["candidate_index"]
+        final, _ = _read(run, iteration, "score_final", "rewards.zarr")
         table["final_reward"][rows] = final["reward"]
         table.update(_components("final", final, rows, n))
     return table
@@ -66,7 +71,7 @@ def _finite(x: float) -> float | None:
 
 def pool_summary(run: RunDir, iteration: int) -> dict:
     table = pool_table(run, iteration)
-    attrs = read_table(run.stage_dir(iteration, "explore") / "pool.zarr", [])[1]
+    attrs = _read(run, iteration, "explore", "pool.zarr", [])[1]
     proxy, final = table["proxy_reward"], table["final_reward"]
     chosen = np.flatnonzero(table["selected"])
     per_prompt = []

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from solrl_core.errors import SolrlError
 from solrl_core.eval_metrics import GAP_KEY, GOLD_KEY, TOTAL_KEY
-from solrl_core.storage import as_path
+from solrl_core.storage import as_path, is_remote
+from solrl_core.userfiles import FILE, entry_kind
 
 CURVE_FILE = "learning_curve.png"
 
@@ -73,6 +75,10 @@ def plot_eval_curve(evals: list[dict], path: str | Path, title: str = "") -> Pat
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     path = as_path(path)
+    found = None if is_remote(path) else entry_kind(path)
+    if found not in (None, FILE):  # e.g. a folder of that name: the run is complete, only its plot is not drawn
+        raise SolrlError(f"{path} is {found}, where solrl draws the learning curve; move it away and run the same "
+                         "command again (the run's work is done and kept: it only draws the plot)")
     with path.open("wb") as fh:  # the run directory may be remote (fsspec)
         fig.savefig(fh, format="png")
     return path

@@ -50,6 +50,11 @@ def _as_name(text: str) -> str:
     return name
 
 
+def packaged_config(name: str) -> Path | None:
+    """The packaged config `name` names (`demo`, `demo.yaml`, `presets/x.yaml`, ...), or None."""
+    return packaged_configs().get(_as_name(name))
+
+
 def resolve_config(config: str | Path) -> Path:
     """The YAML file a CONFIG argument names: the file itself when there is one, else the packaged config of that name
     (else the path, when it is something else that exists: reading it says what is wrong).

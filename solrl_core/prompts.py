@@ -108,6 +108,20 @@ def train_prompt_set(cfg) -> list[str]:
     return prompt_set(cfg.prompts.train, "prompts.train", cfg.prompts.split)
 
 
+def check_train_prompts(cfg) -> list[str]:
+    """The training prompts (`train_prompt_set`); a SolrlError naming both numbers when an iteration would draw more
+    (`prompts.per_iteration`) than the set has. An iteration draws distinct prompts (solrl_core/stages/draws.py
+    `iteration_prompts`); past the set's size it would repeat prompts within one iteration (each then a separate
+    group of seeds), which no one asks for by writing a larger number."""
+    prompts = train_prompt_set(cfg)
+    if cfg.prompts.per_iteration > len(prompts):
+        split = f" (split '{cfg.prompts.split}')" if cfg.prompts.split is not None else ""
+        raise SolrlError(f"prompts.per_iteration is {cfg.prompts.per_iteration} but '{cfg.prompts.train}'{split} has "
+                         f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''}: each iteration draws distinct "
+                         f"prompts; set prompts.per_iteration to at most {len(prompts)} or add prompts")
+    return prompts
+
+
 def eval_prompt_set(cfg) -> list[str]:
     """The evaluation prompts: the first `eval.num_prompts` of `eval.prompts`, split `eval.split`."""
     return prompt_set(cfg.eval.prompts, "eval.prompts", cfg.eval.split)[: cfg.eval.num_prompts]

@@ -4,11 +4,11 @@ model weights."""
 from __future__ import annotations
 
 from solrl_core.backbones.cache import load_backbone
-from solrl_core.backbones.registry import adapter_class
+from solrl_core.backbones.registry import check_backbone_files
 from solrl_core.config import RunConfig
 from solrl_core.placement import check_devices, splits_over_devices
 from solrl_core.planner.fits import check_memory_fits
-from solrl_core.prompts import train_prompt_set
+from solrl_core.prompts import check_train_prompts
 from solrl_core.quant.backends import resolve_backend
 from solrl_core.rewards.registry import preflight_rewards
 
@@ -22,9 +22,9 @@ def preflight(cfg: RunConfig) -> None:
     if cfg.eval.every:
         preflight_rewards(cfg.evaluation_rewards(), cfg.reward_models)
     resolve_backend(cfg.explore.precision, cfg.model.device)
-    train_prompt_set(cfg)
+    check_train_prompts(cfg)
     check_memory_fits(cfg)
     if splits_over_devices(cfg):
-        adapter_class(cfg.model.kind).check_files(cfg.model)
+        check_backbone_files(cfg.model)
     else:
         load_backbone(cfg)

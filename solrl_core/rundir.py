@@ -12,6 +12,11 @@ Layout:
                                       commit (solrl_core/commit.py) once its artifact is finished
     <run>/iter_0003/<stage>.old/      the artifact being replaced, while a re-run's artifact is moved in
     <run>/eval/step_0003/             held-out evaluation after 3 iterations (metrics.json written last)
+    <run>/learning_curve.png          the held-out evaluations, plotted at the end of a training
+
+Before a command holds the run, `check_layout` refuses in one line a name of this layout held by something of the
+other kind (a folder where a file belongs or the reverse, a link that leads nowhere or loops) and a config.yaml of
+the user's own: each would otherwise fail the command midway, or be overwritten.
 
 A stage is complete exactly when its manifest exists. Each completion has an id, and its manifest records the ids of
 the completions it read (`inputs`): solrl_core/staleness.py tells from them which stages a re-run made stale. A
@@ -28,22 +33,31 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from solrl_core import commit, integrity
-from solrl_core.errors import SolrlError
-from solrl_core.stages.table import STAGES
+from solrl_core.errors import DamagedArtifactError, SolrlError
+from solrl_core.learning_curve import CURVE_FILE
+from solrl_core.stages.table import BY_NAME, STAGES
 from solrl_core.staleness import kept_id, lineage, new_completion_id
 from solrl_core.storage import (
     Lease,
     LockWait,
     as_path,
+    check_remote_access,
     holder_text,
     is_remote,
     read_json,
     remove_tree,
     write_json_atomic,
 )
-from solrl_core.userfiles import closest_existing, unwritable_reason, user_os_errors
+from solrl_core.userfiles import DIRECTORY, FILE, check_output_dir, entry_kind, user_os_errors
 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
+
+
+# The run directory's own names: what each must be when present (solrl writes them as such).
+TOP_FILES = (".lock", "config.yaml", "run.json", CURVE_FILE)
+TOP_DIRS = ("init", "init.partial", "eval")
+COMMIT_KEYS = ("summary", "id", "inputs")  # what a stage commit's journal holds for its manifest
+ITERATION_FILES = ("best_worst.png",)
 
 
 def start_attempt(pending, partial, inputs: dict, resume: bool, replacing: bool) -> None:
@@ -51,7 +65,7 @@ def start_attempt(pending, partial, inputs: dict, resume: bool, replacing: bool)
     same `inputs`; record in `pending` what this attempt starts from. A partial left before attempts were recorded is
     kept unless it would replace a complete artifact (`replacing`)."""
     if pending.is_file():
-        keep = resume and read_json(pending).get("inputs") == inputs
+        keep = resume and commit.read_journal(pending).get("inputs") == inputs
     else:
         keep = resume and not replacing
     if not keep:
@@ -150,12 +164,16 @@ class RunDir:
                                      integrity.stage_remedy(self, iteration, stage))
 
     def run_info(self) -> dict | None:
-        """run.json (the run's MLflow run), None when not written yet."""
+        """run.json (the run's MLflow run: tracking_uri, mlflow_run_id, experiment_id), None when not written yet."""
         if not self.run_json.is_file():
             return None
-        return integrity.read_record(self.run_json, "run.json", (
-            f"it only records this run's MLflow run: delete {self.run_json} and run the command again (training then "
-            "logs to a new MLflow run; the run's artifacts are kept)"))
+        remedy = (f"it only records this run's MLflow run: delete {self.run_json} and run the command again (training "
+                  "then logs to a new MLflow run; the run's artifacts are kept)")
+        info = integrity.read_record(self.run_json, "run.json", remedy)
+        wrong = [key for key in ("tracking_uri", "mlflow_run_id") if not isinstance(info.get(key), str)]
+        if wrong:
+            raise DamagedArtifactError(f"run.json is damaged (no {' or '.join(wrong)}); {remedy}")
+        return info
 
     def stage_status(self, iteration: int, stage: str) -> str:
         if self.is_complete(iteration, stage):
@@ -209,6 +227,7 @@ class RunDir:
             self.pending_path(iteration, stage), self.partial_dir(iteration, stage), self.stage_dir(iteration, stage),
             self.aside_dir(iteration, stage),
             lambda record: self.complete(iteration, stage, record["summary"], record["id"], record["inputs"]),
+            keys=COMMIT_KEYS,
         )
 
     def recover(self) -> list[str]:
@@ -226,7 +245,7 @@ class RunDir:
 
     def recover_stage(self, iteration: int, stage: str) -> bool:
         """Finish the stage's commit if a stopped process left it under way; whether there was one."""
-        if commit.pending(self.pending_path(iteration, stage)) is None:
+        if commit.pending(self.pending_path(iteration, stage), COMMIT_KEYS) is None:
             return False
         self.finish_commit(iteration, stage)
         return True
@@ -256,20 +275,61 @@ class RunDir:
 
     # ---- ownership ----------------------------------------------------------------------------------------------
     def check_writable(self) -> None:
-        """A SolrlError naming the path when a local run directory is a file, or cannot be created or written
-        (its closest existing folder is not writable: permissions, a read-only filesystem)."""
+        """A SolrlError naming the path when a local run directory is a file (or a link that leads nowhere), or
+        cannot be created or written (its closest existing folder is not writable: permissions, a read-only
+        filesystem): userfiles.check_output_dir. At an fsspec URL: the store answers with the credentials given
+        (storage.check_remote_access: one line naming what to set when they are missing or refused)."""
         if is_remote(self.root):
+            check_remote_access(self.root, "--run-dir")
+        else:
+            check_output_dir(self.root, "--run-dir")
+
+    def check_layout(self) -> None:
+        """Refuse in one line a name of the run directory's layout (see the module's docstring) held by something of
+        the other kind, or a link that leads nowhere or loops, and a config.yaml that solrl did not freeze (a user's
+        own config: it would be taken for the run's, or overwritten). Local run directories; read-only."""
+        if is_remote(self.root) or not Path(self.root).is_dir():
             return
-        root = Path(self.root).absolute()
-        if root.exists() and not root.is_dir():
-            raise SolrlError(f"--run-dir {self.root} is a file, not a directory; give a directory (made if missing)")
-        folder = closest_existing(root)
-        if not folder.is_dir():
-            raise SolrlError(f"--run-dir {self.root}: {folder} is a file, not a directory; give another path")
-        why = unwritable_reason(folder)
-        if why:
-            raise SolrlError(f"--run-dir {self.root}: cannot write to {folder} ({why}); make it writable or give "
-                             "another --run-dir")
+        root = Path(self.root)
+        for name in TOP_FILES:
+            self._check_kind(root / name, FILE)
+        for name in TOP_DIRS:
+            self._check_kind(root / name, DIRECTORY)
+        if self.config_path.is_file():
+            with open(self.config_path, "rb") as fh:
+                head = fh.read(1 << 16).decode("utf-8", "replace")
+            if integrity.is_foreign_config(head):
+                raise SolrlError(integrity.foreign_config_message(str(self.config_path)))
+        for entry in sorted(root.glob("iter_[0-9]*")):
+            if entry.name[5:].isdigit() and self._check_kind(entry, DIRECTORY):
+                self._check_iteration(entry)
+        if (root / "eval").is_dir():
+            for entry in sorted((root / "eval").glob("step_[0-9]*")):
+                self._check_kind(entry, FILE if entry.name.endswith(".json") else DIRECTORY)
+
+    def _check_iteration(self, folder: Path) -> None:
+        for entry in sorted(folder.iterdir()):
+            if entry.name in ITERATION_FILES:
+                self._check_kind(entry, FILE)
+            elif entry.name == "manifests" or entry.name.split(".")[0] in BY_NAME:
+                self._check_kind(entry, DIRECTORY)
+        if (folder / "manifests").is_dir():
+            for entry in sorted((folder / "manifests").iterdir()):
+                if entry.name.endswith(".json"):
+                    self._check_kind(entry, FILE)
+
+    def _check_kind(self, path: Path, kind: str) -> bool:
+        """Whether `path` exists, as the `kind` (userfiles.FILE or DIRECTORY) solrl keeps there; a SolrlError naming
+        it when something else is there."""
+        found = entry_kind(path)
+        if found is None:
+            return False
+        if found == kind:
+            return True
+        name = integrity.relative_name(self, path)
+        what = "the run's lock file" if path.name == ".lock" else f"{kind} it writes"
+        raise SolrlError(f"{name} in run directory {self.root} is {found}, where solrl keeps {what}; move it out of "
+                         "the run directory and run the command again")
 
     @contextmanager
     def hold(self, wait: float = 0.0, say=None):
@@ -277,7 +337,9 @@ class RunDir:
         stores a lease object, see storage.Lease). While another live process holds it, wait up to `wait` seconds,
         saying once (by `say`, default: a line on stderr) whom it waits for; then refuse in one line. A lock whose
         holder died is free (the OS released it; an abandoned lease is taken over)."""
+        self.check_layout()
         if is_remote(self.root):  # no mkdir first: s3fs would create a missing bucket
+            self.check_writable()
             lease = Lease(self.root / ".lock")
             lease.acquire(str(self.root), wait, say)
             try:

@@ -3,6 +3,8 @@ while the run has computed nothing (no stage, no initial adapters, no evaluation
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -11,9 +13,9 @@ import yaml
 from solrl_core import commit
 from solrl_core.config import MAX_SEED, RunConfig, dump_config, load_yaml, validate_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
-from solrl_core.integrity import config_body, config_text
+from solrl_core.integrity import config_body, config_text, read_record
 from solrl_core.rundir import RunDir
-from solrl_core.storage import remove_tree, write_text_atomic
+from solrl_core.storage import check_remote_access, remove_tree, write_text_atomic
 from solrl_core.wording import plural
 
 # Keys that may differ when a run is continued (extending a run is the point of passing them again; where stages
@@ -28,11 +30,38 @@ def _comparable(cfg: RunConfig) -> dict:
     return data
 
 
+FINGERPRINT_FILE = "config.fingerprint.json"  # the frozen config's digest, kept beside it: see `prepare_run`
+
+
+def config_fingerprint(cfg: RunConfig) -> str:
+    """The digest of what a run's artifacts depend on in `cfg` (all but the keys a resume may change)."""
+    text = json.dumps(_comparable(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _check_fingerprint(run: RunDir, cfg: RunConfig) -> None:
+    """A run whose config.yaml is gone (deleted after it was damaged, as its error says) resumes only with the config
+    it was started with: its fingerprint, written beside it, must match `cfg`'s once anything is computed (artifacts
+    of another config fail later, deep in a stage: an adapter of another shape)."""
+    path = run.root / FINGERPRINT_FILE
+    done = computed(run)
+    if done is None or not path.is_file():  # nothing to protect, or a run frozen before fingerprints
+        return
+    recorded = read_record(path, str(path), f"delete {path} if {run.root} was started with this config").get("blake2b")
+    if recorded != config_fingerprint(cfg):
+        raise SolrlError(f"{run.root} has no config.yaml and was started with a different config (its fingerprint in "
+                         f"{path} differs) and has computed {done}; resume with the config it was started with, or "
+                         "use another --run-dir")
+
+
 def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
     """Freeze `cfg` into a new run directory, or check it matches the one an existing run was started with. A run
     that has computed nothing yet (`computed`) takes `cfg` instead of its frozen config, saying so in one line on
-    stderr: its unfinished attempts and its MLflow run record (run.json) are dropped, as they belong to the old one."""
+    stderr: its unfinished attempts and its MLflow run record (run.json) are dropped, as they belong to the old one.
+    The frozen config's fingerprint (FINGERPRINT_FILE) lets a run whose config.yaml was deleted refuse another one."""
     check_seed_range(cfg)
+    if not run.config_path.is_file():
+        _check_fingerprint(run, cfg)
     if run.config_path.is_file():
         try:
             frozen = _comparable(load_run_config(run))
@@ -50,6 +79,7 @@ def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
             _discard_attempts(run)
             print(f"solrl: replaced the config of {run.root}, which had computed nothing ({how})", file=sys.stderr)
     run.root.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run.root / FINGERPRINT_FILE, json.dumps({"blake2b": config_fingerprint(cfg)}) + "\n")
     write_text_atomic(run.config_path, config_text(dump_config(cfg)))
     return cfg
 
@@ -134,6 +164,9 @@ def check_step(cfg: RunConfig, step: int, flag: str = "--step") -> None:
 
 
 def load_run_config(run: RunDir) -> RunConfig:
+    """The run's frozen config; a SolrlError in one line when it is not a run directory, its object store refuses
+    (no credentials), or the config is damaged."""
+    check_remote_access(run.root)
     if not run.config_path.is_file():
         raise SolrlError(f"{run.root} is not a run directory (no config.yaml); start one with: solrl train CONFIG")
     path = run.config_path
@@ -141,7 +174,7 @@ def load_run_config(run: RunDir) -> RunConfig:
               f"solrl train THAT_CONFIG --run-dir {run.root} (another config would not match the finished stages); "
               "otherwise start a new --run-dir")
     try:
-        data = load_yaml(config_body(path.read_text(), str(path), remedy))
+        data = load_yaml(config_body(path.read_text(), str(path), remedy), str(path))
     except UnicodeDecodeError:
         raise DamagedArtifactError(f"{path} is damaged (not UTF-8 text); {remedy}") from None
     except yaml.YAMLError:

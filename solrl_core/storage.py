@@ -69,6 +69,64 @@ def location(path) -> str:
     return str(path.resolve()) if isinstance(path, Path) else str(path)
 
 
+# ---- access -------------------------------------------------------------------------------------------------------
+# what to set when an object store refuses: by fsspec protocol (the variables its client reads); others: fsspec config
+CREDENTIAL_SETTINGS = {
+    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), and AWS_ENDPOINT_URL for an S3-compatible "
+          "server",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS (or run: gcloud auth application-default login)",
+    "az": "AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY)",
+}
+CREDENTIAL_SETTINGS |= {"s3a": CREDENTIAL_SETTINGS["s3"], "gcs": CREDENTIAL_SETTINGS["gs"],
+                        "abfs": CREDENTIAL_SETTINGS["az"], "adl": CREDENTIAL_SETTINGS["az"]}
+OTHER_STORE_SETTINGS = "the credentials of its fsspec filesystem (FSSPEC_<PROTOCOL>='{...}' or ~/.config/fsspec/)"
+
+
+def check_remote_access(path, setting: str = "--run-dir") -> None:
+    """One request to the object store of a run directory at an fsspec URL (is `path` there?), so that missing or
+    refused credentials, or a store that does not answer, end in one SolrlError naming `path` and what to set (see
+    `access_failure`) before any work; nothing for a local path. An absent `path` is fine (a new run)."""
+    path = as_path(path)
+    if not is_remote(path):
+        return
+    try:
+        path.fs.info(path.path)
+    except FileNotFoundError:
+        return
+    except Exception as exc:  # noqa: BLE001 - each fsspec client raises its own classes: `access_failure` sorts them
+        why = access_failure(exc)
+        if why is None:
+            raise
+        protocol = str(path).split("://", 1)[0]
+        raise SolrlError(f"{setting} {path}: {why}; set {CREDENTIAL_SETTINGS.get(protocol, OTHER_STORE_SETTINGS)}"
+                         ) from None
+
+
+def access_failure(exc: BaseException) -> str | None:
+    """Why an object store refused a request, in words, when `exc` (or what it wraps) says so: no credentials
+    (botocore's NoCredentialsError, google-auth's DefaultCredentialsError, ...), refused ones (PermissionError, as
+    s3fs translates AccessDenied / InvalidAccessKeyId / SignatureDoesNotMatch), no answer (a connection error);
+    None for anything else."""
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for error in chain:
+        name = type(error).__name__
+        if "Credentials" in name or "NoAuth" in name:
+            return f"no credentials for the store ({name}: {_first_line(error)})"
+        if isinstance(error, PermissionError):
+            return f"the store refused the credentials or the access ({_first_line(error)})"
+        if isinstance(error, (ConnectionError, TimeoutError)) or name.startswith(("EndpointConnection", "Connect")):
+            return f"the store does not answer ({_first_line(error)})"
+    return None
+
+
+def _first_line(error: BaseException, chars: int = 200) -> str:
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return text if len(text) <= chars else text[: chars - 3] + "..."
+
+
 # ---- whole files ------------------------------------------------------------------------------------------------
 def write_json_atomic(path, data: Any) -> None:
     """Write JSON so that readers see the old file or the new one, never a torn one."""

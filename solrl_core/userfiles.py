@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,17 +23,32 @@ USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROF
 def read_text(path: Path, what: str) -> str:
     """The UTF-8 text of the file `path` that the user named (`what` says where, e.g. 'prompts.train'). A directory,
     an unreadable file or bytes that are not UTF-8 are a SolrlError naming the path. A missing file is the caller's
-    to report (it knows the hint to give)."""
-    if path.is_dir():
-        raise SolrlError(f"{what}: {path} is a directory; give a file")
+    to report (it knows the hint to give). Anything else that is not a regular file (a FIFO, a socket, a device) is
+    refused without being opened: reading a FIFO would wait for a writer forever."""
     try:
-        return path.read_text(encoding="utf-8")
+        kind = entry_kind(path)
+        if kind == DIRECTORY:
+            raise SolrlError(f"{what}: {path} is a directory; give a file")
+        if kind not in (None, FILE):
+            raise SolrlError(f"{what}: {path} is {kind}, not a regular file; give a file")
+        text = _read_regular(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
         raise SolrlError(f"{what}: {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}); "
                          "save it as UTF-8") from None
     except OSError as exc:
         raise SolrlError(f"{what}: cannot read {path} ({exc.strerror}); {_fix(exc)}") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # newlines as a text-mode read gives them
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of `path`, opened without blocking and refused unless it is a regular file once open (it may have
+    been replaced by a FIFO since `entry_kind` looked at it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return file.read()
 
 
 def _fix(exc: OSError) -> str:
@@ -49,6 +65,66 @@ def closest_existing(path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+FILE, DIRECTORY = "a file", "a directory"  # what `entry_kind` says of the two kinds solrl writes
+
+
+def entry_kind(path) -> str | None:
+    """What is at `path`, in words, without following a last symbolic link that does not resolve: None (nothing),
+    FILE (a regular file, or a link to one), DIRECTORY (or a link to one), or what else it is ("a symbolic link that
+    leads nowhere", "a symbolic link that loops", "a FIFO", ...)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "a symbolic link that leads nowhere" if os.path.islink(path) else None
+    except NotADirectoryError:  # a file where one of its folders should be: nothing can be at `path`
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link that loops"
+        raise
+    if stat.S_ISREG(st.st_mode):
+        return FILE
+    if stat.S_ISDIR(st.st_mode):
+        return DIRECTORY
+    return {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+            stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(st.st_mode), "not a file")
+
+
+def broken_link(path) -> tuple[Path, str] | None:
+    """The first component of `path` (made absolute) that is a symbolic link that leads nowhere or loops, with what
+    it is in words; None when there is none."""
+    path = Path(path).absolute()
+    for part in [*reversed(path.parents), path]:
+        if os.path.islink(part):
+            kind = entry_kind(part)
+            if kind not in (None, FILE, DIRECTORY) and "symbolic link" in kind:
+                return part, kind
+    return None
+
+
+def check_output_dir(path, flag: str) -> None:
+    """A SolrlError naming `path` (the value of option `flag`, e.g. --out) unless a directory can be made or written
+    there: checked before a command's work, so that a command does not fail only at its end. Refused: something
+    other than a directory at `path`, a symbolic link on the way that leads nowhere or loops, a file where a folder
+    of it would be, a closest existing folder that is not writable (permissions, a read-only filesystem)."""
+    given, path = path, Path(path).absolute()
+    link = broken_link(path)
+    if link is not None:
+        where, kind = link
+        what = f" is {kind}" if where == path else f": {where} is {kind}"
+        raise SolrlError(f"{flag} {given}{what} (to {os.readlink(where)}); fix the link (or create what it points "
+                         f"to) or give another {flag}")
+    kind = entry_kind(path)
+    if kind not in (None, DIRECTORY):
+        raise SolrlError(f"{flag} {given} is {kind}, not a directory; give a directory (made if missing)")
+    folder = closest_existing(path)
+    if not folder.is_dir():
+        raise SolrlError(f"{flag} {given}: {folder} is a file, not a directory; give another path")
+    why = unwritable_reason(folder)
+    if why:
+        raise SolrlError(f"{flag} {given}: cannot write to {folder} ({why}); make it writable or give another {flag}")
 
 
 def unwritable_reason(folder: Path) -> str | None:

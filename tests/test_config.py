@@ -75,6 +75,22 @@ def test_extends_merges_and_detects_cycles(tmp_path):
         load_config(tmp_path / "a.yaml")
 
 
+def test_extends_takes_a_packaged_config_by_name(tmp_path):
+    """A config of your own, beside no copy of the shipped ones: `extends: demo.yaml` (or `demo`) is the packaged one;
+    a file beside it of that name wins; neither is one line naming both places."""
+    from solrl_core.packaged_configs import packaged_config
+
+    for name in ("demo.yaml", "demo"):
+        cfg = load_config(write(tmp_path, f"extends: {name}\niterations: 3\n", "mine.yaml"))
+        assert cfg.iterations == 3 and cfg == load_config(packaged_config("demo"), ["iterations=3"])
+    write(tmp_path, "extends: ROOT_CONFIG\niterations: 5\n".replace("ROOT_CONFIG", str(packaged_config("demo"))),
+          "demo.yaml")
+    assert load_config(write(tmp_path, "extends: demo.yaml\n", "mine.yaml")).iterations == 5
+    with pytest.raises(ConfigError, match=r"extends 'nosuch.yaml', not found: neither a file beside it .* nor a "
+                                          r"packaged config"):
+        load_config(write(tmp_path, "extends: nosuch.yaml\n", "mine.yaml"))
+
+
 def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")

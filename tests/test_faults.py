@@ -4,16 +4,20 @@ The whole catalogue is a benchmark, not part of the suite: `python -m flows.faul
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
+import stat
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, TINY
-from solrl_core.faults import outcome, procs, runner
+from solrl_core.faults import damage, outcome, procs, runner
 from solrl_core.faults.catalogue import BY_NAME, CASES, KINDS
 
 # One or more fast cases of each kind (the catalogue has them all).
@@ -54,6 +58,57 @@ def test_repair_steps_are_read_from_the_message_in_order():
         ("delete", "/r/init"), ("again", None)]
     assert outcome.repair_steps("rebuild it: solrl stage select --run-dir /r --iteration 1 --force", "c") == [
         ("solrl", ["stage", "select", "--run-dir", "/r", "--iteration", "1", "--force"])]
+    journal = ("solrl: error: /r/iter_0001/manifests/regenerate.pending.json is damaged (not valid JSON: x); delete "
+               "it and run: solrl stage regenerate --run-dir /r --iteration 1 --force")
+    assert outcome.repair_steps(journal, "c") == [
+        ("delete", "/r/iter_0001/manifests/regenerate.pending.json"),
+        ("solrl", ["stage", "regenerate", "--run-dir", "/r", "--iteration", "1", "--force"])]
+    in_the_way = ("solrl: error: iter_0001/manifests in run directory /r is a file, where solrl keeps a directory it "
+                  "writes; move it out of the run directory and run the command again")
+    assert outcome.repair_steps(in_the_way, "c") == [("move", "/r/iter_0001/manifests"), ("again", None)]
+    foreign = ("solrl: error: /r/config.yaml is not a config solrl froze; move yours out of the run directory (e.g. "
+               "mv /r/config.yaml my_config.yaml) and run: solrl train my_config.yaml --run-dir /r")
+    assert outcome.repair_steps(foreign, "c") == [
+        ("mv", ("/r/config.yaml", "my_config.yaml")), ("solrl", ["train", "my_config.yaml", "--run-dir", "/r"])]
+
+
+def test_damage_steps_do_what_they_say(tmp_path):
+    case_dir, run_dir = tmp_path, tmp_path / "run"
+    (run_dir / "manifests").mkdir(parents=True)
+    (run_dir / "manifests" / "select.json").write_text(json.dumps({"files": {"a": 1}, "metrics": {"reward": 0.5}}))
+    (run_dir / "chunk").write_bytes(b"data")
+    store = tmp_path / "shared.db"
+    store.write_bytes(b"sqlite")
+    (run_dir / "run.json").write_text(json.dumps({"tracking_uri": f"sqlite:///{store}", "mlflow_run_id": "r1"}))
+
+    def apply(name, **args):
+        return damage.apply((name, args), case_dir, run_dir, {})
+
+    apply("edit_json", path="manifests/select.json", drop="files", set={"metrics.reward": 0.99})
+    assert json.loads((run_dir / "manifests" / "select.json").read_text()) == {"metrics": {"reward": 0.99}}
+    apply("symlink_loop", path="chu*")
+    with pytest.raises(OSError) as err:
+        (run_dir / "chunk").read_bytes()
+    assert err.value.errno == errno.ELOOP
+    apply("replace_with_dir", path="learning_curve.png")
+    apply("replace_with_file", path="manifests")
+    assert (run_dir / "learning_curve.png").is_dir() and (run_dir / "manifests").is_file()
+    apply("symlink", path="{case}/link", target="{case}/gone/run")
+    assert (tmp_path / "link").is_symlink() and not (tmp_path / "link").exists()
+    apply("fifo", path="{case}/fifo.yaml")
+    assert stat.S_ISFIFO((tmp_path / "fifo.yaml").stat().st_mode)
+    assert apply("own_store") == [run_dir / "run.json", tmp_path / "mlruns.db"]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["tracking_uri"] == f"sqlite:///{tmp_path / 'mlruns.db'}" and info["mlflow_run_id"] == "r1"
+    assert (tmp_path / "mlruns.db").read_bytes() == store.read_bytes()
+
+
+def test_a_case_environment_may_extend_the_catalogues_path(tmp_path):
+    ctx = runner.Context(out=tmp_path, base_config=TINY, env={"PYTHONPATH": "/repo", "KEEP": "1", "DROP": "1"},
+                         cwd=ROOT)
+    case = BY_NAME["i29-plugin-import-raises"]
+    env = runner._env(ctx, replace(case, env=(*case.env, ("DROP", None))), {"case": "/c"})
+    assert env == {"PYTHONPATH": "/c:/repo", "KEEP": "1"}
 
 
 def _finished(rc, stderr, **kw):
@@ -115,3 +170,11 @@ def test_a_signal_waits_for_its_moment(tmp_path):
     done = procs.run([sys.executable, "-c", script], dict(os.environ), tmp_path, timeout_s=60,
                      sig=procs.Signal(signal.SIGTERM, flag.exists))
     assert flag.exists() and done.signalled.startswith("SIGTERM") and done.returncode == -signal.SIGTERM
+
+
+@pytest.mark.e2e  # starts processes
+def test_a_piped_command_keeps_its_own_exit_status(tmp_path):
+    # one write only: a second one could meet the pipe that head has closed (EPIPE), which is the case's subject
+    argv = runner._piped([sys.executable, "-c", "import sys; print('one'); sys.exit(3)"], "head -1")
+    done = procs.run(argv, dict(os.environ), tmp_path, timeout_s=60)
+    assert (done.returncode, done.stdout) == (3, "one\n")

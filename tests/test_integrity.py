@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from solrl_core.config import load_config
-from solrl_core.errors import DamagedArtifactError
+from solrl_core.errors import DamagedArtifactError, SolrlError
 from solrl_core.evaluate import run_eval
 from solrl_core.integrity import FILES_KEY, inventory, verify
 from solrl_core.pool import read_table
@@ -198,22 +198,110 @@ def test_truncated_frozen_config(reference, tmp_path, one_torch_thread):
     _assert_same_checkpoint(run, reference)
 
 
-def test_records_without_inventory_are_accepted(reference, tmp_path, one_torch_thread):
-    """Runs started before inventories existed: their manifests, init state and config are taken as they are."""
-    run, _ = _copy(reference, tmp_path, (0, "update"))
-    for stage in STAGES[:-1]:
-        path = run.manifest_path(0, stage)
-        record = json.loads(path.read_text())
+def _strip_inventory(path: Path, value=None) -> None:
+    """A completion record without its inventory (as runs before inventories wrote them), or with `value` instead."""
+    record = json.loads(path.read_text())
+    if value is None:
         del record[FILES_KEY]
-        path.write_text(json.dumps(record))
-    state = json.loads((run.init_dir / "state.json").read_text())
-    del state[FILES_KEY]
-    (run.init_dir / "state.json").write_text(json.dumps(state))
-    run.config_path.write_text(run.config_path.read_text().split("\n", 1)[1])  # without its digest line
-    cfg = load_run_config(run)
+    else:
+        record[FILES_KEY] = value
+    path.write_text(json.dumps(record))
+
+
+def test_a_record_without_its_inventory_is_damaged(reference, tmp_path, one_torch_thread):
+    """Nothing could be checked against it: refused like a damaged file, naming the record and the command that
+    rebuilds it; after that command the run goes on to the reference checkpoint."""
+    run, cfg = _copy(reference, tmp_path, (0, "update"))
+    manifest = run.manifest_path(0, "score_final")
+    _strip_inventory(manifest)
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "iter_0000/manifests/score_final.json",
+             "no 'files' inventory", _rebuild(run, "score_final"))
+    _strip_inventory(manifest, {"rewards.zarr/zarr.json": {"size": "12"}})  # an inventory of something else
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "iter_0000/manifests/score_final.json",
+             "inventory is not a list of file sizes and digests", _rebuild(run, "score_final"))
+    run_stage(run, cfg, 0, "score_final", force=True, progress=False)
+    assert FILES_KEY in run.manifest(0, "score_final")  # what the rebuild completes is recorded
+
+    _strip_inventory(run.init_dir / "state.json")
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "init/state.json", "no 'files' inventory",
+             f"delete {run.init_dir} and run the command again")
+    shutil.rmtree(run.init_dir)
     run_stage(run, cfg, 0, "update", progress=False)
     _assert_same_checkpoint(run, reference)
-    assert FILES_KEY in run.manifest(0, "update")  # what this version completes is recorded
+
+
+def test_a_damaged_checkpoint_is_not_trained_on_when_its_manifest_lost_the_inventory(reference, tmp_path,
+                                                                                    one_torch_thread):
+    """Without its inventory the update's manifest turned checking off: the altered checkpoint was read silently."""
+    run, cfg = _copy(reference, tmp_path, (1, "quantize"))
+    _flip(run.checkpoint_dir(0) / "adapters.safetensors")
+    _strip_inventory(run.manifest_path(0, "update"))
+    for consumer in (lambda: run_stage(run, cfg, 1, "quantize", progress=False), lambda: run_eval(run, cfg, 1)):
+        _refused(consumer, "iter_0000/manifests/update.json", "no 'files' inventory", _rebuild(run, "update"))
+    assert not run.stage_dir(1, "quantize").exists() and not run.eval_dir(1).exists()
+
+
+@pytest.mark.parametrize("fault", ["deleted", "edited"])
+def test_the_updates_metrics_json_is_checked_with_its_checkpoint(reference, tmp_path, fault, one_torch_thread):
+    """update/metrics.json is in the update's inventory: deleted or edited, the next consumer of the checkpoint (the
+    next iteration, an evaluation) refuses it."""
+    run, cfg = _copy(reference, tmp_path, (1, "quantize"))
+    metrics = run.stage_dir(0, "update") / "metrics.json"
+    assert "metrics.json" in run.manifest(0, "update")[FILES_KEY]
+    if fault == "deleted":
+        metrics.unlink()
+    else:
+        metrics.write_text(metrics.read_text().replace("0", "1", 1))  # one digit: same size, other content
+    what = "missing" if fault == "deleted" else "content changed"
+    for consumer in (lambda: run_stage(run, cfg, 1, "quantize", progress=False), lambda: run_eval(run, cfg, 1)):
+        _refused(consumer, "iter_0000/update/metrics.json", what, _rebuild(run, "update"))
+
+
+def test_a_chunk_replaced_by_a_symbolic_link_loop(reference, tmp_path, one_torch_thread):
+    run, cfg = _copy(reference, tmp_path)
+    image = [p for p in _files(run.stage_dir(0, "explore") / "pool.zarr" / "image") if p.name != "zarr.json"][0]
+    image.unlink()
+    image.symlink_to(image.name)  # points at itself: opening it fails with ELOOP
+    _refused(lambda: run_stage(run, cfg, 0, "score_explore", force=True, progress=False),
+             image.relative_to(run.root).as_posix(), "not a readable file", _rebuild(run, "explore"))
+    assert run.is_complete(0, "score_explore")
+
+
+def test_inspect_checks_the_artifacts_it_reads(reference, tmp_path, capsys, one_torch_thread):
+    """`solrl inspect` refuses a damaged pool in one line, as the stages do (it read the chunk with zarr: a zstd
+    traceback, or zeros for a missing chunk)."""
+    from flows.cli import main
+    from solrl_core.inspect import pool_summary
+
+    run, _ = _copy(reference, tmp_path)
+    assert pool_summary(run, 0)["candidates"] > 0
+    rewards = [p for p in _files(run.stage_dir(0, "score_final") / "rewards.zarr") if p.name != "zarr.json"][0]
+    _flip(rewards)
+    _refused(lambda: pool_summary(run, 0), rewards.relative_to(run.root).as_posix(), "content changed",
+             _rebuild(run, "score_final"))
+    image = [p for p in _files(run.stage_dir(0, "explore") / "pool.zarr" / "image") if p.name != "zarr.json"][0]
+    image.write_bytes(image.read_bytes()[:10])
+    capsys.readouterr()
+    assert main(["inspect", "--run-dir", str(run.root), "--iteration", "0"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and "Traceback" not in err, err
+    assert image.relative_to(run.root).as_posix() in lines[0] and _rebuild(run, "explore") in lines[0]
+
+
+def test_a_config_without_digest_line_is_taken_unless_it_is_a_users_own(reference, tmp_path):
+    """A whole config without the digest line (frozen by an older version, or written out by hand) is taken as it is;
+    one that extends another is a user's own config, not one solrl froze: refused, saying so (it was an 'unknown
+    key extends' error)."""
+    run, cfg = _copy(reference, tmp_path, (0, "update"))
+    run.config_path.write_text(run.config_path.read_text().split("\n", 1)[1])  # without its digest line
+    assert load_run_config(run) == cfg
+    run.config_path.write_text(f"extends: {TINY}\niterations: 3\n")
+    with pytest.raises(SolrlError) as info:
+        load_run_config(run)
+    message = str(info.value)
+    assert "\n" not in message and "not a config solrl froze" in message and str(run.config_path) in message
+    assert f"--run-dir {run.root}" in message and "unknown key" not in message
 
 
 def test_inventory_on_an_object_store():
@@ -284,3 +372,63 @@ def test_local_inventory_lists_nested_chunk_directories_and_skips_linked_ones(tm
     (root / "pool.zarr" / "latent" / "c" / "1" / "0" / "0").unlink()
     with pytest.raises(DamagedArtifactError, match="iter_0000/explore/pool.zarr/latent/c/1/0/0 is damaged .missing"):
         verify(root, recorded, "iter_0000/explore", "rebuild it")
+
+
+def test_a_sealed_record_edited_after_it_was_written_is_damaged(tmp_path):
+    """An evaluation's metrics.json lists its directory's files, but nothing lists metrics.json: sealed (its own
+    digest in it), an edited value is refused wherever the record is read, instead of shown as measured."""
+    from PIL import Image
+
+    from solrl_core.integrity import SEAL_KEY, sealed
+
+    run = RunDir(tmp_path / "run")
+    out = run.eval_dir(2)
+    out.mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(out / "samples.png")
+    record = {"step": 2, "metrics": {"reward": 0.25, "gold": float("nan")}}
+    (out / "metrics.json").write_text(json.dumps(sealed({**record, FILES_KEY: inventory(out)}), indent=2))
+    assert run.evaluation(2)["metrics"]["reward"] == 0.25 and SEAL_KEY not in run.evaluation(2)
+    assert [e["step"] for e in run.evaluations()] == [2]
+    text = (out / "metrics.json").read_text()
+    (out / "metrics.json").write_text(text.replace("0.25", "0.95"))
+    remedy = f"delete {out} and run: solrl eval --run-dir {run.root} --step 2"
+    for read in (lambda: run.evaluation(2), run.evaluations):
+        _refused(read, "eval/step_0002/metrics.json", "content changed since it was written", remedy)
+
+
+def test_an_evaluation_is_written_sealed(reference, tmp_path, one_torch_thread):
+    """run_eval seals its metrics.json: an edited value is refused where `solrl eval` shows it again."""
+    from solrl_core.integrity import SEAL_KEY
+
+    run, cfg = _copy(reference, tmp_path, (1, "quantize"))
+    run_eval(run, cfg, 1)
+    path = run.eval_dir(1) / "metrics.json"
+    record = json.loads(path.read_text())
+    assert SEAL_KEY in record
+    record["metrics"] = {key: 0.99 for key in record["metrics"]}
+    path.write_text(json.dumps(record))
+    with pytest.raises(DamagedArtifactError, match="eval/step_0001/metrics.json is damaged .its content changed"):
+        run.evaluation(1)
+
+
+def test_a_kept_stage_is_checked_for_its_files_when_the_run_resumes(reference, tmp_path, one_torch_thread):
+    """A complete stage is kept on resume only with every file it lists there at its size (a stat each, nothing
+    read): a file nothing reads any more (the update's metrics.json of a finished run) is not lost silently."""
+    run, cfg = _copy(reference, tmp_path)
+    assert run_stage(run, cfg, 0, "update", progress=False) == run.manifest(0, "update")  # kept as it is
+    (run.stage_dir(0, "update") / "metrics.json").unlink()
+    _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "iter_0000/update/metrics.json", "missing",
+             _rebuild(run, "update"))
+
+
+def test_a_run_without_its_config_resumes_only_with_the_config_it_was_started_with(reference, tmp_path):
+    """config.yaml deleted (as a damaged one's error says): another config is refused in one line, before a stage
+    meets artifacts of other shapes; the original one (a resumable key changed too) freezes it again."""
+    run, cfg = _copy(reference, tmp_path)
+    run.config_path.unlink()
+    other = load_config(TINY, [*FAST, "train.lora_rank=8"])
+    with pytest.raises(SolrlError, match="has no config.yaml and was started with a different config"):
+        prepare_run(run, other)
+    assert not run.config_path.exists()
+    prepare_run(run, load_config(TINY, [*FAST, "iterations=3"]))
+    assert load_run_config(run).iterations == 3

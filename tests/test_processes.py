@@ -1,5 +1,5 @@
-"""Signals and children: SIGINT (a terminal's Ctrl-C, to the whole process group), SIGTERM and SIGKILL stop
-`solrl train` mid-run, no process it started outlives it (the temporary Prefect server, the Dask workers), and the same
+"""Signals and children: SIGINT (a terminal's Ctrl-C, to the whole process group), SIGTERM, SIGHUP (the terminal
+closed) and SIGKILL stop `solrl train` mid-run or during its start-up, no process it started outlives it (the temporary Prefect server, the Dask workers), and the same
 command then resumes and finishes. Commands with nothing to compute start no Prefect server."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 600) -> None:
 
 
 @pytest.mark.timeout(1800)  # two runs of the tiny config (the SIGKILL one on two Dask workers), on a busy machine
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"])
 def test_signal_stops_train_and_every_child_then_it_resumes(session_env, tmp_path, how):
     env = no_server_env(session_env, tmp_path / "prefect")
     run_dir = tmp_path / "run"
@@ -95,6 +95,31 @@ def test_signal_stops_train_and_every_child_then_it_resumes(session_env, tmp_pat
     done = solrl(env, *args)
     assert "trained 1 iteration" in done.stdout
     assert all(RunDir(run_dir).is_complete(0, stage) for stage in STAGES)
+    assert wait_until_gone(env) == []
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("how, after_s", [("SIGINT", 1.0), ("SIGTERM", 2.0), ("SIGHUP", 3.0)])
+def test_a_signal_during_start_up_stops_train_with_the_interrupted_exit(session_env, tmp_path, how, after_s):
+    """Seconds after start-up (imports, config, the temporary Prefect server starting): the interrupted exit and the
+    resume line, never a run that goes on and exits 0."""
+    env = no_server_env(session_env, tmp_path / "prefect")
+    args = ["train", str(TINY), "--iterations", "1", "--run-dir", str(tmp_path / "run"), "--no-progress", *SMALL,
+            *tracking_set(session_env)]
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_as_at_a_terminal)
+    try:
+        time.sleep(after_s)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.killpg(proc.pid, getattr(signal, how))
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + getattr(signal, how), err[-3000:]
+    assert "solrl: interrupted; run the same command again to resume" in err
+    assert "Traceback" not in err, err[-3000:]
     assert wait_until_gone(env) == []
 
 

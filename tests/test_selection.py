@@ -93,7 +93,7 @@ def test_errors():
 
 def test_a_rule_of_your_own_package_is_a_select_mode(tmp_path, monkeypatch):
     from solrl_core.config import RunConfig
-    from solrl_core.errors import ConfigError
+    from solrl_core.errors import ConfigError, SolrlError
     from solrl_core.rl.selection import selection_rule
 
     (tmp_path / "myrules.py").write_text(
@@ -117,7 +117,7 @@ def test_a_rule_of_your_own_package_is_a_select_mode(tmp_path, monkeypatch):
         expected = _reference_order(rewards, prompts, p)[-3:]
         assert sorted(c for c in chosen.tolist() if prompts[c] == p) == sorted(expected)
     assert RunConfig.model_validate({"select": {"mode": "myrules:Worst", "k": 3}}).select.kept_per_prompt(8) == 3
-    with pytest.raises(ValueError, match="picked 4 candidates of prompt 3, not 3"):
+    with pytest.raises(SolrlError, match="picked 4 candidates of prompt 3, not 3"):  # a plug-in's: one line
         select_candidates(rewards, prompts, 3, "myrules:Greedy")
     with pytest.raises(ConfigError, match="select.mode 'myrules:NotARule' is not a .*SelectionRule subclass"):
         selection_rule("myrules:NotARule")

@@ -17,7 +17,7 @@ from conftest import ROOT
 # when a SIGTERM from outside lands while the garbage collector runs a finalizer.
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time, weakref
-    from flows.signals import interrupted_exit_code, stop_on_sigterm
+    from flows.signals import interrupted_exit_code, stop_on_signals
 
     class Thing: pass
 
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
         for _ in range(300): time.sleep(0.01)   # 3 s of work the signal must stop
         print("finished the work")
 
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         if sys.argv[1] == "inside-a-flow":   # Prefect's SIGTERM handler, as installed while a flow runs
             from prefect.utilities.engine import capture_sigterm

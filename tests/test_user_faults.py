@@ -15,6 +15,7 @@ import torch
 
 from conftest import ROOT, TINY, free_port, solrl
 from test_cli_errors import assert_one_line_error
+from solrl_core import userfiles
 
 DEMO = ROOT / "configs" / "demo.yaml"
 
@@ -66,14 +67,14 @@ def test_config_unreadable(capsys, tmp_path, monkeypatch):
     """Permission denied (simulated: chmod does not stop root, who may run the tests)."""
     config = tmp_path / "secret.yaml"
     config.write_text(f"extends: {TINY}\n")
-    real = Path.read_text
+    real = userfiles._read_regular  # how a user's file is opened (without blocking on a FIFO)
 
-    def read_text(self, *args, **kwargs):
-        if self == config:
-            raise PermissionError(errno.EACCES, "Permission denied", str(self))
-        return real(self, *args, **kwargs)
+    def read_regular(path):
+        if Path(path) == config:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path)
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(userfiles, "_read_regular", read_regular)
     code, err = run_main(capsys, "train", str(config), "--run-dir", str(tmp_path / "r"))
     assert_one_line(code, err, str(config), "Permission denied", "permissions")
     assert not (tmp_path / "r").exists()

@@ -6,6 +6,9 @@ import json
 
 
 def cmd_distill_reward(args) -> int:
+    from solrl_core.userfiles import check_output_dir
+
+    check_output_dir(args.out, "--out")  # before the distillation, not after it
     from solrl_core.embedded.scorer import DEFAULT_RECIPE, distill
 
     recipe = {key: value for key, value in (("epochs", args.epochs), ("seed", args.seed)) if value is not None}

@@ -6,7 +6,7 @@ from solrl_core.errors import SolrlError
 
 
 def cmd_rewards(args) -> int:
-    from solrl_core.rewards.commands import check_rewards, format_table, list_rewards
+    from solrl_core.rewards.commands import check_config_rewards, format_table, list_rewards
 
     if args.action == "list":
         models = {}
@@ -21,16 +21,15 @@ def cmd_rewards(args) -> int:
         raise SolrlError("solrl rewards check needs --config CONFIG (its rewards and reward_models are checked)")
     from solrl_core.config import load_config
 
-    cfg = load_config(args.config, args.set or [])
-    weights = dict(cfg.rewards)
-    for name in cfg.evaluation_rewards():
-        weights.setdefault(name, 0.0)
-    rows = check_rewards(weights, cfg.reward_models)
+    rows = check_config_rewards(load_config(args.config, args.set or []))
     print(format_table(rows, list(rows[0].keys())))
     return 0 if all(row.get("ok") for row in rows) else 1
 
 
 def cmd_make_tiny(args) -> int:
+    from solrl_core.userfiles import check_output_dir
+
+    check_output_dir(args.dir, "make-tiny DIR")
     from solrl_core.backbones.tiny.bundle import make_tiny_bundle
 
     summary = make_tiny_bundle(args.model, args.dir)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 
-
-
 def cmd_pretrain(args) -> int:
+    from solrl_core.userfiles import check_output_dir
+
+    check_output_dir(args.out, "--out")  # before the hour of pretraining, not after it
     from solrl_core.embedded.pretrain import pretrain
 
     summary = pretrain(

@@ -1,8 +1,9 @@
 """The backbone specs (`solrl_core.backbones.specs`, one module per model) and `model.kind` -> adapter class.
 
 `model.kind` is either the kind of a spec ("flux1", "sd35", ...) or "package.module:Class" naming a
-`solrl_core.backbones.base.Backbone` subclass that lives elsewhere (a plug-in: nothing here changes for it).
-Adapters are imported when asked for, so that an unused backbone costs nothing.
+`solrl_core.backbones.base.Backbone` subclass that lives elsewhere (a plug-in: nothing here changes for it, but an
+exception of its code is one line naming it, solrl_core/plugins.py). Adapters are imported when asked for, so that an
+unused backbone costs nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from solrl_core.backbones.spec import BackboneSpec
-from solrl_core.errors import ConfigError
-from solrl_core.plugins import import_plugin, is_plugin
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.plugins import import_plugin, is_plugin, plugin_code
 
 if TYPE_CHECKING:
     from solrl_core.backbones.base import Backbone
@@ -82,6 +83,48 @@ def check_kind(kind: str) -> str:
     return kind
 
 
+def specs_of_kind(kind: str) -> list[BackboneSpec]:
+    """The specs whose adapter is `model.kind` `kind` (several models may share one, e.g. sd35l and sd35m); none for
+    a plug-in."""
+    return [s for s in backbone_specs() if s.kind == kind]
+
+
+def resolution_problem(model) -> str | None:
+    """What is wrong with `model.resolution` for its kind, from the specs and before any load, or None: not a
+    multiple of the backbone's pixels per token side (`BackboneSpec.resolution_multiple`), or, for a backbone whose
+    shipped weights fix the resolution (the embedded model, `fixed_resolution`), any other than theirs (the adapter
+    would generate at theirs). A plug-in's kind has no spec: nothing is known here."""
+    resolution = model.resolution
+    if resolution is None:
+        return None
+    for spec in specs_of_kind(model.kind)[:1]:  # the specs of one kind agree (tests/test_backbone_specs.py)
+        native = spec.defaults.resolution
+        if spec.fixed_resolution and model.path is None and resolution != native:
+            return (f"model.resolution {resolution}: the {spec.title} model's shipped weights generate {native} px "
+                    f"images only; set model.resolution: null (or {native})")
+        multiple = spec.resolution_multiple
+        if multiple and resolution % multiple:
+            lower, upper = resolution // multiple * multiple, (resolution // multiple + 1) * multiple
+            return (f"model.resolution {resolution} must be a multiple of {multiple} for model.kind {model.kind} (the "
+                    f"VAE factor times the latent patch: {multiple} px per image token), e.g. "
+                    f"{f'{lower} or ' if lower else ''}{upper}")
+    return None
+
+
+def check_backbone_files(model) -> None:
+    """The adapter's `check_files` (a SolrlError naming what is missing), without loading anything."""
+    with plugin_code(model.kind, "model.kind", "check_files"):
+        adapter_class(model.kind).check_files(model)
+
+
 def load_backbone(model) -> Backbone:
-    """The adapter for a `model:` config section (solrl_core.config.ModelConfig)."""
-    return adapter_class(model.kind).load(model)
+    """The adapter for a `model:` config section (solrl_core.config.ModelConfig). A SolrlError when a plug-in's load
+    raises (naming it) or when the loaded model generates at another resolution than `model.resolution` asks for (a
+    setting that would be recorded in the run's config and not applied)."""
+    with plugin_code(model.kind, "model.kind", "load"):
+        backbone = adapter_class(model.kind).load(model)
+    made = getattr(backbone, "resolution", None)
+    if model.resolution is not None and made is not None and made != model.resolution:
+        raise SolrlError(f"model.resolution {model.resolution}: the model at {model.path or 'its default path'} "
+                         f"generates {made} px images only; set model.resolution: null (or {made})")
+    return backbone

@@ -17,6 +17,7 @@ than the spec, and tests/test_backbone_specs.py fails on any.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,19 @@ class BackboneSpec:
     text_encoders: dict[str, str] = field(default_factory=dict)  # title -> solrl_core.planner.memory.HF_MODELS name
     micro_batch: int = 8  # the official train.micro_batch per GPU
     tiny_maker: str | None = None  # "module:function" writing a tiny diffusers directory (`solrl make-tiny`)
+    # the weights generate at defaults.resolution only (the embedded model: the adapter takes the side from its
+    # weights, whose positional embeddings are that size), so model.resolution may be nothing else
+    fixed_resolution: bool = False
+
+    @property
+    def resolution_multiple(self) -> int | None:
+        """Pixels per image-token side, the VAE factor times the latent patch (FLUX.1: f8 x 2x2 packing = 16; SANA:
+        DC-AE f32 x 1 = 32): model.resolution must be a multiple of it. Read from the full-size model's tokens at its
+        default resolution (a square of `image_tokens`); None without a full-size model. The adapter checks the
+        loaded files' own factors again (`check_resolution` of the diffusers adapters)."""
+        if not self.image_tokens:
+            return None
+        return self.defaults.resolution // math.isqrt(self.image_tokens)
 
     @property
     def part(self) -> Path:

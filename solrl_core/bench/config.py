@@ -8,14 +8,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from solrl_core.config import RunConfig, _deep_merge, _format_error, _read_yaml, apply_overrides, validate_config
+from solrl_core.config import (
+    MAX_ITERATIONS,
+    MAX_NODES,
+    MAX_SEEDS,
+    RunConfig,
+    _count,
+    _deep_merge,
+    _format_error,
+    _read_yaml,
+    _real,
+    _Strict,
+    apply_overrides,
+    validate_config,
+)
 from solrl_core.errors import ConfigError
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class BenchCostConfig(_Strict):
@@ -24,8 +33,9 @@ class BenchCostConfig(_Strict):
     model: str = Field("sd35l", description="'embedded' (FLOPs of the embedded model itself) or a planner model "
                        "(flux1, sd35l, sd35m, sana): the same shapes priced on that backbone")
     gpu: str = Field("b200", description="a GPU of the planner's table (solrl plan --help)")
-    gpus: int = Field(1, ge=1, description="GPUs per iteration (costs are reported in GPU-seconds either way)")
-    utilisation: float | None = Field(None, gt=0, le=1, description="null = the planner's stated default")
+    gpus: int = _count(1, 1, MAX_NODES, "GPUs per iteration (costs are reported in GPU-seconds either way)")
+    utilisation: float | None = _real(None, "share of the GPU's peak throughput the costs assume; null = the "
+                                      "planner's stated default", gt=0, le=1)
     compare: list[str] = Field(default_factory=list, description="more models to price the same iterations on "
                                "(a table beside the main axis), e.g. [embedded, flux1, sana]")
 
@@ -41,18 +51,18 @@ class BenchConfig(_Strict):
     baseline: str = Field("diffusionnft", description="family whose final eval reward is the time-to-target target")
     ratio_to: list[str] = Field(default_factory=lambda: ["diffusionnft", "naive_scaling"],
                                 description="families the cost-to-target ratios are reported against")
-    iterations: int = Field(ge=1)
-    seeds: int = Field(1, ge=1, description="run seeds 0..seeds-1 (each family trains once per seed)")
-    eval_every: int = Field(ge=1, description="held-out evaluation after every N iterations (and the last)")
-    audit_every: int = Field(0, ge=0, description="full-fidelity audit every N iterations of the audited "
-                             "families (see audit_families); 0 = never")
+    iterations: int = _count(..., 1, MAX_ITERATIONS, "RL iterations each family trains")
+    seeds: int = _count(1, 1, MAX_SEEDS, "run seeds 0..seeds-1 (each family trains once per seed)")
+    eval_every: int = _count(..., 1, MAX_ITERATIONS, "held-out evaluation after every N iterations (and the last)")
+    audit_every: int = _count(0, 0, MAX_ITERATIONS, "full-fidelity audit every N iterations of the audited families "
+                              "(see audit_families); 0 = never")
     audit_families: list[str] | None = Field(None, description="families audited (names); null = every family whose "
                                              "explore differs from the regenerate copy")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted run-config keys set in every family "
                                       "(e.g. prompts.per_iteration: 4), so all share the same shapes")
     run_root: str = Field("runs/bench", description="where runs/<family>-s<seed>/ and the report go")
-    margin: float = Field(0.01, ge=0, description="non-inferiority margin of the final-value claims (absolute "
-                          "reward): 'A is not below B' holds when the CI of A - B lies above -margin")
+    margin: float = _real(0.01, "non-inferiority margin of the final-value claims (absolute reward): 'A is not below "
+                          "B' holds when the CI of A - B lies above -margin", ge=0)
     quick: dict[str, Any] = Field(default_factory=dict, description="bench keys replaced under `solrl bench "
                                   "--quick` (a smaller protocol, e.g. {seeds: 3, iterations: 6})")
     protocol: Literal["full", "quick"] = Field("full", description="set by the loader: 'quick' under --quick")

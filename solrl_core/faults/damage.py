@@ -8,9 +8,12 @@ matches, in sorted order, so "iter_0001/explore/pool.zarr/image/c.*" is one chun
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from solrl_core.stages.table import STAGES
@@ -83,23 +86,97 @@ def read_only(path: Path) -> None:
         p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
+def replace_with_dir(path: Path) -> None:
+    """An empty directory where the file (or directory) `path` was."""
+    if path.exists() or path.is_symlink():
+        delete(path)
+    path.mkdir(parents=True)
+
+
+def replace_with_file(path: Path) -> None:
+    """A small text file where the directory (or file) `path` was."""
+    if path.exists() or path.is_symlink():
+        delete(path)
+    path.write_text("not what solrl wrote here\n")
+
+
+def symlink_loop(path: Path) -> None:
+    """`path` (a file) replaced by a symbolic link to itself: opening it fails with ELOOP, never ends in data."""
+    delete(path)
+    path.symlink_to(path.name)
+
+
+def edit_json(path: Path, drop: str | None = None, changes: dict | None = None) -> None:
+    """Remove the top-level key `drop` and/or set `changes` ({"dotted.key": value}) in a JSON file, as a user's
+    editor would (valid JSON, other content kept)."""
+    data = json.loads(path.read_text())
+    if drop is not None:
+        del data[drop]
+    for dotted, value in (changes or {}).items():
+        *parents, key = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[key] = value
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+def own_store(run_dir: Path, case_dir: Path) -> list[Path]:
+    """Give the case's run an MLflow store of its own: the sqlite file its run.json names (the reference's, shared
+    by every case) copied to `case_dir`/mlruns.db and run.json pointed at it, so the case may damage it."""
+    run_json = run_dir / "run.json"
+    info = json.loads(run_json.read_text())
+    prefix = "sqlite:///"
+    if not info["tracking_uri"].startswith(prefix):
+        raise ValueError(f"own_store needs a sqlite store, not {info['tracking_uri']}")
+    source = Path(info["tracking_uri"][len(prefix):])
+    store = case_dir / "mlruns.db"
+    shutil.copy2(source, store)
+    info["tracking_uri"] = f"{prefix}{store}"
+    run_json.write_text(json.dumps(info, indent=2, sort_keys=True))
+    return [run_json, store]
+
+
+_DELETE_RUN = "import sys, mlflow; mlflow.MlflowClient(sys.argv[1]).delete_run(sys.argv[2])"
+
+
+def delete_mlflow_run(run_dir: Path) -> list[Path]:
+    """Delete the run's MLflow run in its store, as `mlflow runs delete` or the UI does (MLflow runs in a process of
+    its own: solrl_core imports no MLflow)."""
+    info = json.loads((run_dir / "run.json").read_text())
+    subprocess.run([sys.executable, "-c", _DELETE_RUN, info["tracking_uri"], info["mlflow_run_id"]], check=True,
+                   capture_output=True, timeout=120)
+    return []
+
+
 def apply(step: tuple[str, dict], case_dir: Path, run_dir: Path, values: dict[str, str]) -> list[Path]:
     """Perform one fault; return the paths it changed on purpose. `values` fill "{name}" fields of text to write."""
     name, args = step
     if name == "interrupt":
         return interrupt(run_dir, args["iteration"], args.get("done"))
+    if name == "own_store":
+        return own_store(run_dir, case_dir)
+    if name == "delete_mlflow_run":
+        return delete_mlflow_run(run_dir)
+    path = resolve(args["path"], case_dir, run_dir)
     if name == "write":
-        path = resolve(args["path"], case_dir, run_dir)
         text = args.get("text")
         write(path, text.format(**values) if text is not None else None, args.get("data"))
-        return [path]
-    if name == "mkdir":
-        path = resolve(args["path"], case_dir, run_dir)
+    elif name == "mkdir":
         path.mkdir(parents=True, exist_ok=True)
-        return [path]
-    path = resolve(args["path"], case_dir, run_dir)
-    action = {"truncate": truncate, "flip": flip, "delete": delete, "read_only": read_only}[name]
-    action(path)
+    elif name == "symlink":  # a link to `target` (a "{case}/" or run-relative path; it need not exist)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(resolve(args["target"], case_dir, run_dir))
+    elif name == "fifo":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(path)
+    elif name == "edit_json":
+        edit_json(path, args.get("drop"), args.get("set"))
+    else:
+        action = {"truncate": truncate, "flip": flip, "delete": delete, "read_only": read_only,
+                  "replace_with_dir": replace_with_dir, "replace_with_file": replace_with_file,
+                  "symlink_loop": symlink_loop}[name]
+        action(path)
     return [path]
 
 

@@ -15,6 +15,7 @@ Outcomes (worst first, the first that applies wins):
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 from pathlib import Path
@@ -55,16 +56,30 @@ def first_outcome(expect: str, finished, lost: list[str]) -> str:
 # ---- the repair an error names ------------------------------------------------------------------------------------
 _COMMAND = re.compile(r"\bsolrl\s+((?:stage|train|eval|status|inspect)\b[^;()]*)")
 _DELETE = re.compile(r"\b(?:delete|remove)\s+(/\S+)")
+_DELETE_IT = re.compile(r"\b(?:delete|remove) it\b")  # "it": the first absolute path of the message
+_FIRST_PATH = re.compile(r"(?<![\w:/])(/[^\s;,()]+)")
+_MOVE_OUT = re.compile(r"(\S+) in run directory (/\S+) is [^;]*; move it out of the run directory")
+_MV = re.compile(r"\bmv\s+(/\S+)\s+([^\s)]+)")  # "mv SOURCE DEST": DEST relative to the command's folder
 _AGAIN = re.compile(r"\brun (?:the|this) (?:same )?command again\b")
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$")
 
 
 def repair_steps(message: str, config: str) -> list[tuple[str, object]]:
-    """The steps the error message tells the user to take, in order: ("delete", path), ("solrl", [args]) and
-    ("again", None) for "run the command again". Placeholders in capitals (CONFIG, THAT_CONFIG) stand for `config`."""
+    """The steps the error message tells the user to take, in order: ("delete", path) (also "PATH ...; delete it"),
+    ("move", path) for "NAME in run directory ROOT is ...; move it out of the run directory", ("mv", (source, dest))
+    for "mv SOURCE DEST", ("solrl", [args]) and ("again", None) for "run the command again". Placeholders in capitals
+    (CONFIG, THAT_CONFIG) stand for `config`."""
     found: list[tuple[int, tuple[str, object]]] = []
     for m in _DELETE.finditer(message):
         found.append((m.start(), ("delete", m.group(1).rstrip(".,;:)"))))
+    for m in _DELETE_IT.finditer(message):
+        subject = _FIRST_PATH.search(message, 0, m.start())
+        if subject:
+            found.append((m.start(), ("delete", subject.group(1).rstrip(".,;:)"))))
+    for m in _MOVE_OUT.finditer(message):
+        found.append((m.start(), ("move", f"{m.group(2)}/{m.group(1)}")))
+    for m in _MV.finditer(message):
+        found.append((m.start(), ("mv", (m.group(1), m.group(2).rstrip(".,;:")))))
     for m in _COMMAND.finditer(message):
         text = re.split(r"\s+(?:and|then|or)\s+", m.group(1))[0].strip().rstrip(".,:")
         args = [config if _PLACEHOLDER.match(tok) else tok for tok in shlex.split(text)]
@@ -75,8 +90,9 @@ def repair_steps(message: str, config: str) -> list[tuple[str, object]]:
 
 
 def inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or under it, links followed (a link that loops counts as where it is)."""
     try:
-        path.resolve().relative_to(folder.resolve())
+        Path(os.path.realpath(path)).relative_to(os.path.realpath(folder))
         return True
     except ValueError:
         return False

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import shlex
 import shutil
 import signal
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from solrl_core.faults import damage, outcome, procs
@@ -23,6 +24,7 @@ from solrl_core.faults.catalogue import CASES, LAST, TRAIN, Case
 from solrl_core.wording import plural
 
 ITERATIONS = LAST + 1
+CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE  # solrl's quiet exit when its stdout's reader went away (flows/cli.py)
 SMALL_DISK_FREE_KB = 2048  # less than one explore copy's weights (quantize writes ~9 MB at the reference's size)
 COUNTS = (("tried", "cases tried"), ("clean", "clean errors"), ("ok", "expected successes"),
           ("traceback", "tracebacks"), ("silent", "silent successes"), ("lost", "data lost"),
@@ -97,13 +99,19 @@ def _signal(case: Case, run_dir: Path) -> procs.Signal | None:
 
 
 def _env(ctx: Context, case: Case, values: dict[str, str]) -> dict[str, str]:
+    """The command's environment: the catalogue's, changed as the case says ({pythonpath}: the catalogue's own)."""
     env = dict(ctx.env)
     for key, value in case.env:
         if value is None:
             env.pop(key, None)
         else:
-            env[key] = value.format(**values)
+            env[key] = value.format(**values, pythonpath=ctx.env.get("PYTHONPATH", ""))
     return env
+
+
+def _piped(argv: list[str], pipe: str) -> list[str]:
+    """`argv` with its standard output into the shell pipeline `pipe`; the exit status is argv's (pipefail)."""
+    return ["bash", "-c", f"set -o pipefail; {shlex.join(argv)} | {pipe}"]
 
 
 def _run_dir_args_inside(args: list[str], case_dir: Path) -> bool:
@@ -122,12 +130,18 @@ def _follow_up(ctx: Context, case: Case, record: dict, first_argv: list[str], va
             record.update(outcome="unrepaired", after="the error names no repair")
             return
         for kind, arg in steps:
-            if kind == "delete":
+            if kind in ("delete", "move"):
                 path = Path(arg)
                 if not outcome.inside(path, case_dir):
-                    record.update(outcome="unrepaired", after=f"the repair deletes {path}, outside the run")
+                    record.update(outcome="unrepaired", after=f"the repair {kind}s {path}, outside the run")
                     return
-                commands.append(["delete", str(path)])
+                commands.append([kind, str(path)])
+            elif kind == "mv":
+                source, dest = Path(arg[0]), case_dir / arg[1]  # the commands run in the case's folder
+                if not (outcome.inside(source, case_dir) and outcome.inside(dest, case_dir)):
+                    record.update(outcome="unrepaired", after=f"the repair moves {source} to {dest}, outside the case")
+                    return
+                commands.append(["mv", str(source), str(dest)])
             elif kind == "again":
                 commands.append(first_argv)
             else:
@@ -140,10 +154,19 @@ def _follow_up(ctx: Context, case: Case, record: dict, first_argv: list[str], va
     commands.append(solrl(_fill(TRAIN, values)))
     record["follow_up"] = []
     for argv in commands:
-        if argv[0] == "delete":
-            if Path(argv[1]).exists():
-                damage.delete(Path(argv[1]))
-            record["follow_up"].append(f"delete {argv[1]}")
+        if argv[0] in ("delete", "move"):
+            path = Path(argv[1])
+            if path.exists() or path.is_symlink():
+                if argv[0] == "delete":
+                    damage.delete(path)
+                else:  # out of the run directory, into the case's folder
+                    (case_dir / "moved_out").mkdir(exist_ok=True)
+                    shutil.move(path, case_dir / "moved_out" / path.name)
+            record["follow_up"].append(f"{argv[0]} {argv[1]}")
+            continue
+        if argv[0] == "mv":
+            shutil.move(argv[1], argv[2])
+            record["follow_up"].append(" ".join(argv))
             continue
         done = procs.run(argv, env, case_dir, ctx.timeout_s)
         shown = "solrl " + " ".join(argv[3:])
@@ -200,16 +223,21 @@ def run_case(ctx: Context, case: Case) -> dict:
         (case_dir / "disk").mkdir()
         inner = solrl(_fill(case.command, {**values, "run": str(case_dir / "disk" / "run")}))
         argv = procs.on_small_disk(inner, run_dir, case_dir / "disk", SMALL_DISK_FREE_KB)
+    if case.pipe:
+        argv = _piped(argv, case.pipe)
     if case.unprivileged:
         argv = procs.unprivileged(argv)
     from solrl_core.rundir import RunDir
 
     with RunDir(run_dir).hold() if case.locked else nullcontext():
-        done = procs.run(argv, env, case_dir, ctx.timeout_s, _signal(case, run_dir))
+        done = procs.run(argv, env, case_dir, case.timeout_s or ctx.timeout_s, _signal(case, run_dir))
     damage.undo_permissions(case_dir)
     failed = done.returncode != 0 or done.timed_out
     lost = outcome.lost_files(before, outcome.snapshot(run_dir), damaged) if failed else []
-    record.update(outcome=outcome.first_outcome(case.expect, done, lost), line=outcome.last_line(done.stderr),
+    judged = done
+    if case.pipe and done.returncode == CLOSED_PIPE_EXIT and not done.stderr.strip():
+        judged = replace(done, returncode=0)  # a quiet end at a closed pipe is a success, as `cat | head` is
+    record.update(outcome=outcome.first_outcome(case.expect, judged, lost), line=outcome.last_line(done.stderr),
                   exit=done.returncode, seconds=round(done.seconds, 1), signalled=done.signalled,
                   orphans=done.orphans, lost=lost[:10])
     follow = record["outcome"] in ("clean", "ok") and (case.repair or case.disk_full or case.expect != "error")

@@ -23,6 +23,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from solrl_core.errors import SolrlError
+from solrl_core.excerpts import cut, excerpt
+from solrl_core.limits import MAX_BATCH
 
 DType = Literal["float32", "float16", "bfloat16"]
 COMMON_KEYS = frozenset({"batch_size", "device", "dtype"})
@@ -42,7 +44,9 @@ class RewardModelSpec(BaseModel):
     arch: str | None = Field(None, description="hpsv2: open_clip model name or a model-config JSON; default ViT-H-14")
     med_config: str | None = Field(None, description="imagereward: med_config.json; default: next to `path`")
     tokenizer: str | None = Field(None, description="imagereward: bert-base-uncased dir or vocab.txt")
-    batch_size: int | None = Field(None, ge=1, description="images per forward pass; default: the reward's own")
+    batch_size: int | None = Field(  # strict: true or 2.5 is refused, not read as 1 or 2
+        None, ge=1, le=MAX_BATCH, strict=True,
+        description=f"images per forward pass, a whole number from 1 to {MAX_BATCH:,}; default: the reward's own")
     device: str = Field("cpu", description="cpu | cuda | cuda:N | auto (cuda when available)")
     dtype: DType | None = Field(None, description="weights/activations dtype; default: bfloat16 on a CUDA device, "
                                 "float32 on the CPU")
@@ -64,8 +68,9 @@ def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec
             err = exc.errors()[0]
             key = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
-                raise SolrlError(f"reward_models.{name}: unknown key '{key}'") from None
-            raise SolrlError(f"reward_models.{name}.{key}: {err['msg']} (got {err.get('input')!r})") from None
+                raise SolrlError(f"reward_models.{cut(name)}: unknown key '{cut(key)}'") from None
+            raise SolrlError(f"reward_models.{cut(name)}.{key}: {err['msg']} "
+                             f"(got {excerpt(err.get('input'))})") from None
     extra = sorted(k for k in spec.model_fields_set if k not in allowed | COMMON_KEYS | {"allow_download"})
     if extra:
         known = ", ".join(sorted(allowed | COMMON_KEYS | {"allow_download"}))

@@ -2,6 +2,7 @@
 
 list_rewards(models)            one row per registered reward: what it is, what it needs, whether its files are found
 check_rewards(weights, models)  one row per configured reward: files found or not, load time, scores of a sample batch
+check_config_rewards(cfg)       check_rewards of a run config's training and evaluation rewards, at its image side
 format_table(rows, columns)     the rows as an aligned text table for the terminal
 """
 
@@ -13,8 +14,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from solrl_core.errors import SolrlError
+from solrl_core.excerpts import one_line
 from solrl_core.rewards.registry import REWARDS, ModelsConfig, get_reward, parse_reward_models, reward_class, spec_for
 from solrl_core.rewards.tiny import sample_batch
+
+# The image side of the sample batch when the config's backbone does not say (a plug-in kind has no spec).
+FALLBACK_IMAGE_SIZE = 64
 
 
 def _files(name: str, models: ModelsConfig | None) -> tuple[bool | None, dict[str, str], str | None]:
@@ -51,7 +56,8 @@ def list_rewards(models: ModelsConfig | None = None) -> list[dict]:
 
 
 def check_rewards(
-    weights: Mapping[str, float], models: ModelsConfig | None = None, n_images: int = 4, image_size: int = 64
+    weights: Mapping[str, float], models: ModelsConfig | None = None, n_images: int = 4,
+    image_size: int = FALLBACK_IMAGE_SIZE,
 ) -> list[dict]:
     """For each configured reward: files found or not, and its scores of a small deterministic sample batch.
 
@@ -83,10 +89,32 @@ def check_rewards(
         except SolrlError as exc:
             row["error"] = str(exc)
             continue
+        except Exception as exc:  # a reward's own failure (a bug, a damaged file): the row says it, the check goes on
+            row["error"] = one_line(f"{name} failed: {type(exc).__name__}: {exc}")
+            continue
         row["scores"] = [float(s) for s in scores]
         row["mean"] = float(np.mean(scores))
         row["ok"] = True
     return rows
+
+
+def config_image_size(cfg) -> int:
+    """The side of the images a run of `cfg` scores: model.resolution, else its backbone's default (the spec's)."""
+    if cfg.model.resolution is not None:
+        return cfg.model.resolution
+    from solrl_core.backbones.registry import specs_of_kind
+
+    specs = specs_of_kind(cfg.model.kind)
+    return specs[0].defaults.resolution if specs else FALLBACK_IMAGE_SIZE
+
+
+def check_config_rewards(cfg, n_images: int = 4) -> list[dict]:
+    """`check_rewards` of the rewards a run of `cfg` scores (training, then evaluation and gold at their weights or
+    0), on sample images of the size the run makes (`config_image_size`)."""
+    weights = dict(cfg.rewards)
+    for name in cfg.evaluation_rewards():
+        weights.setdefault(name, 0.0)
+    return check_rewards(weights, cfg.reward_models, n_images=n_images, image_size=config_image_size(cfg))
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:

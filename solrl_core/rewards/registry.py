@@ -2,7 +2,8 @@
 
 REWARDS maps each registered name to its `Reward` class (metadata, `resolve`/`load`, batched scoring). Wherever a
 registered name is accepted, so is "package.module:Class" naming a `Reward` subclass that lives elsewhere (a
-plug-in; `reward_class`). Rewards load lazily, once per process and spec (`get_reward`).
+plug-in; `reward_class`; an exception of its code is one line naming it, solrl_core/plugins.py). Rewards load
+lazily, once per process and spec (`get_reward`).
 Model rewards find their files through the `reward_models:` config section ({name: RewardModelSpec fields}), set
 process-wide with `configure_reward_models` or passed to `score_images(..., models=...)`, then the environment
 (see `loading`). Heavy libraries (torch, transformers, open_clip) are imported only when a model reward is loaded.
@@ -21,7 +22,7 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward, RewardModelSpec, check_finite, parse_spec
-from solrl_core.plugins import import_plugin, is_plugin
+from solrl_core.plugins import import_plugin, is_plugin, plugin_code
 from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
 from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.imagereward import ImageReward
@@ -94,7 +95,8 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
     with _lock:
         reward = _cache.get(key)
         if reward is None:
-            reward = reward_class(name).load(spec)
+            with plugin_code(name, "reward", "load"):  # a plug-in's load (and constructor): one line
+                reward = reward_class(name).load(spec)
             _cache[key] = reward
     return reward
 
@@ -125,7 +127,8 @@ def preflight_rewards(weights: Mapping[str, float], models: ModelsConfig | None 
     for name in weights:
         cls = reward_class(name)
         if cls.needs_weights:
-            cls.resolve(spec_for(name, models))
+            with plugin_code(name, "reward", "resolve"):
+                cls.resolve(spec_for(name, models))
 
 
 def score_images(
@@ -146,7 +149,9 @@ def score_images(
     images = np.asarray(images)
     per_reward = {}
     for name in weights:
-        values = np.asarray(get_reward(name, models).scores(images, prompts), dtype=np.float64)
+        reward = get_reward(name, models)
+        with plugin_code(name, "reward", "scoring"):  # a plug-in's exception: one line naming it
+            values = np.asarray(reward.scores(images, prompts), dtype=np.float64)
         if values.shape != (len(images),):
             raise SolrlError(f"reward {name} returned shape {values.shape}, expected ({len(images)},)")
         check_finite(name, values, prompts)

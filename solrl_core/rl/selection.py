@@ -10,8 +10,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.plugins import import_plugin, is_plugin, plugin_code
+
 if TYPE_CHECKING:
     import torch
+
 
 class SelectionRule:
     """How one prompt group's K seeds are picked (`select.mode`). A rule sees the group's candidates ranked best
@@ -80,13 +84,9 @@ SELECTION_MODES = tuple(SELECTION_RULES)
 
 def selection_rule(mode: str) -> type[SelectionRule]:
     """The rule of `select.mode`: a registered name or a "package.module:Class" plug-in (ConfigError, one line)."""
-    from solrl_core.plugins import import_plugin, is_plugin
-
     if is_plugin(mode):
         return import_plugin(mode, SelectionRule, "select.mode")
     if mode not in SELECTION_RULES:
-        from solrl_core.errors import ConfigError
-
         raise ConfigError(f"select.mode '{mode}' is not a selection rule (known: {', '.join(SELECTION_MODES)}; or "
                           "package.module:Class)")
     return SELECTION_RULES[mode]
@@ -140,9 +140,10 @@ def select_candidates(
         members = np.flatnonzero(prompt_index == prompt)
         if k > len(members):
             raise ValueError(f"k={k} exceeds the {len(members)} candidates of prompt {prompt}")
-        picked = np.concatenate(rule.pick(_ranked(rewards, members), members, k, generator))
+        with plugin_code(mode, "select.mode", "picking"):  # a plug-in's exception: one line naming it
+            picked = np.concatenate(rule.pick(_ranked(rewards, members), members, k, generator))
         if len(picked) != k or len(np.unique(picked)) != k or not np.isin(picked, members).all():
-            raise ValueError(f"selection rule {mode!r} picked {len(picked)} candidates of prompt {prompt}, not {k} "
+            raise (SolrlError if is_plugin(mode) else ValueError)(f"selection rule {mode!r} picked {len(picked)} candidates of prompt {prompt}, not {k} "
                              "distinct ones of that prompt")
         chosen.append(picked)
     return np.sort(np.concatenate(chosen)).astype(np.int64)

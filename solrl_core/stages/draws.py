@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from solrl_core.config import RunConfig
-from solrl_core.prompts import train_prompt_set
+from solrl_core.prompts import check_train_prompts
 from solrl_core.seeds import derived_generator
 
 # Purposes for derived random generators: each random choice has its own stream.
@@ -13,13 +13,12 @@ PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_L
 
 
 def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
-    """The prompts of one iteration: a seeded draw without replacement (with repeats only if the set is small)."""
-    prompts = train_prompt_set(cfg)
+    """The prompts of one iteration: a seeded draw without replacement. A SolrlError when the set has fewer prompts than
+    an iteration draws (`check_train_prompts`, also checked before a run starts: here for a stage run on its own)."""
+    prompts = check_train_prompts(cfg)
     gen = derived_generator(cfg.seed, iteration, PURPOSE_PROMPTS)
-    order: list[int] = []
-    while len(order) < cfg.prompts.per_iteration:
-        order += torch.randperm(len(prompts), generator=gen).tolist()
-    return [prompts[i] for i in order[: cfg.prompts.per_iteration]]
+    order = torch.randperm(len(prompts), generator=gen)[: cfg.prompts.per_iteration].tolist()
+    return [prompts[i] for i in order]
 
 
 def candidate_seed(cfg: RunConfig, iteration: int, prompt_slot: int, candidate: int) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 
+from solrl_core import stop
 from solrl_core.config import RunConfig
 from solrl_core.errors import MissingInputError
 from solrl_core.integrity import verify_checkpoint, verify_stage
 from solrl_core.rundir import RunDir
 from solrl_core.stages.table import BY_NAME, STAGES, load
 from solrl_core.staleness import describe, input_ids, recompute_command, stage_dependencies, stage_key, stale_causes
+from solrl_core.storage import is_remote
 
 
 def missing_inputs(run: RunDir, iteration: int, stage: str,
@@ -55,9 +57,12 @@ def run_stage(
     and its own file inventory) written last."""
     if stage not in BY_NAME:
         raise MissingInputError(f"unknown stage '{stage}' (stages: {', '.join(STAGES)})")
+    stop.check()  # a Ctrl-C or SIGTERM whose interrupt was lost before this stage: stop here (solrl_core/stop.py)
     run.recover_stage(iteration, stage)
     causes = stale_causes(run, iteration)  # read once: every manifest of iterations 0..iteration
     if run.is_complete(iteration, stage) and not force and stage_key(iteration, stage) not in causes:
+        if not is_remote(run.root):  # kept: its files there, at their sizes (a stat each; an object store would
+            verify_stage(run, iteration, stage, contents=False)  # take a listing per stage on every resume)
         return run.manifest(iteration, stage)
     missing = missing_inputs(run, iteration, stage, causes)
     if missing:

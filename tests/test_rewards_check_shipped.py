@@ -1,0 +1,58 @@
+"""`solrl rewards check --config CONFIG` on every run config shipped under configs/: it scores sample images of the
+size the config's runs make (the embedded_learned reward takes 32 px only) and never raises for a reward: one whose
+model files are not here says so in its row."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from solrl_core.backbones.registry import specs_of_kind
+from solrl_core.config import load_config
+from solrl_core.packaged_configs import packaged_configs
+from solrl_core.rewards import commands
+from solrl_core.rewards.commands import check_config_rewards, config_image_size
+
+NOT_RUN_CONFIGS = {"bench"}  # `solrl bench`'s config: the rewards check refuses it as a run config (ConfigError)
+RUN_CONFIGS = sorted(set(packaged_configs()) - NOT_RUN_CONFIGS)
+N_IMAGES = 2
+
+
+@pytest.mark.parametrize("name", RUN_CONFIGS)
+def test_the_check_scores_or_explains_every_reward_of_a_shipped_config(name):
+    cfg = load_config(name)
+    rows = check_config_rewards(cfg, n_images=N_IMAGES)
+    assert [row["name"] for row in rows] == list(dict.fromkeys([*cfg.rewards, *cfg.evaluation_rewards()]))
+    for row in rows:
+        if row["ok"]:
+            assert len(row["scores"]) == N_IMAGES and all(math.isfinite(s) for s in row["scores"])
+            assert row["mean"] == pytest.approx(float(np.mean(row["scores"])))
+        else:  # only a reward whose weights are not here may fail, and its row says so
+            assert row["found"] is False, row
+            assert row["error"].startswith(f"{row['name']}: no weights") and "\n" not in row["error"], row
+
+
+@pytest.mark.parametrize("name", ["demo", "demo_learned"])
+def test_the_demos_score_at_their_own_resolution(name):
+    cfg = load_config(name)
+    assert cfg.model.resolution is None
+    assert config_image_size(cfg) == specs_of_kind(cfg.model.kind)[0].defaults.resolution
+    rows = {row["name"]: row for row in check_config_rewards(cfg, n_images=N_IMAGES)}
+    assert rows["embedded_learned"]["ok"] and rows["embedded"]["ok"], rows
+
+
+def test_the_image_size_is_the_configured_resolution_when_there_is_one():
+    assert config_image_size(load_config("flux1_sol_rl_pickscore", ["model.resolution=256"])) == 256
+
+
+def test_a_reward_that_fails_in_its_own_code_is_a_row_not_a_traceback(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied\n(4x4160 and 1088x128)")
+
+    monkeypatch.setattr(commands, "get_reward", lambda name, models: broken)
+    rows = check_config_rewards(load_config("demo"), n_images=N_IMAGES)
+    assert all(not row["ok"] for row in rows)
+    assert rows[0]["error"] == ("embedded failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x4160 and "
+                                "1088x128)")
