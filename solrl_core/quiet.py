@@ -7,6 +7,9 @@ import logging
 import os
 
 
+PREFECT_QUEUE_WORKERS = ("EventsWorker", "APILogWorker")  # the loggers Prefect's queue services are named by
+
+
 def quiet_libraries() -> None:
     """torch/torchao import notices and diffusers/transformers hints off; call before those libraries load."""
     # OpenMP threads that spin while waiting stall badly when the cores are shared (seen: 8x slower sampling).
@@ -15,3 +18,7 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    # Prefect's shutdown notices ("Still processing items: 12 items remaining...", while the events and logs of the
+    # run are still being sent at exit) would come after the command's own last line, its error or its summary
+    for worker in PREFECT_QUEUE_WORKERS:
+        logging.getLogger(worker).setLevel(logging.ERROR)

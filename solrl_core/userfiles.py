@@ -148,35 +148,39 @@ def tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def disk_full_message(path, where: str = "", needed: str | None = None) -> str:
-    """'no space left ...' naming `path`, the free space of its filesystem and, when known, what is `needed`."""
+def disk_full_message(path, where: str = "", needed: str | None = None, folder=None) -> str:
+    """'no space left ...' naming `path` (None: unknown), the free space of its filesystem (of `folder`'s when the path
+    is unknown; none said when neither is known) and, when known, what is `needed`."""
     where = f"{where}: " if where else ""
-    free = shutil.disk_usage(closest_existing(path)).free
-    need = f"; it needs about {needed}" if needed else ""
-    return (f"{where}no space left on the device writing {path} ({format_bytes(free)} free{need}); free some space "
-            "or use another --run-dir")
+    place = path if path is not None else folder
+    free = [f"{format_bytes(shutil.disk_usage(closest_existing(place)).free)} free"] if place is not None else []
+    need = [f"it needs about {needed}"] if needed else []
+    said = f" ({'; '.join(free + need)})" if free or need else ""
+    written = path if path is not None else (f"a file in {folder}" if folder is not None else "a file")
+    return f"{where}no space left on the device writing {written}{said}; free some space or use another --run-dir"
 
 
-def user_os_error(exc: OSError, where: str = "", needed=None) -> SolrlError | None:
+def user_os_error(exc: OSError, where: str = "", needed=None, folder=None) -> SolrlError | None:
     """A one-line SolrlError for an OSError the user can fix (see USER_ERRNOS), naming its path; None for any other
-    error (a bug, which keeps its traceback). `needed`: a function saying how much space the work needs, or None."""
+    error (a bug, which keeps its traceback). `needed`: a function saying how much space the work needs, or None;
+    `folder`: where the work writes (the run directory), for a full disk's free space when the error names no path."""
     if exc.errno not in USER_ERRNOS:
         return None
     path = exc.filename if exc.filename is not None else "a file"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return SolrlError(disk_full_message(path, where, needed() if needed else None))
+        return SolrlError(disk_full_message(exc.filename, where, needed() if needed else None, folder))
     prefix = f"{where}: " if where else ""
     return SolrlError(f"{prefix}{path}: {exc.strerror}; {_fix(exc)} or use another path")
 
 
 @contextmanager
-def user_os_errors(where: str = "", needed=None):
+def user_os_errors(where: str = "", needed=None, folder=None):
     """Turn an OSError the user can fix, raised inside the block, into its one-line SolrlError (see user_os_error);
-    `where` says what was running (e.g. 'stage explore of iteration 3'), `needed` as in user_os_error."""
+    `where` says what was running (e.g. 'stage explore of iteration 3'), `needed` and `folder` as in user_os_error."""
     try:
         yield
     except OSError as exc:
-        error = user_os_error(exc, where, needed)
+        error = user_os_error(exc, where, needed, folder)
         if error is None:
             raise
         raise error from None

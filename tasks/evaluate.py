@@ -8,6 +8,7 @@ from prefect.cache_policies import NO_CACHE
 from solrl_core.evaluate import run_eval
 from solrl_core.rundir import RunDir
 from solrl_core.runs import load_run_config
+from solrl_core.storage import is_remote
 from solrl_core.userfiles import user_os_errors
 from tasks.shards import dask_shards
 
@@ -16,5 +17,6 @@ from tasks.shards import dask_shards
 def evaluate_task(run_dir: str, step: int, progress: bool = True) -> dict:
     """Evaluate the policy after `step` iterations (stored once in <run>/eval/step_NNNN/), split over the devices."""
     run = RunDir(run_dir)
-    with user_os_errors(f"evaluation after {step} iterations"), dask_shards():
+    with user_os_errors(f"evaluation after {step} iterations", folder=None if is_remote(run.root) else run.root), \
+            dask_shards():
         return run_eval(run, load_run_config(run), step, progress=progress)

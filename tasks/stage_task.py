@@ -39,8 +39,8 @@ def make_stage_task(stage: str, retries: int = 1):
     def stage_task(run_dir: str, iteration: int, force: bool = False, progress: bool = True) -> dict:
         run = RunDir(run_dir)
         # a full disk, missing permissions: one line naming the path (a SolrlError, so not retried)
-        with user_os_errors(f"stage {stage} of iteration {iteration}", lambda: _space_needed(run, iteration, stage)), \
-                dask_shards():
+        with user_os_errors(f"stage {stage} of iteration {iteration}", lambda: _space_needed(run, iteration, stage),
+                            None if is_remote(run.root) else run.root), dask_shards():
             return run_stage(run, load_run_config(run), iteration, stage, force=force, progress=progress)
 
     stage_task.__doc__ = f"Run the '{stage}' stage of one iteration (skipped when its manifest exists)."

@@ -92,3 +92,20 @@ def test_prefect_info_lines_only_with_verbose(quiet_run, session_env):
     assert "| INFO" not in default.stderr, default.stderr
     verbose = solrl(env, "stage", "select", "--run-dir", run_dir, "--iteration", "0", "--force", "--verbose")
     assert "| INFO" in verbose.stderr and "Finished in state Completed" in verbose.stderr
+
+
+def test_prefects_shutdown_notices_stay_off_the_terminal():
+    """Prefect's queue services log "Still processing items: N items remaining..." while they send the last events at
+    exit, under their class names: after the command's last line, so they are quiet (errors still show)."""
+    import logging
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    from solrl_core.quiet import PREFECT_QUEUE_WORKERS, quiet_libraries
+
+    assert set(PREFECT_QUEUE_WORKERS) == {EventsWorker.__name__, APILogWorker.__name__}
+    quiet_libraries()
+    for name in PREFECT_QUEUE_WORKERS:
+        logger = logging.getLogger(name)
+        assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)

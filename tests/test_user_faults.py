@@ -358,3 +358,19 @@ def test_disk_full_says_what_the_stage_needs(tmp_path):
     message = str(info.value)
     assert "stage explore of iteration 1: no space left" in message and "explore.partial/x" in message
     assert "needs about 3.0 MiB (as iteration 0's)" in message and " free" in message
+
+
+def test_a_full_disk_error_without_a_path_measures_the_run_directorys_disk(tmp_path, monkeypatch):
+    """zarr's and safetensors' ENOSPC name no file: the free space said is the run directory's disk (where the stage
+    writes), not the working directory's; without a folder, no figure at all rather than another disk's."""
+    from solrl_core import userfiles
+    from solrl_core.errors import SolrlError
+
+    real = userfiles.shutil.disk_usage
+    monkeypatch.setattr(userfiles.shutil, "disk_usage",
+                        lambda path: real(path)._replace(free=4096 if Path(path) == tmp_path else 10 << 30))
+    for folder, said in ((tmp_path, f"writing a file in {tmp_path} (4.0 KiB free)"), (None, "writing a file;")):
+        with pytest.raises(SolrlError) as info, userfiles.user_os_errors("stage regenerate of iteration 1",
+                                                                         folder=folder):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        assert said in str(info.value) and "10.0 GiB" not in str(info.value), str(info.value)

@@ -25,7 +25,7 @@ from solrl_core.wording import plural
 
 ITERATIONS = LAST + 1
 CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE  # solrl's quiet exit when its stdout's reader went away (flows/cli.py)
-SMALL_DISK_FREE_KB = 2048  # less than one explore copy's weights (quantize writes ~9 MB at the reference's size)
+SMALL_DISK_FREE_KB = 512  # less than one iteration writes at the reference's size (~1.5 MB; no merged weights since #27)
 COUNTS = (("tried", "cases tried"), ("clean", "clean errors"), ("ok", "expected successes"),
           ("traceback", "tracebacks"), ("silent", "silent successes"), ("lost", "data lost"),
           ("orphan", "processes left"), ("hang", "hangs"), ("unclear", "unclear errors"),
