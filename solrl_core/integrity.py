@@ -202,8 +202,9 @@ def _record_digest(record: dict) -> str:
 
 
 def sealed(record: dict) -> dict:
-    """`record` with its own digest under SEAL_KEY, which `read_record` checks (and drops) when it reads it back: a
-    writer of a JSON record that nothing else lists (metrics.json, state.json, a manifest) seals it."""
+    """`record` with its own digest under SEAL_KEY, which `read_record` checks (and drops) when it reads it back. An
+    evaluation's metrics.json is written sealed (nothing else lists it, and its values are shown as measured); stage
+    manifests and state.json are not yet."""
     return {**record, SEAL_KEY: _record_digest(record)}
 
 
