@@ -13,9 +13,9 @@ from prefect import flow, get_run_logger
 
 from flows.tracking import ensure_mlflow_run, log_bench_report, tracking_uri
 from flows.training import training_flow
-from solrl_core.bench.config import BenchRun, bench_runs, load_bench_config
+from solrl_core.bench.bench_config import BenchRun, bench_runs, load_bench_config
 from solrl_core.bench.report import build_report
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
 
 

@@ -39,9 +39,9 @@ from prefect.events.schemas.automations import AutomationCore, EventTrigger, Pos
 from prefect.exceptions import ObjectNotFound
 
 from flows.preflight import MLFLOW_HTTP_DEFAULTS
-from solrl_core.config import RunConfig
+from solrl_core.config.schema import RunConfig
 from solrl_core.errors import SolrlError
-from solrl_core.rundir import STAGES
+from solrl_core.run.rundir import STAGES
 
 TRAIN_FLOW = "solrl-train-config"
 STAGE_FLOW = "solrl-stage"
@@ -218,7 +218,7 @@ def ensure_stage_deployment(stage: str, pool: str) -> str:
 def train_command(config: Path, run_dir: Path, overrides: list[str]) -> str:
     """The `solrl train` command line a run of the training deployment is equivalent to (a packaged config by its
     name)."""
-    from solrl_core.packaged_configs import packaged_name
+    from solrl_core.config.packaged import packaged_name
 
     return shlex.join(["solrl", "train", packaged_name(config) or str(config), "--run-dir", str(run_dir),
                        *[arg for o in overrides for arg in ("--set", o)]])
@@ -229,7 +229,8 @@ def deploy_training(config: Path, run_dir: Path, overrides: list[str], name: str
     """Create or update the training deployment; its schedule becomes exactly `cron` / `interval` (or none). The
     deployment carries the config resolved (YAML text, as `solrl config --show` prints it; the overrides stay a
     parameter of their own), so a worker on any machine runs it without a copy of the file or of its `extends`."""
-    from solrl_core.config import dump_config, load_config
+    from solrl_core.config.schema import dump_config
+    from solrl_core.config.loading import load_config
 
     deployment = _load(TRAIN_ENTRYPOINT).to_deployment(
         name=name,
@@ -256,7 +257,7 @@ def check_tracking_uri(cfg: RunConfig, run_dir) -> str:
     directory has one) answers, and, when its experiment or run keeps artifacts on a server (proxied), is reached
     through that server; a one-line SolrlError otherwise. Returns the URI logged to."""
     from flows.preflight import check_tracking
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
 
     return check_tracking(cfg, RunDir(run_dir))
 

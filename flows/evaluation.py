@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.tracking import log_evaluation
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
 from tasks.evaluate import evaluate_task
 

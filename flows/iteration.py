@@ -1,4 +1,4 @@
-"""One RL iteration as a Prefect flow: quantize → explore → score → select → regenerate → score → update.
+"""One RL iteration as a Prefect flow: the steps of solrl_core/method.py, in its order, each one a Prefect task.
 
 Each stage runs in this flow's process, or, when the config gives it a work pool (`orchestration.work_pools` /
 `default_pool`), as a run of its stage deployment on that pool (flows/deploy.py) that this flow waits for. With
@@ -13,11 +13,12 @@ from prefect import flow, get_run_logger
 
 from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, online_workers
 from flows.progress import stage_done
-from solrl_core.rundir import RunDir
+from solrl_core.method import AUDIT, ITERATION
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
-from solrl_core.stages.audit import AUDIT, audit_due
-from solrl_core.staleness import is_current
-from tasks.registry import STAGE_TASKS, audit_task
+from solrl_core.stages.audit import audit_due
+from solrl_core.run.staleness import is_current
+from tasks.stage_tasks import STAGE_TASKS, audit_task
 from tasks.remote_stage import remote_stage_task
 from tasks.shards import dask_shards
 
@@ -33,13 +34,14 @@ def _deployment(stage: str, pool: str, heartbeat_timeout: int) -> str:
 @flow(name="solrl-iteration", flow_run_name="iteration-{iteration}", log_prints=True)
 def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[str, dict]:
     """Run every stage of `iteration` in order; complete stages return their manifest at once (resume), unless they
-    are stale (solrl_core/staleness.py): those are computed again."""
+    are stale (solrl_core/run/staleness.py): those are computed again."""
     run = RunDir(run_dir)
     cfg = load_run_config(run)
     audit = audit_due(cfg, iteration)
     manifests = {}
     with dask_shards() as shards:  # one Dask cluster (several devices): the training flow's, for the whole run
-        for stage, stage_task in STAGE_TASKS.items():
+        for step in ITERATION:
+            stage, stage_task = step.name, STAGE_TASKS[step.name]
             if stage == "update" and not shards.hosts_update(cfg):
                 shards.close()  # torchrun runs the update: the workers free their devices for it
             pool = cfg.orchestration.pool_for(stage)
@@ -49,7 +51,7 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
                                                          _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
                 else:
                     manifests[stage] = stage_task(run_dir, iteration, progress=progress)
-            if stage == "score_final" and audit:
-                with stage_done(progress, AUDIT, iteration, cfg.iterations):
-                    manifests[AUDIT] = audit_task(run_dir, iteration, progress=progress)
+            if stage == "score_final" and audit:  # the optional audit reads the explore and its scores
+                with stage_done(progress, AUDIT.name, iteration, cfg.iterations):
+                    manifests[AUDIT.name] = audit_task(run_dir, iteration, progress=progress)
     return manifests

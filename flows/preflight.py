@@ -137,7 +137,7 @@ def check_tracking(cfg, run=None) -> str:
     run logs there; a run whose config is replaced drops it) answers, through the MLflow server that serves it if one does (flows/tracking.py `route`), and reaches
     where its run (or the experiment a new run joins) keeps its artifacts. Returns the URI logged to."""
     from flows.tracking import check_artifact_route, route, tracking_uri
-    from solrl_core.rundir import read_json
+    from solrl_core.run.rundir import read_json
     from solrl_core.runs import config_replaced
 
     uri, run_id = tracking_uri(cfg), None

@@ -12,7 +12,7 @@ again (each `logged` marker names the MLflow run it was logged to: `ensure_mlflo
 bounded (flows/preflight.py MLFLOW_HTTP_DEFAULTS: timeout and retries); a store or server that fails while logging
 ends in one line, `TrackingFailed` (`tracking_errors`), after which the run directory is as complete as its stages
 made it and the same command, run again, logs what is missing. Logging reads the run directory's artifacts only
-after checking them against their manifests (solrl_core/integrity.py)."""
+after checking them against their manifests (solrl_core/run/integrity.py)."""
 
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ from pathlib import Path
 
 import numpy as np
 
-from solrl_core.config import RunConfig
+from solrl_core.config.schema import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table, stage_shards
-from solrl_core.integrity import verify_stage
+from solrl_core.run.integrity import verify_stage
 from solrl_core.mlflow_links import SQLITE, health_failure, is_server, serving_server, sqlite_file
-from solrl_core.pool import read_table
-from solrl_core.report import best_worst_grid, proxy_final_scatter, top_bottom_grids
-from solrl_core.rundir import STAGES, RunDir, read_json, write_json_atomic
-from solrl_core.storage import local_file, location, save_image
+from solrl_core.run.pool import read_table
+from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_grids
+from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
+from solrl_core.run.storage import local_file, location, save_image
 from solrl_core.wording import plural
 
 POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
@@ -373,7 +373,7 @@ def log_metrics_once(run_id: str, metrics: dict[str, float], step: int) -> dict[
     """Log `metrics` at `step` into MLflow run `run_id`, except those whose last value at that step in its history
     is the same; return what was logged. The marker files say what was logged too, but one is written only after
     all of an iteration's logging, so a training stopped in between (or fired again by its schedule) would otherwise
-    log metrics twice. A value that changed (its stage was computed again: solrl_core/staleness.py) is logged."""
+    log metrics twice. A value that changed (its stage was computed again: solrl_core/run/staleness.py) is logged."""
     import mlflow
 
     client = mlflow.MlflowClient()
@@ -422,7 +422,7 @@ def _where(run: RunDir) -> str:
 @_describes(lambda run, cfg, iteration: f"iteration {iteration}{_where(run)}")
 def log_iteration(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     """Log one finished iteration (once per completion of its update into its MLflow run: a marker file records
-    which) and save its best/worst grid PNG. The artifacts read are checked first (solrl_core/integrity.py)."""
+    which) and save its best/worst grid PNG. The artifacts read are checked first (solrl_core/run/integrity.py)."""
     marker = logged_marker(run, iteration)
     metrics = iteration_metrics(run, iteration)
     update_id = run.manifest(iteration, "update").get("id")

@@ -12,11 +12,11 @@ from flows.tracking import ensure_mlflow_run, iteration_metrics, log_audit, log_
 from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
 from tasks.shards import dask_shards
-from solrl_core.config import load_config_from
-from solrl_core.rundir import RunDir
+from solrl_core.config.loading import load_config_from
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config, prepare_run
 from solrl_core.stages.audit import AUDIT
-from solrl_core.staleness import stale_items
+from solrl_core.run.staleness import stale_items
 
 
 @flow(name="solrl-train", flow_run_name="train-{run_dir}")

@@ -14,23 +14,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from solrl_core import commit
-from solrl_core.config import RunConfig
+from solrl_core.run import commit
+from solrl_core.config.schema import RunConfig
 from solrl_core.eval_metrics import evaluation_metrics
 from solrl_core.grids import Tile, labelled_grid, rank_captions
-from solrl_core.integrity import FILES_KEY, inventory, sealed, verify_checkpoint
+from solrl_core.run.integrity import FILES_KEY, inventory, sealed, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
 from solrl_core.rl.policy import EmaWeights
-from solrl_core.rundir import start_attempt, write_json_atomic
-from solrl_core.staleness import eval_dependencies, eval_stale_cause, input_ids, lineage
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.run.rundir import start_attempt, write_json_atomic
+from solrl_core.run.lineage import lineage
+from solrl_core.run.staleness import eval_dependencies, eval_stale_cause, input_ids
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import EMA_FILE, attach_policy, initial_checkpoint, load_adapters
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.transformer_copies import merged_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
-from solrl_core.storage import load_tensors, save_image
+from solrl_core.run.storage import load_tensors, save_image
 
 EVAL_SEED_BASE = 2_000_000_000
 
@@ -117,7 +118,7 @@ def scoring(ctx: StageContext) -> PoolScoring:
 
 def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     """Evaluate the policy after `step` iterations once; later calls return the stored metrics, unless the checkpoint
-    was computed again since (the evaluation is stale: solrl_core/staleness.py), which evaluates it again.
+    was computed again since (the evaluation is stale: solrl_core/run/staleness.py), which evaluates it again.
 
     Samples (`eval.steps`, `guidance.eval`, the run's solver) into `pool.zarr` and scores it with `eval.rewards`,
     each split over the devices like the sampling and score stages; `metrics` are the rewards' means. The previous
@@ -137,8 +138,8 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     inputs = input_ids(run, eval_dependencies(step))
     start_attempt(run.eval_pending_path(step), partial, inputs, resume=True, replacing=done is not None)
     partial.mkdir(parents=True, exist_ok=True)  # an interrupted evaluation resumes its pool (of the same inputs)
-    writer, sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)
-    (total, per), score_shards = split_or_whole(ctx, f"{__name__}:scoring")
+    writer, sample_shards = sample_pool(ctx, sampling, overlap=False)
+    (total, per), score_shards = split_or_whole(ctx, scoring)
     pool = writer.group
     metrics = evaluation_metrics(total, per, cfg.eval.gold)
     images = np.asarray(pool["image"][...])

@@ -1,6 +1,6 @@
 """One iteration's candidate pool as people read it: the per-candidate table, the per-prompt summary that
 `solrl inspect` prints, and where the pool is in the MLflow UI. Every stage artifact read here is checked against its
-manifest's inventory first (solrl_core/integrity.py), as the stages check theirs: a damaged file is refused in one
+manifest's inventory first (solrl_core/run/integrity.py), as the stages check theirs: a damaged file is refused in one
 line naming it and the command that rebuilds it."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from solrl_core.errors import MissingInputError
-from solrl_core.integrity import verify_stage
+from solrl_core.run.integrity import verify_stage
 from solrl_core.mlflow_links import run_link
-from solrl_core.pool import read_table
-from solrl_core.rundir import RunDir
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import RunDir
 
 
 def _read(run: RunDir, iteration: int, stage: str, name: str, columns=None):
@@ -113,7 +113,7 @@ def pool_summary(run: RunDir, iteration: int) -> dict:
 def stage_shards(run: RunDir, iteration: int) -> dict[str, list[dict]]:
     """Where the model work of each complete stage of an iteration ran: its shards' (or the update's ranks') records
     (device, host, pid, seconds, rows, models loaded), from the stage manifests (solrl_core/stages/shards.py)."""
-    from solrl_core.stages.table import TABLE
+    from solrl_core.run.stage_table import TABLE
 
     out = {}
     for stage in (s.name for s in TABLE):

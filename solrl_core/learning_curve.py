@@ -10,10 +10,11 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.eval_metrics import GAP_KEY, GOLD_KEY, TOTAL_KEY
-from solrl_core.storage import as_path, is_remote
+from solrl_core.run.storage import as_path, is_remote
+from solrl_core.run.rundir import CURVE_FILE
 from solrl_core.userfiles import FILE, entry_kind
 
-CURVE_FILE = "learning_curve.png"
+__all__ = ["CURVE_FILE", "eval_table", "plot_eval_curve"]
 
 
 def _names(evals: list[dict]) -> list[str]:

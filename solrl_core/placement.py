@@ -3,7 +3,7 @@
 A worker for `cuda:k` starts with CUDA_VISIBLE_DEVICES set to that GPU alone (before torch initialises CUDA), so the
 process sees one GPU, `cuda`, and puts its model and rewards there; a worker for `cpu` sees no GPU. A worker of a
 Dask cluster started by hand declares its device the same way (its environment), plus the `device` resource that
-routes shards to it (see the README). `SOLRL_DEVICE` names the device in the manifests when it is set; otherwise
+routes shards to it (see docs/operations.md). `SOLRL_DEVICE` names the device in the manifests when it is set; otherwise
 the name is derived from CUDA_VISIBLE_DEVICES.
 
 With one device the stages run in the calling process as they always did; its model and rewards go on that device.
@@ -152,7 +152,7 @@ def pinned_device() -> tuple[str, str]:
         count = torch.cuda.device_count()
         if count > 1:
             raise SolrlError(f"the worker process {os.getpid()} on {socket.gethostname()} sees {count} GPUs; start "
-                             "one Dask worker per GPU with CUDA_VISIBLE_DEVICES=k (see the README)")
+                             "one Dask worker per GPU with CUDA_VISIBLE_DEVICES=k (see docs/operations.md)")
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() or "0"
         return "cuda", os.environ.get(LABEL_ENV) or f"cuda:{visible}"
     return "cpu", os.environ.get(LABEL_ENV) or "cpu"

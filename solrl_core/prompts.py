@@ -2,7 +2,7 @@
 
 A prompt set is named by a spec string (config keys `prompts.train` and `eval.prompts`):
 
-* `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/embedded/shapes.py);
+* `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/models/embedded/shapes.py);
 * a `.jsonl` file: one JSON object per line with a required "prompt" string; every other key is kept as the
   prompt's metadata (e.g. GenEval's "tag" and "include"). A "split" key assigns the line to a split, chosen by
   `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line;
@@ -31,14 +31,26 @@ class PromptSet:
     metadata: tuple[dict, ...]  # per prompt: the JSONL line's other keys ({} for text and builtin sets)
 
 
+# The prompt files of the official presets (configs/presets/), which solrl does not ship
+OFFICIAL_PROMPT_FILES = ("data/pickscore/train.txt", "data/pickscore/test.txt")
+PROMPTS_HINT = (
+    "the Pick-a-Pic 'pickscore' prompt set of the official presets is not shipped: put its train.txt and test.txt "
+    "(one prompt per line; e.g. dataset/pickscore/ of the Flow-GRPO repository) in data/pickscore/, or --set "
+    "prompts.train=FILE eval.prompts=FILE"
+)
+
+
+def missing_prompts_hint(path: str | Path) -> str:
+    """A hint for a missing prompt file that is one of the official presets' (empty string otherwise)."""
+    return f" ({PROMPTS_HINT})" if Path(path).as_posix().endswith(OFFICIAL_PROMPT_FILES) else ""
+
+
 def load_prompt_set(spec: str, key: str, split: str | None = None) -> PromptSet:
     """The prompt set named by `spec` (see the module docstring); `key` names the config key in error messages."""
     stamp = None
     if not spec.startswith("builtin:"):
         path = Path(spec)
         if not path.exists():
-            from solrl_core.presets import missing_prompts_hint
-
             raise SolrlError(f"{key}: file not found: {path}{missing_prompts_hint(path)}")
         stat = path.stat()
         stamp = (stat.st_mtime_ns, stat.st_size)
@@ -67,7 +79,7 @@ def _load(spec: str, key: str, split: str | None, stamp) -> PromptSet:
 
 
 def _builtin(spec: str, key: str) -> list[tuple[str, dict]]:
-    from solrl_core.embedded import shapes
+    from solrl_core.models.embedded import shapes
 
     sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts}
     if spec not in sets:

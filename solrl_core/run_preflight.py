@@ -3,13 +3,13 @@ model weights."""
 
 from __future__ import annotations
 
-from solrl_core.backbones.cache import load_backbone
-from solrl_core.backbones.registry import check_backbone_files
-from solrl_core.config import RunConfig
+from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.models.backbones.registry import check_backbone_files
+from solrl_core.config.schema import RunConfig
 from solrl_core.placement import check_devices, splits_over_devices
 from solrl_core.planner.fits import check_memory_fits
 from solrl_core.prompts import check_train_prompts
-from solrl_core.quant.backends import resolve_backend
+from solrl_core.models.quant.backends import resolve_backend
 from solrl_core.rewards.registry import preflight_rewards
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import yaml
 
-from solrl_core import commit
-from solrl_core.config import MAX_SEED, RunConfig, dump_config, load_yaml, validate_config
+from solrl_core.run import commit
+from solrl_core.config.schema import MAX_SEED, RunConfig, dump_config, load_yaml
+from solrl_core.config.loading import validate_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
-from solrl_core.integrity import config_body, config_text, read_record
-from solrl_core.rundir import RunDir
-from solrl_core.storage import check_remote_access, remove_tree, write_text_atomic
+from solrl_core.run.integrity import config_body, config_text, read_record
+from solrl_core.run.rundir import RunDir
+from solrl_core.run.storage import check_remote_access, remove_tree, write_text_atomic
 from solrl_core.wording import plural
 
 # Keys that may differ when a run is continued (extending a run is the point of passing them again; where stages

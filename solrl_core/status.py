@@ -5,9 +5,9 @@ directory, MLflow run)."""
 from __future__ import annotations
 
 from solrl_core.mlflow_links import run_link
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import load_run_config
-from solrl_core.staleness import describe, recompute_command, stale_items
+from solrl_core.run.staleness import describe, recompute_command, stale_items
 from solrl_core.wording import plural
 
 MARKS = {"complete": "done", "partial": "part", "pending": "-", "stale": "stale"}
@@ -17,7 +17,7 @@ def run_status(run: RunDir) -> dict:
     """The run's state. `completed_iterations`: iterations from 0 whose update is complete, without a gap.
     `interrupted`: stages with an artifact but no manifest (a crash or a failure inside the stage; the next
     `solrl train` or `solrl stage` resumes or redoes them). `stale`: completions computed from inputs that were
-    computed again since (solrl_core/staleness.py; `solrl train` recomputes them); their stages show "stale"."""
+    computed again since (solrl_core/run/staleness.py; `solrl train` recomputes them); their stages show "stale"."""
     cfg = load_run_config(run)
     count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
     stages = [{s: run.stage_status(i, s) for s in STAGES} for i in range(count)]

@@ -6,9 +6,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from solrl_core.evaluate import run_eval
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
-from solrl_core.storage import is_remote
+from solrl_core.run.storage import is_remote
 from solrl_core.userfiles import user_os_errors
 from tasks.shards import dask_shards
 

@@ -21,7 +21,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
 from solrl_core.errors import SolrlError
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 
 POLL_SECONDS = 1.0  # how often the state of the stage run is read
 CANCEL_WAIT_SECONDS = 25.0  # how long a stopped task waits for the stage run it cancelled to end

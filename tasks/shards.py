@@ -3,7 +3,7 @@
 The stage's task runs a `solrl-shards` subflow with prefect-dask's DaskTaskRunner connected to a Dask scheduler:
 
 * `orchestration.dask_address` set: that running cluster. Its workers are started by hand, one per GPU, each with
-  CUDA_VISIBLE_DEVICES naming its GPU and `--resources device=1` (see the README); a shard runs on each of them.
+  CUDA_VISIBLE_DEVICES naming its GPU and `--resources device=1` (see docs/operations.md); a shard runs on each of them.
 * otherwise: a temporary `distributed.SpecCluster` on 127.0.0.1 with one single-threaded Nanny per entry of
   `orchestration.devices`, its worker process pinned to that device by its environment
   (solrl_core/placement.py: worker_env) before torch starts.
@@ -27,7 +27,7 @@ import dask
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from solrl_core.backbones.cache import refuse_model_loads
+from solrl_core.models.backbones.cache import refuse_model_loads
 from solrl_core.errors import SolrlError
 from solrl_core.placement import (
     RESOURCE,
@@ -38,11 +38,11 @@ from solrl_core.placement import (
     worker_env,
 )
 from solrl_core.quiet import quiet_libraries
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.shards import Shard, prepare, run_rank, run_shard
-from solrl_core.storage import location
+from solrl_core.run.storage import location
 from tasks.retry import retry_unless_user_error
 
 _TASK = {"retries": 1, "retry_delay_seconds": 1, "retry_condition_fn": retry_unless_user_error,

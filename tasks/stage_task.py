@@ -10,10 +10,10 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
-from solrl_core.stages.registry import run_stage
-from solrl_core.storage import is_remote
+from solrl_core.stages.runner import run_stage
+from solrl_core.run.storage import is_remote
 from solrl_core.userfiles import format_bytes, tree_size, user_os_errors
 from tasks.retry import retry_unless_user_error
 from tasks.shards import dask_shards  # splittable stages with several devices or a Dask cluster

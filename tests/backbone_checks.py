@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from solrl_core.backbones.base import Backbone
-from solrl_core.quant.linear import skip_match
+from solrl_core.models.backbones.base import Backbone
+from solrl_core.models.quant.linear import skip_match
 from solrl_core.rl.policy import LoraPolicy
 
 PROMPTS = ["a red circle", "two blue squares on the left"]

@@ -119,7 +119,7 @@ def row_mtimes(pool_zarr: Path, rows: int):
 
     out = []
     for row in range(rows):
-        files = list((pool_zarr / "image").glob(f"c.{row}.*"))  # solrl_core.pool.FLAT_KEYS: c.<row>.0.0.0
+        files = list((pool_zarr / "image").glob(f"c.{row}.*"))  # solrl_core.run.pool.FLAT_KEYS: c.<row>.0.0.0
         out.append(max(p.stat().st_mtime for p in files))
     return np.array(out)
 
@@ -130,7 +130,7 @@ def assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir: Path, rows: i
     kept (at least `min_kept`), the others written after it; and the pool equals a forced, uninterrupted explore."""
     import numpy as np
 
-    from solrl_core.pool import read_table
+    from solrl_core.run.pool import read_table
 
     pool = run_dir / "iter_0000" / "explore" / "pool.zarr"
     mtimes = row_mtimes(pool, rows)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.doctor import acceptance, acceptance_report, acceptance_runs
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
-from solrl_core.stages.table import STAGES
+from solrl_core.run.stage_table import STAGES
 
 # measure()'s keyword arguments for a FLUX.1 transformer of toy widths, few tokens, one timed repeat
 TINY_BENCH = {"config_overrides": {"num_attention_heads": 2, "attention_head_dim": 16, "axes_dims_rope": [4, 6, 6],
@@ -50,7 +50,7 @@ def test_acceptance_on_cpu_reports_every_step_and_a_failure_stops_none(tmp_path,
         failed = steps[f"run {subject} fp8"]
         assert not failed["ok"] and failed["at"] == "quantize (iteration 0)"
         assert failed["error"].startswith("SolrlError: explore precision 'fp8' needs an FP8 GPU")
-        assert "(solrl_core/quant/backends.py:" in failed["error"]  # where it was raised
+        assert "(solrl_core/models/quant/backends.py:" in failed["error"]  # where it was raised
         assert "Traceback" in failed["traceback"] and failed["peak_gib"] is None
 
         run = steps[f"run {subject} nvfp4_emulated"]
@@ -95,7 +95,7 @@ def test_a_later_command_replaces_the_steps_it_runs_again_and_keeps_the_others(t
 
 
 def test_tiny_runs_take_the_tiny_models_own_overrides_but_the_configs_prompts_and_rewards(tmp_path):
-    from solrl_core.backbones.tiny.bundle import tiny_run_overrides
+    from solrl_core.models.backbones.tiny.bundle import tiny_run_overrides
 
     overrides = acceptance_runs.tiny_overrides("flux1", tmp_path)
     cfg = load_config(ROOT / "configs" / "demo.yaml",

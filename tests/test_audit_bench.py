@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from solrl_core.pool import read_table
+from solrl_core.run.pool import read_table
 from solrl_core.rl.fidelity import ranking_fidelity
-from solrl_core.rundir import STAGES
+from solrl_core.run.rundir import STAGES
 
 # Shapes shared by both families (N and K stay the families' own: diffusionnft 6 of 6, sol_rl 6 of 24).
 SMALL = {"prompts.per_iteration": 2, "explore.steps": 2, "explore.batch_size": 48, "regenerate.steps": 3,

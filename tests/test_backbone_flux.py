@@ -20,10 +20,10 @@ from backbone_checks import (
 )
 from diffusers import FluxPipeline
 
-from solrl_core.backbones import registry
-from solrl_core.backbones.flux import FluxBackbone
-from solrl_core.backbones.tiny import make_tiny_model
-from solrl_core.config import ModelConfig
+from solrl_core.models.backbones import registry
+from solrl_core.models.backbones.flux import FluxBackbone
+from solrl_core.models.backbones.tiny import make_tiny_model
+from solrl_core.config.schema import ModelConfig
 from solrl_core.errors import SolrlError
 
 RES = 64

@@ -12,14 +12,14 @@ from safetensors.numpy import load_file
 
 from conftest import ROOT, tracking_set
 from flows.cli import main
-from solrl_core.backbones.registry import load_backbone
-from solrl_core.backbones.tiny import tiny_models
-from solrl_core.config import load_config
-from solrl_core.pool import read_table
-from solrl_core.rundir import STAGES
-from solrl_core.sampler import schedule_sigmas
+from solrl_core.models.backbones.registry import load_backbone
+from solrl_core.models.backbones.tiny import tiny_models
+from solrl_core.config.loading import load_config
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import STAGES
+from solrl_core.models.sampler import schedule_sigmas
 
-# every backbone with a tiny maker (solrl_core/backbones/specs/), the rewards taken in turn so that every tiny reward
+# every backbone with a tiny maker (solrl_core/models/backbones/specs/), the rewards taken in turn so that every tiny reward
 # checkpoint is exercised
 CASES = list(zip(tiny_models(), itertools.cycle(["pickscore", "hpsv2", "clipscore", "imagereward"])))
 

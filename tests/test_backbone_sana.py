@@ -22,16 +22,16 @@ from backbone_checks import (
 )
 from torch import nn
 
-from solrl_core.backbones import registry
-from solrl_core.backbones.sana import SanaBackbone
-from solrl_core.backbones.specs.sana import NATIVE_SKIP, NATIVE_TO_DIFFUSERS
-from solrl_core.backbones.tiny import make_tiny_model
-from solrl_core.config import ModelConfig
+from solrl_core.models.backbones import registry
+from solrl_core.models.backbones.sana import SanaBackbone
+from solrl_core.models.backbones.specs.sana import NATIVE_SKIP, NATIVE_TO_DIFFUSERS
+from solrl_core.models.backbones.tiny import make_tiny_model
+from solrl_core.config.schema import ModelConfig
 from solrl_core.errors import SolrlError
-from solrl_core.model_configs import PACKAGE_CONFIG_DIR
-from solrl_core.quant import eligible_linears, quantize_linears
-from solrl_core.quant.coverage import build_meta_model
-from solrl_core.quant.linear import skip_match
+from solrl_core.models.model_configs import PACKAGE_CONFIG_DIR
+from solrl_core.models.quant import eligible_linears, quantize_linears
+from solrl_core.models.meta_models import build_meta_model
+from solrl_core.models.quant.linear import skip_match
 from solrl_core.stages.transformer_copies import fresh_transformer
 
 RES = 64

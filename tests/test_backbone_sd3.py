@@ -20,13 +20,13 @@ from backbone_checks import (
 )
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from solrl_core.backbones import registry
-from solrl_core.backbones.sd3 import SD3Backbone
-from solrl_core.backbones.tiny import make_tiny_model
-from solrl_core.config import ModelConfig
+from solrl_core.models.backbones import registry
+from solrl_core.models.backbones.sd3 import SD3Backbone
+from solrl_core.models.backbones.tiny import make_tiny_model
+from solrl_core.config.schema import ModelConfig
 from solrl_core.errors import SolrlError
-from solrl_core.model_configs import PACKAGE_CONFIG_DIR
-from solrl_core.sampler import sample, schedule_sigmas
+from solrl_core.models.model_configs import PACKAGE_CONFIG_DIR
+from solrl_core.models.sampler import sample, schedule_sigmas
 
 RES = 64
 # stabilityai/stable-diffusion-3.5-large, scheduler/scheduler_config.json: a FlowMatchEulerDiscreteScheduler with 1000

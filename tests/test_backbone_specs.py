@@ -1,4 +1,4 @@
-"""The backbone specs (solrl_core/backbones/specs/) are the one source of the backbones: config validation, the
+"""The backbone specs (solrl_core/models/backbones/specs/) are the one source of the backbones: config validation, the
 adapters, the planner, the coverage report, the presets and make-tiny all list the models the specs list, and each
 preset part says what its spec says."""
 
@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from solrl_core import presets
-from solrl_core.backbones.base import Backbone
-from solrl_core.backbones.registry import adapter_class, adapters, backbone_spec, backbone_specs
-from solrl_core.backbones.spec import part_disagreements
-from solrl_core.backbones.tiny import tiny_models
-from solrl_core.config import validate_config
+from solrl_core.config import presets
+from solrl_core.models.backbones.base import Backbone
+from solrl_core.models.backbones.registry import adapter_class, adapters, backbone_spec, backbone_specs
+from solrl_core.models.backbones.spec import part_disagreements
+from solrl_core.models.backbones.tiny import tiny_models
+from solrl_core.config.loading import validate_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.planner import flops, memory
-from solrl_core.quant import coverage
+from solrl_core.lab import quant_coverage as coverage
 from solrl_core.rewards import REWARDS
 
 SPECS = backbone_specs()
@@ -82,7 +82,7 @@ def test_a_part_that_drifts_from_its_spec_is_named():
 
 
 def test_the_embedded_min_width_is_the_embedded_model_width():
-    from solrl_core.backbones.specs import embedded
-    from solrl_core.embedded.model import WIDTH
+    from solrl_core.models.backbones.specs import embedded
+    from solrl_core.models.embedded.model import WIDTH
 
     assert embedded.WIDTH == WIDTH == backbone_spec("embedded").defaults.quant_min_width

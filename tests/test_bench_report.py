@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from solrl_core.bench.config import BenchRun, bench_runs, load_bench_config
+from solrl_core.bench.bench_config import BenchRun, bench_runs, load_bench_config
 from solrl_core.bench.report import build_report, first_reaching
-from solrl_core.config import dump_config, load_config
+from solrl_core.config.schema import dump_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
-from solrl_core.rundir import STAGES, RunDir, write_json_atomic
+from solrl_core.run.rundir import STAGES, RunDir, write_json_atomic
 from solrl_core.stages.audit import audit_due, audit_numbers, extremes_overlap
 
 FAMILIES = ROOT / "configs" / "families"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from solrl_core.bench.config import load_bench_config
+from solrl_core.bench.bench_config import load_bench_config
 from solrl_core.bench.report import eval_key
 from solrl_core.bench.stats import (
     FAILS, HOLDS, MIN_SEEDS, UNKNOWN, Estimate, bootstrap_mean, paired_difference, paired_ratio, seed_time_to_target,

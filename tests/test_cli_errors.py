@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import ROOT, TINY, tracking_set
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 
 
 def assert_one_line_error(proc, *needles):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def test_extends_merges_and_detects_cycles(tmp_path):
 def test_extends_takes_a_packaged_config_by_name(tmp_path):
     """A config of your own, beside no copy of the shipped ones: `extends: demo.yaml` (or `demo`) is the packaged one;
     a file beside it of that name wins; neither is one line naming both places."""
-    from solrl_core.packaged_configs import packaged_config
+    from solrl_core.config.packaged import packaged_config
 
     for name in ("demo.yaml", "demo"):
         cfg = load_config(write(tmp_path, f"extends: {name}\niterations: 3\n", "mine.yaml"))

@@ -8,9 +8,10 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import TINY
-from solrl_core import config as config_module
-from solrl_core.config import MAX_ITERATIONS, MAX_SEED, RunConfig, load_config
-from solrl_core.config_explain import sections
+from solrl_core.config import schema as config_module
+from solrl_core.config.schema import MAX_ITERATIONS, MAX_SEED, RunConfig
+from solrl_core.config.loading import load_config
+from solrl_core.config.explain import sections
 from solrl_core.errors import ConfigError, SolrlError
 
 
@@ -81,7 +82,7 @@ def test_the_cli_refuses_an_out_of_range_value_in_one_line_before_writing(capsys
 
 
 def test_a_seed_whose_noise_seeds_pass_int64_is_refused_before_the_run_is_written(tmp_path):
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.runs import prepare_run
     from solrl_core.stages.draws import candidate_seed
 

@@ -10,9 +10,10 @@ import yaml
 from pydantic import BaseModel
 
 from flows.cli import main
-from solrl_core.config import RunConfig, load_config
-from solrl_core.config_explain import explain, field_rows, markdown, sections
-from solrl_core.config_explain import main as explain_main
+from solrl_core.config.schema import RunConfig
+from solrl_core.config.loading import load_config
+from solrl_core.config.explain import explain, field_rows, markdown, sections
+from solrl_core.config.explain import main as explain_main
 from solrl_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +104,7 @@ def test_solrl_config_show_prints_the_resolved_config(capsys):
 
 def test_checked_in_reference_equals_the_generator_output():
     assert DOC.read_text(encoding="utf-8") == markdown(), (
-        "docs/config.md is out of date: python -m solrl_core.config_explain --write docs/config.md")
+        "docs/config.md is out of date: python -m solrl_core.config.explain --write docs/config.md")
 
 
 def test_reference_has_one_row_per_field():

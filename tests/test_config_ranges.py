@@ -12,10 +12,11 @@ import pytest
 from pydantic.types import AllowInfNan
 
 from conftest import TINY
-from solrl_core.backbones.registry import backbone_spec, backbone_specs, load_backbone, specs_of_kind
-from solrl_core.bench.config import BenchConfig
-from solrl_core.config import MAX_LR, ModelConfig, RunConfig, _takes_floats, load_config
-from solrl_core.config_explain import sections
+from solrl_core.models.backbones.registry import backbone_spec, backbone_specs, load_backbone, specs_of_kind
+from solrl_core.bench.bench_config import BenchConfig
+from solrl_core.config.schema import MAX_LR, ModelConfig, RunConfig, _takes_floats
+from solrl_core.config.loading import load_config
+from solrl_core.config.explain import sections
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.prompts import check_train_prompts, train_prompt_set
 
@@ -160,8 +161,8 @@ def test_a_fitting_resolution_is_taken():
 
 
 def test_the_embedded_specs_resolution_is_its_shipped_weights():
-    from solrl_core.backbones.embedded import PRETRAINED_DIR
-    from solrl_core.embedded.model import PATCH_SIZE
+    from solrl_core.models.backbones.embedded import PRETRAINED_DIR
+    from solrl_core.models.embedded.model import PATCH_SIZE
 
     meta = json.loads((PRETRAINED_DIR / "solrl_embedded.json").read_text())
     spec = backbone_spec("embedded")
@@ -170,7 +171,7 @@ def test_the_embedded_specs_resolution_is_its_shipped_weights():
 
 
 def test_a_model_directory_of_another_resolution_refuses_the_setting_at_load(tmp_path, one_torch_thread):
-    from solrl_core.embedded.model import build_model
+    from solrl_core.models.embedded.model import build_model
 
     build_model(resolution=16).save(tmp_path / "m16")
     assert load_backbone(ModelConfig(path=str(tmp_path / "m16"))).resolution == 16  # null: the weights' own

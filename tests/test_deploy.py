@@ -14,12 +14,12 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from conftest import TINY, tracking_set
 from flows.cli import main
 from prefect_workers import api, process_workers
-from solrl_core.config import load_config, load_config_text
-from solrl_core.pool import read_table
+from solrl_core.config.loading import load_config, load_config_text
+from solrl_core.run.pool import read_table
 from solrl_core.prompts import prompt_set
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 
 POOLS = {"explore": "dp-explore", "update": "dp-train"}
 MAPPING = "{explore: dp-explore, update: dp-train}"

@@ -15,17 +15,18 @@ import torch
 from safetensors.numpy import load_file
 
 from conftest import ROOT, TINY, free_port
-from solrl_core.config import dump_config, load_config
+from solrl_core.config.schema import dump_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.rl.distributed import GradientSync
-from solrl_core.rundir import RunDir
-from solrl_core.storage import write_text_atomic
+from solrl_core.run.rundir import RunDir
+from solrl_core.run.storage import write_text_atomic
 from solrl_core.testing.fake_cuda import fake_cuda
 from solrl_core.runs import prepare_run
-from solrl_core.seeds import derived_generator, randn_rows
+from solrl_core.models.seeds import derived_generator, randn_rows
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 from solrl_core.stages import update_launch, update_node
 from solrl_core.stages.update_node import join_updates
 from solrl_core.stages.update_launch import launch_update

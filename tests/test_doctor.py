@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from conftest import ROOT
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.doctor import gpu_bench, probe
 from solrl_core.errors import SolrlError
 from solrl_core.planner.calibration import load_calibration
 from solrl_core.planner.gpus import get_gpu
-from solrl_core.planner.model import Throughput, forward_seconds
-from solrl_core.quant import backends
+from solrl_core.planner.cost_model import Throughput, forward_seconds
+from solrl_core.models.quant import backends
 
 
 def _play(monkeypatch, capability, te_ok, te_why="", gpus=2, name="NVIDIA H100 80GB HBM3"):
@@ -229,7 +229,7 @@ def _tiny_preset(*overrides):
 
 
 def test_stage_peaks_run_both_stages_and_leave_w0_untouched():
-    from solrl_core.backbones.registry import backbone_spec
+    from solrl_core.models.backbones.registry import backbone_spec
 
     m, config = gpu_bench._config("flux1", None, TINY_FLUX)
     config = gpu_bench._with_blocks(config, 2)
@@ -246,7 +246,7 @@ def test_stage_peaks_attach_theta_as_the_update_does(monkeypatch):
     """θ comes from stages.checkpoints.attach_policy with the run config (its modules, rank and dtype), not from a
     cast of the bench's own: the policy it trains is the one attach_policy returned, untouched."""
     import solrl_core.stages.checkpoints as checkpoints
-    from solrl_core.backbones.registry import backbone_spec
+    from solrl_core.models.backbones.registry import backbone_spec
 
     m, config = gpu_bench._config("flux1", None, TINY_FLUX)
     config = gpu_bench._with_blocks(config, 2)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from solrl_core.backbones.embedded import EmbeddedBackbone
-from solrl_core.config import ModelConfig
-from solrl_core.sampler import sample
+from solrl_core.models.backbones.embedded import EmbeddedBackbone
+from solrl_core.config.schema import ModelConfig
+from solrl_core.models.sampler import sample
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: tiny models on a busy 2-core machine
 

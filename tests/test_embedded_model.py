@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from solrl_core.backbones.embedded import PRETRAINED_DIR, EmbeddedBackbone
-from solrl_core.embedded import shapes
-from solrl_core.embedded.model import METADATA_FILE, TEXT_LENGTH, build_model, load_model
-from solrl_core.embedded.pretrain import sample_rewards
+from solrl_core.models.backbones.embedded import PRETRAINED_DIR, EmbeddedBackbone
+from solrl_core.models.embedded import shapes
+from solrl_core.models.embedded.model import METADATA_FILE, TEXT_LENGTH, build_model, load_model
+from solrl_core.lab.embedded_pretrain import sample_rewards
 from solrl_core.errors import SolrlError
 
 
@@ -104,7 +104,7 @@ def test_shipped_weights_follow_prompts_better_than_random_init(random_model):
 def test_pretraining_is_reproducible_from_the_seed(tmp_path):
     from safetensors.torch import load_file
 
-    from solrl_core.embedded.pretrain import pretrain
+    from solrl_core.lab.embedded_pretrain import pretrain
 
     runs = []
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT, TINY, solrl, tracking_set
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from test_processes import SMALL, wait_for
 
 

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from solrl_core.config import load_config
-from solrl_core.quant.linear import NVFP4EmulatedLinear
-from solrl_core.quant.lora_branch import LoraBranch
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.config.loading import load_config
+from solrl_core.models.quant.linear import NVFP4EmulatedLinear
+from solrl_core.models.quant.lora_branch import LoraBranch
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.transformer_copies import fresh_transformer
 from solrl_core.stages.quantize import base_key, explore_copy
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "configs" / "tiny.yaml"
 FAST = ["explore.seeds_per_prompt=4", "select.k=2", "train.micro_batch=4", "quant.lora_branch=true",

@@ -2,8 +2,8 @@
 
 import math
 
-from solrl_core.config import validate_config
-from solrl_core.rundir import RunDir
+from solrl_core.config.loading import validate_config
+from solrl_core.run.rundir import RunDir
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.explore_setting import explore_setting
 

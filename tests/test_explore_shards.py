@@ -16,7 +16,7 @@ import pytest
 from conftest import TINY
 from solrl_core.errors import SolrlError
 from solrl_core.evaluate import eval_dir
-from solrl_core.pool import CandidateWriter, read_table
+from solrl_core.run.pool import CandidateWriter, read_table
 from solrl_core.stages.shards import plan_shards
 
 
@@ -112,7 +112,7 @@ SETTINGS = ["reward_models.embedded.batch_size=2", "eval.num_prompts=2", "eval.s
 
 
 def _config(*overrides):
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
 
     return load_config(TINY, [*SETTINGS, *overrides])
 
@@ -122,9 +122,9 @@ def reference(tmp_path_factory, one_torch_thread):
     """A tiny run whose iteration 0 ran quantize..update, then the evaluation after it, on one device in this
     process; and the seconds explore..update took."""
     from solrl_core.evaluate import run_eval
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.runs import prepare_run
-    from solrl_core.stages.registry import run_stage
+    from solrl_core.stages.runner import run_stage
 
     one = RunDir(tmp_path_factory.mktemp("shards") / "one")
     cfg = prepare_run(one, _config())
@@ -139,7 +139,7 @@ def reference(tmp_path_factory, one_torch_thread):
 
 def _copy_quantized(reference, path, *overrides):
     """A copy of the reference run with only its quantize stage done, run with `overrides` (placement settings)."""
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.runs import prepare_run
 
     shutil.copytree(reference.root, path)
@@ -220,7 +220,7 @@ def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
 def test_sharded_stage_left_unfinished_resumes_to_the_same_pool(tmp_path, reference):
     """A runner whose second shard stopped after one batch: the stage refuses to complete; run again, the missing
     batches (only those) are sampled and the results equal the one-device run."""
-    from solrl_core.stages.registry import run_stage
+    from solrl_core.stages.runner import run_stage
     from solrl_core.stages.shards import InProcess, Shard, prepare, run_shard, use_shard_runner
 
     one, _ = reference

@@ -26,7 +26,7 @@ from prefect_workers import (
     row_mtimes,
     wait_for,
 )
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 
 POOL = "fl-pool"
 # 32 candidates committed one by one: a window of many batches to stop explore in

@@ -17,16 +17,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from solrl_core.backbones.registry import load_backbone
-from solrl_core.config import load_config
+from solrl_core.models.backbones.registry import load_backbone
+from solrl_core.config.loading import load_config
 from solrl_core.evaluate import run_eval
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.sampler import sample
-from solrl_core.stages.registry import run_stage
-from solrl_core.stages.table import STAGES
+from solrl_core.models.sampler import sample
+from solrl_core.stages.runner import run_stage
+from solrl_core.run.stage_table import STAGES
 from solrl_core.testing.fake_cuda import fake_cuda
-from solrl_core.text_cache import CACHE_DIR, TextCache, run_prompts
+from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
 
 from conftest import ROOT, TINY
 
@@ -41,7 +41,7 @@ SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1",
 def tiny_models(tmp_path_factory):
     """model -> the directory `solrl make-tiny` writes (tiny model, rewards, prompts, run overrides), made when first
     asked for."""
-    from solrl_core.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
 
     made: dict[str, str] = {}
 

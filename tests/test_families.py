@@ -1,4 +1,4 @@
-"""`family` is checked against what the config does (solrl_core/families.py): a contradiction is one line naming
+"""`family` is checked against what the config does (solrl_core/config/families.py): a contradiction is one line naming
 the conflicting key and the fix."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError
-from solrl_core.families import FAMILIES, family_conflict
+from solrl_core.config.families import FAMILIES, family_conflict
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY_DIR = ROOT / "configs" / "families"

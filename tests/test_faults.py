@@ -1,6 +1,6 @@
-"""The fault catalogue (solrl_core/faults): one case of each kind, end to end, must end in a one-line error (or a clean
+"""The fault catalogue (solrl_core/lab/faults): one case of each kind, end to end, must end in a one-line error (or a clean
 stop after a signal), lose nothing, leave no process, and resume to a run identical to the uninterrupted reference.
-The whole catalogue is a benchmark, not part of the suite: `python -m flows.faults` (README, Reliability)."""
+The whole catalogue is a benchmark, not part of the suite: `python -m flows.lab.faults` (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY
-from solrl_core.faults import damage, outcome, procs, runner
-from solrl_core.faults.catalogue import BY_NAME, CASES, KINDS
+from solrl_core.lab.faults import damage, outcome, procs, run_catalogue
+from solrl_core.lab.faults.catalogue import BY_NAME, CASES, KINDS
 
 # One or more fast cases of each kind (the catalogue has them all).
 SUBSET = ("config-not-utf8", "run-dir-is-file", "stage-iteration-negative", "score-final-chunk-deleted",
@@ -26,12 +26,12 @@ SUBSET = ("config-not-utf8", "run-dir-is-file", "stage-iteration-negative", "sco
 
 
 @pytest.fixture(scope="module")
-def catalogue(session_env, tmp_path_factory) -> runner.Context:
+def catalogue(session_env, tmp_path_factory) -> run_catalogue.Context:
     out = tmp_path_factory.mktemp("faults")
     env = {**session_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), session_env.get("PYTHONPATH")]))}
-    ctx = runner.Context(out=out, base_config=TINY, env=env, cwd=ROOT, timeout_s=300,
+    ctx = run_catalogue.Context(out=out, base_config=TINY, env=env, cwd=ROOT, timeout_s=300,
                          say=lambda line: None)
-    runner.build_reference(ctx)
+    run_catalogue.build_reference(ctx)
     return ctx
 
 
@@ -42,7 +42,7 @@ def test_the_subset_covers_every_kind():
 @pytest.mark.parametrize("name", SUBSET)
 def test_fault_ends_in_one_line_and_the_run_resumes_identical(catalogue, name):
     case = BY_NAME[name]
-    record = runner.run_case(catalogue, case)
+    record = run_catalogue.run_case(catalogue, case)
     assert record["outcome"] == "clean", record
     assert not record["orphans"] and not record["lost"], record
     if case.repair or case.expect == "interrupt":
@@ -104,10 +104,10 @@ def test_damage_steps_do_what_they_say(tmp_path):
 
 
 def test_a_case_environment_may_extend_the_catalogues_path(tmp_path):
-    ctx = runner.Context(out=tmp_path, base_config=TINY, env={"PYTHONPATH": "/repo", "KEEP": "1", "DROP": "1"},
+    ctx = run_catalogue.Context(out=tmp_path, base_config=TINY, env={"PYTHONPATH": "/repo", "KEEP": "1", "DROP": "1"},
                          cwd=ROOT)
     case = BY_NAME["i29-plugin-import-raises"]
-    env = runner._env(ctx, replace(case, env=(*case.env, ("DROP", None))), {"case": "/c"})
+    env = run_catalogue._env(ctx, replace(case, env=(*case.env, ("DROP", None))), {"case": "/c"})
     assert env == {"PYTHONPATH": "/c:/repo", "KEEP": "1"}
 
 
@@ -175,6 +175,6 @@ def test_a_signal_waits_for_its_moment(tmp_path):
 @pytest.mark.e2e  # starts processes
 def test_a_piped_command_keeps_its_own_exit_status(tmp_path):
     # one write only: a second one could meet the pipe that head has closed (EPIPE), which is the case's subject
-    argv = runner._piped([sys.executable, "-c", "import sys; print('one'); sys.exit(3)"], "head -1")
+    argv = run_catalogue._piped([sys.executable, "-c", "import sys; print('one'); sys.exit(3)"], "head -1")
     done = procs.run(argv, dict(os.environ), tmp_path, timeout_s=60)
     assert (done.returncode, done.stdout) == (3, "one\n")

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from solrl_core.bench.fidelity_sweep import Setting, format_sweep, run_sweep, sample_rewards
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 
 TINY = Path(__file__).parent / "configs" / "tiny.yaml"
 
@@ -37,7 +37,7 @@ def test_lora_branch_at_full_precision_ranks_as_the_merged_copy(tmp_path, one_to
     import pytest
     import torch
 
-    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.models.backbones.cache import load_backbone
     from solrl_core.stages.checkpoints import attach_policy, save_adapters
 
     cfg = load_config(TINY)

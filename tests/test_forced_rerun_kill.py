@@ -4,15 +4,17 @@ train` does when it resumes) keeps them, bit for bit, instead of computing them 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
 import pytest
 
-import solrl_core.stages.registry as registry
-from solrl_core.config import load_config
-from solrl_core.integrity import verify_stage
-from solrl_core.rundir import RunDir
+import solrl_core.stages.runner as runner
+from solrl_core import method
+from solrl_core.config.loading import load_config
+from solrl_core.run.integrity import verify_stage
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "configs" / "tiny.yaml"
@@ -40,6 +42,11 @@ def fake_stage(attempt: int, stop_after: int | None = None):
     return run
 
 
+
+def use_stage(monkeypatch, run) -> None:
+    """Run `run` as STAGE's step function (solrl_core/method.py)."""
+    monkeypatch.setitem(method.BY_NAME, STAGE, dataclasses.replace(method.BY_NAME[STAGE], run=run))
+
 def snapshot(run: RunDir) -> dict[str, str]:
     """Every file of the stage's artifact and its manifest, by path, as a digest of its bytes."""
     paths = [run.manifest_path(0, STAGE), *sorted(p for p in run.stage_dir(0, STAGE).rglob("*") if p.is_file())]
@@ -51,8 +58,8 @@ def committed(tmp_path, monkeypatch):
     """A run whose STAGE of iteration 0 is committed (by attempt 1)."""
     run = RunDir(tmp_path / "run")
     cfg = prepare_run(run, load_config(TINY))
-    monkeypatch.setattr(registry, "load", lambda _ref: fake_stage(1))
-    manifest = registry.run_stage(run, cfg, 0, STAGE, progress=False)
+    use_stage(monkeypatch, fake_stage(1))
+    manifest = runner.run_stage(run, cfg, 0, STAGE, progress=False)
     assert manifest["summary"]["attempt"] == 1
     return run, cfg
 
@@ -61,16 +68,16 @@ def committed(tmp_path, monkeypatch):
 def test_a_killed_forced_rerun_leaves_the_previous_artifact_and_manifest(committed, monkeypatch, stop_after):
     run, cfg = committed
     before = snapshot(run)
-    monkeypatch.setattr(registry, "load", lambda _ref: fake_stage(2, stop_after))
+    use_stage(monkeypatch, fake_stage(2, stop_after))
     with pytest.raises(Killed):
-        registry.run_stage(run, cfg, 0, STAGE, force=True, progress=False)
+        runner.run_stage(run, cfg, 0, STAGE, force=True, progress=False)
     assert run.partial_dir(0, STAGE).is_dir()  # the killed attempt's output is where it was written, not in place
     assert snapshot(run) == before
     verify_stage(run, 0, STAGE)
 
     # resuming (not forced): the stage is complete and not stale, so it is kept as it was and nothing runs
-    monkeypatch.setattr(registry, "load", lambda _ref: pytest.fail("a complete stage was computed again"))
-    resumed = registry.run_stage(run, cfg, 0, STAGE, progress=False)
+    use_stage(monkeypatch, lambda _ctx: pytest.fail("a complete stage was computed again"))
+    resumed = runner.run_stage(run, cfg, 0, STAGE, progress=False)
     assert resumed["summary"]["attempt"] == 1
     assert snapshot(run) == before
     verify_stage(run, 0, STAGE)
@@ -79,11 +86,11 @@ def test_a_killed_forced_rerun_leaves_the_previous_artifact_and_manifest(committ
 def test_the_forced_rerun_run_again_replaces_the_artifact(committed, monkeypatch):
     run, cfg = committed
     old_id = run.manifest(0, STAGE)["id"]
-    monkeypatch.setattr(registry, "load", lambda _ref: fake_stage(2, stop_after=1))
+    use_stage(monkeypatch, fake_stage(2, stop_after=1))
     with pytest.raises(Killed):
-        registry.run_stage(run, cfg, 0, STAGE, force=True, progress=False)
-    monkeypatch.setattr(registry, "load", lambda _ref: fake_stage(2))
-    manifest = registry.run_stage(run, cfg, 0, STAGE, force=True, progress=False)
+        runner.run_stage(run, cfg, 0, STAGE, force=True, progress=False)
+    use_stage(monkeypatch, fake_stage(2))
+    manifest = runner.run_stage(run, cfg, 0, STAGE, force=True, progress=False)
     assert manifest["summary"]["attempt"] == 2 and manifest["id"] != old_id
     assert (run.stage_dir(0, STAGE) / "report.json").read_bytes() == b'{"attempt": 2}'
     assert not run.partial_dir(0, STAGE).exists() and not run.pending_path(0, STAGE).exists()

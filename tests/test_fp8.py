@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solrl_core.quant import quantize_dequantize
-from solrl_core.quant.fp8 import fp8_decode, fp8_encode, fp8_quantize_dequantize, fp8_scale
-from solrl_core.quant.layers import BF16Linear, FP8EmulatedLinear, ScaledMMFP8Linear
+from solrl_core.models.quant import quantize_dequantize
+from solrl_core.models.quant.fp8 import fp8_decode, fp8_encode, fp8_quantize_dequantize, fp8_scale
+from solrl_core.models.quant.layers import BF16Linear, FP8EmulatedLinear, ScaledMMFP8Linear
 
 # ---------------------------------------------------------------- reference from the definition
 

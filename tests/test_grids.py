@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from solrl_core.grids import MIN_TILE, Tile, fit_tile, grid_layout, labelled_grid, rank_captions
-from solrl_core.pool import write_table
-from solrl_core.report import best_worst_grid, top_bottom_grids
+from solrl_core.run.pool import write_table
+from solrl_core.pool_plots import best_worst_grid, top_bottom_grids
 
 
 def _flat(colour, size=8):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solrl_core.quant import FidelityGuardrail, apply_backend, replace_linears
+from solrl_core.models.quant import FidelityGuardrail, apply_backend, replace_linears
 from solrl_core.rl.fidelity import ranking_fidelity
 from test_quant_linear import tiny_sd3
 

@@ -1,9 +1,11 @@
-"""The import graph of solrl_core, tasks and flows, read from the sources with `ast`: no cycles, and the library
-never imports the orchestration (prefect) or tracking (mlflow) packages.
+"""The import graph of solrl_core, tasks and flows, read from the sources with `ast`: no cycles, every import runs
+downward through the layers of LAYERS (the architecture: the method on top of the pieces it runs on, the run
+directory machinery below them, orchestration above, lab tooling apart), and the library never imports the
+orchestration (prefect) or tracking (mlflow) packages.
 
-An edge A -> B is any `import` of B in A, at module level or inside a function (a function-local import that
-closes a loop is a cycle too, only a hidden one); `if TYPE_CHECKING:` imports never run and are not edges. An import
-of `pkg.mod` is an edge to that module, not to its parent packages' `__init__`."""
+An edge A -> B is any `import` of B in A: at module level, inside a function (a function-local import that closes a
+loop is a cycle too, only a hidden one) or under `if TYPE_CHECKING:` (a type-only import still makes A's reader read
+B). An import of `pkg.mod` is an edge to that module, not to its parent packages' `__init__`."""
 
 from __future__ import annotations
 
@@ -22,24 +24,49 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    test = node.test if isinstance(node, ast.If) else None
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+# The layers, bottom up: a module belongs to the layer of the longest prefix naming it, and imports only from its own
+# layer or those below. docs/architecture.md draws the same picture.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground floor", ("solrl_core", "solrl_core.errors", "solrl_core.wording", "solrl_core.excerpts", "solrl_core.stop",
+                      "solrl_core.quiet", "solrl_core.plugins", "solrl_core.userfiles", "solrl_core.orphan_guard",
+                      "solrl_core.run.stage_table", "solrl_core.config.limits", "solrl_core.config.packaged",
+                      "configs")),
+    ("run directory", ("solrl_core.run",)),
+    ("config schema", ("solrl_core.config.schema",)),
+    ("pieces", ("solrl_core.models", "solrl_core.rewards", "solrl_core.rl", "solrl_core.prompts",
+                "solrl_core.placement", "solrl_core.grids", "solrl_core.eval_metrics", "solrl_core.testing")),
+    ("checked config", ("solrl_core.config",)),
+    ("stages", ("solrl_core.stages", "solrl_core.evaluate", "solrl_core.runs", "solrl_core.inspect",
+                "solrl_core.status", "solrl_core.learning_curve", "solrl_core.pool_plots", "solrl_core.run_preflight",
+                "solrl_core.planner", "solrl_core.mlflow_links")),
+    ("method", ("solrl_core.method", "solrl_core.stages.runner")),
+    ("product tools", ("solrl_core.doctor", "solrl_core.bench")),
+    ("lab", ("solrl_core.lab",)),
+    ("tasks", ("tasks",)),
+    ("flows", ("flows",)),
+    ("lab flows", ("flows.lab",)),
+)
+UPWARD_ALLOWED: set[tuple[str, str]] = set()  # (importer, imported) pairs that may run upward: none
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of `module`'s layer (its longest matching prefix), or None."""
+    best: tuple[int, int | None] = (-1, None)
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
+                best = (len(prefix), index)
+    return best[1]
 
 
 def imported_names(module: str) -> list[tuple[str, int]]:
-    """(dotted name, line) of every import in `module` that runs."""
+    """(dotted name, line) of every import in `module`, type-only ones included."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if _is_type_checking(child):
-                for orelse in child.orelse:
-                    visit(orelse)
-                continue
             if isinstance(child, ast.Import):
                 found.extend((alias.name, child.lineno) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -124,4 +151,29 @@ def test_no_import_cycles():
 def test_the_library_imports_neither_prefect_nor_mlflow():
     offenders = [f"{module}:{line} imports {name}" for module in MODULES if module.startswith("solrl_core")
                  for name, line in imported_names(module) if name.split(".")[0] in ("prefect", "mlflow")]
+    assert offenders == []
+
+
+def test_a_type_only_import_is_an_edge(tmp_path):
+    assert "solrl_core.run.rundir" in import_graph()["solrl_core.run.staleness"]  # under `if TYPE_CHECKING:`
+
+
+def test_every_module_has_a_layer():
+    assert [module for module in MODULES if layer_of(module) is None] == []
+
+
+def test_imports_run_downward():
+    graph = import_graph()
+    upward = [f"{a}:{line} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+              for a, edges in graph.items() for b, line in edges.items()
+              if layer_of(b) > layer_of(a) and (a, b) not in UPWARD_ALLOWED]
+    assert upward == []
+
+
+def test_the_product_never_imports_the_lab():
+    lab = ("solrl_core.lab", "flows.lab")
+    in_lab = lambda module: any(module == p or module.startswith(p + ".") for p in lab)  # noqa: E731
+    product_cli = {"flows.commands.pretrain", "flows.commands.distill"}  # `solrl pretrain`, `solrl distill-reward`
+    offenders = [f"{a} imports {b}" for a, edges in import_graph().items() for b in edges
+                 if in_lab(b) and not in_lab(a) and a not in product_cli]
     assert offenders == []

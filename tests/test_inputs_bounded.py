@@ -14,11 +14,12 @@ import pytest
 import torch
 import yaml
 
-from solrl_core.config import MAX_BATCH, MAX_YAML_VALUES, _expanded_size, load_config, load_yaml
+from solrl_core.config.schema import MAX_BATCH, MAX_YAML_VALUES, _expanded_size, load_yaml
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.excerpts import EXCERPT_CHARS, LINE_CHARS
 from solrl_core.prompts import load_prompt_set
-from solrl_core.seeds import derived_generator
+from solrl_core.models.seeds import derived_generator
 from solrl_core.stages.draws import PURPOSE_PROMPTS, iteration_prompts
 
 TINY = Path(__file__).resolve().parent / "configs" / "tiny.yaml"

@@ -16,15 +16,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
 from solrl_core.evaluate import run_eval
-from solrl_core.integrity import FILES_KEY, inventory, verify
-from solrl_core.pool import read_table
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.integrity import FILES_KEY, inventory, verify
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import load_run_config, prepare_run
-from solrl_core.stages.registry import run_stage, verify_inputs
-from solrl_core.storage import as_path
+from solrl_core.stages.runner import run_stage, verify_inputs
+from solrl_core.run.storage import as_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
@@ -173,7 +173,7 @@ def test_truncated_manifest(reference, tmp_path, one_torch_thread):
     manifest.write_text(manifest.read_text()[:100])
     _refused(lambda: run_stage(run, cfg, 0, "update", progress=False), "iter_0000/manifests/score_final.json",
              "not valid JSON", _rebuild(run, "score_final"))
-    from solrl_core.staleness import stale_items
+    from solrl_core.run.staleness import stale_items
 
     # status and staleness read past it: what is stale is so because of the update removed above, nothing else
     assert {item["cause"] for item in stale_items(run)} == {"0/update"}
@@ -336,7 +336,7 @@ def test_truncated_run_json_and_evaluation_metrics(tmp_path):
 
 @pytest.mark.parametrize("restore_mtime", [False, True])
 def test_a_file_rewritten_in_place_is_damaged_though_its_digest_was_remembered(tmp_path, restore_mtime):
-    """Digests are remembered per file within a process (solrl_core/integrity.py): a rewrite of the same size, even one
+    """Digests are remembered per file within a process (solrl_core/run/integrity.py): a rewrite of the same size, even one
     that puts the old modification time back, is still found."""
     artifact = tmp_path / "artifact"
     artifact.mkdir()
@@ -379,7 +379,7 @@ def test_a_sealed_record_edited_after_it_was_written_is_damaged(tmp_path):
     digest in it), an edited value is refused wherever the record is read, instead of shown as measured."""
     from PIL import Image
 
-    from solrl_core.integrity import SEAL_KEY, sealed
+    from solrl_core.run.integrity import SEAL_KEY, sealed
 
     run = RunDir(tmp_path / "run")
     out = run.eval_dir(2)
@@ -398,7 +398,7 @@ def test_a_sealed_record_edited_after_it_was_written_is_damaged(tmp_path):
 
 def test_an_evaluation_is_written_sealed(reference, tmp_path, one_torch_thread):
     """run_eval seals its metrics.json: an edited value is refused where `solrl eval` shows it again."""
-    from solrl_core.integrity import SEAL_KEY
+    from solrl_core.run.integrity import SEAL_KEY
 
     run, cfg = _copy(reference, tmp_path, (1, "quantize"))
     run_eval(run, cfg, 1)

@@ -7,19 +7,20 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY
-from solrl_core.config import load_config
-from solrl_core.embedded import shapes
-from solrl_core.embedded.scorer import (DEFAULT_RECIPE, METADATA_FILE, WEIGHTS_FILE, agreement, build_dataset,
-                                        distill, load_scorer, shipped_dir)
+from solrl_core.config.loading import load_config
+from solrl_core.models.embedded import shapes
+from solrl_core.lab.embedded_distill import DEFAULT_RECIPE, agreement, build_dataset, distill
+from solrl_core.models.embedded.scorer import load_scorer
+from solrl_core.models.embedded.scorer_files import METADATA_FILE, WEIGHTS_FILE, shipped_dir
 from solrl_core.errors import SolrlError
 from solrl_core.eval_metrics import evaluation_metrics
 from solrl_core.evaluate import eval_dir, run_eval
-from solrl_core.pool import read_table
+from solrl_core.run.pool import read_table
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.commands import list_rewards
 from solrl_core.rewards.embedded import prompt_match_reward
 from solrl_core.rewards.registry import score_images
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -12,14 +12,15 @@ from safetensors.torch import load as st_load
 from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
-from solrl_core.backbones.cache import load_backbone
-from solrl_core.backbones.embedded import EmbeddedBackbone
-from solrl_core.config import OptimizerConfig, load_config
-from solrl_core.quant.lora_branch import attach_lora_branches
+from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.models.backbones.embedded import EmbeddedBackbone
+from solrl_core.config.schema import OptimizerConfig
+from solrl_core.config.loading import load_config
+from solrl_core.models.quant.lora_branch import attach_lora_branches
 from solrl_core.rl.policy import ADAPTERS, DEFAULT, MASTER_DTYPE, OLD, EmaWeights, LoraPolicy
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 from solrl_core.stages.transformer_copies import weight_sharing_transformer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: tiny models on a busy 2-core machine

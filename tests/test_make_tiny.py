@@ -10,8 +10,8 @@ import yaml
 
 from conftest import ROOT, solrl
 from flows.cli import main
-from solrl_core.backbones.tiny.bundle import TINY_PROMPTS
-from solrl_core.config import load_config
+from solrl_core.models.backbones.tiny.bundle import TINY_PROMPTS
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError
 
 PRESETS = ROOT / "configs" / "presets"

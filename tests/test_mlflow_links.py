@@ -16,11 +16,11 @@ import pytest
 from conftest import ROOT, TINY
 from flows import tracking
 from flows.preflight import check_tracking
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
 from solrl_core.mlflow_links import (RECORD_SUFFIX, TRAINING_VIEW, UI_HOST, UI_PORT, record_server, run_link,
                                      server_record, serving_server)
-from solrl_core.rundir import RunDir, write_json_atomic
+from solrl_core.run.rundir import RunDir, write_json_atomic
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, TINY, free_port, solrl
 from flows.mlflow_server import mlflow_server_argv
 from solrl_core.mlflow_links import health_failure
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 
 pytestmark = pytest.mark.e2e
 

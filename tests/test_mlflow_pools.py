@@ -13,11 +13,11 @@ from PIL import Image
 
 from conftest import TINY
 from solrl_core.inspect import mlflow_pool_link as pool_link
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.grids import Tile, grid_layout
 from solrl_core.mlflow_links import TRAINING_VIEW
-from solrl_core.pool import read_table
-from solrl_core.rundir import RunDir, write_json_atomic
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import RunDir, write_json_atomic
 
 COLUMNS = {"candidate", "prompt_index", "prompt", "seed", "proxy_reward", "final_reward", "selected", "thumbnail"}
 

@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 
 from flows.tracking import log_evaluation, log_metrics_once
-from solrl_core.config import RunConfig
+from solrl_core.config.schema import RunConfig
 from solrl_core.evaluate import eval_dir
-from solrl_core.rundir import RunDir, write_json_atomic
+from solrl_core.run.rundir import RunDir, write_json_atomic
 
 pytestmark = pytest.mark.e2e  # mlflow.start_run runs `git` (the source version tag)
 

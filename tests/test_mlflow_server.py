@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, TINY, free_port, solrl, stop
 from solrl_core.mlflow_links import TRAINING_VIEW, server_record
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,7 @@ loads the model once and keeps it for every stage of every iteration, the evalua
 
 Every piece of work a process runs is recorded in the stage manifests with that process's pid and how many models
 it had loaded by then (solrl_core/stages/shards.py); a load in the flow process would stop the run
-(solrl_core/backbones/cache.py refuse_model_loads)."""
+(solrl_core/models/backbones/cache.py refuse_model_loads)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from conftest import TINY, tracking_set
-from solrl_core.stages.table import STAGES
+from solrl_core.run.stage_table import STAGES
 
 pytestmark = pytest.mark.e2e
 

@@ -131,7 +131,7 @@ def test_the_update_measures_a_fp32_lora_on_a_bf16_base(monkeypatch):
 
 def test_memory_estimate_uses_the_presets_micro_batches():
     from conftest import ROOT
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
 
     for model, spec in memory.SPECS.items():
         micro_batch = spec.micro_batch

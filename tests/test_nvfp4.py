@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from solrl_core.quant.nvfp4 import (
+from solrl_core.models.quant.nvfp4 import (
     E2M1_VALUES,
     e2m1_codes,
     nvfp4_decode,

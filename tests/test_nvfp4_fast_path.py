@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from solrl_core.quant.nvfp4 import nvfp4_decode, nvfp4_encode, quantize_dequantize
+from solrl_core.models.quant.nvfp4 import nvfp4_decode, nvfp4_encode, quantize_dequantize
 
 
 def _reference(x, fmt):

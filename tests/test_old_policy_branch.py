@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from solrl_core.config import load_config
-from solrl_core.pool import read_table
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.config.loading import load_config
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
 from solrl_core.stages import regenerate
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.transformer_copies import fresh_transformer
 from solrl_core.stages.old_policy import old_policy_transformer
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "configs" / "tiny.yaml"
 FAST = ["explore.precision=fp32", "explore.seeds_per_prompt=4", "select.k=2", "train.micro_batch=4"]

@@ -13,9 +13,9 @@ from solrl_core.userfiles import check_output_dir
 
 # (command line before the output path, the option's name in the message, the function doing the work)
 COMMANDS = [
-    (("pretrain", "--out"), "--out", "solrl_core.embedded.pretrain.pretrain"),
-    (("distill-reward", "--out"), "--out", "solrl_core.embedded.scorer.distill"),
-    (("make-tiny", "sd35m"), "make-tiny DIR", "solrl_core.backbones.tiny.bundle.make_tiny_bundle"),
+    (("pretrain", "--out"), "--out", "solrl_core.lab.embedded_pretrain.pretrain"),
+    (("distill-reward", "--out"), "--out", "solrl_core.lab.embedded_distill.distill"),
+    (("make-tiny", "sd35m"), "make-tiny DIR", "solrl_core.models.backbones.tiny.bundle.make_tiny_bundle"),
 ]
 
 

@@ -7,10 +7,11 @@ import pytest
 
 from conftest import ROOT, TINY
 from flows.cli import installed_version, main
-from solrl_core import presets
-from solrl_core.config import dump_config, load_config, load_config_from, load_config_text, load_yaml
+from solrl_core.config import presets
+from solrl_core.config.schema import dump_config, load_yaml
+from solrl_core.config.loading import load_config, load_config_from, load_config_text
 from solrl_core.errors import ConfigError
-from solrl_core.packaged_configs import CONFIGS_DIR, packaged_configs, packaged_name, resolve_config
+from solrl_core.config.packaged import CONFIGS_DIR, packaged_configs, packaged_name, resolve_config
 
 
 def one_line_error(capsys) -> str:

@@ -17,9 +17,9 @@ import zarr
 from safetensors.numpy import load_file
 
 from conftest import ROOT, TINY, tracking_set
-from solrl_core.config import load_config
-from solrl_core.pool import read_table
-from solrl_core.rundir import STAGES
+from solrl_core.config.loading import load_config
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import STAGES
 
 
 def table(run_dir: Path, iteration: int, stage: str, name: str, cols=None):

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.placement import check_devices, pinned_device, placed_config, resolve_devices, worker_env
 from solrl_core.rl.distributed import check_setup
@@ -75,17 +75,22 @@ def test_rewards_follow_the_model_onto_the_shard_device():
 
 
 def test_stage_table_is_what_every_list_reads(tmp_path):
-    from solrl_core.rundir import STAGES, RunDir
-    from solrl_core.stages.registry import missing_inputs
-    from solrl_core.stages.table import BY_NAME, SPLITTABLE, TABLE, load
-    from tasks.registry import STAGE_TASKS
+    from solrl_core.method import AUDIT, BY_NAME as STEPS, ITERATION
+    from solrl_core.run.rundir import STAGES, RunDir
+    from solrl_core.run.staleness import missing_inputs
+    from solrl_core.run.stage_table import BY_NAME, TABLE
+    from solrl_core.stages.shards import load, work_ref
+    from tasks.stage_tasks import STAGE_TASKS
 
     assert STAGES == ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
+    assert tuple(step.name for step in ITERATION) == STAGES and AUDIT.name == "audit"
     assert tuple(STAGE_TASKS) == STAGES and all(STAGE_TASKS[s].name == s for s in STAGES)
-    assert set(SPLITTABLE) == {"quantize", "explore", "score_explore", "regenerate", "score_final", "audit"}
-    for stage in TABLE:  # every named function exists
-        assert callable(load(stage.run)) and all(callable(load(ref)) for ref in stage.split)
-        assert set(stage.requires) <= set(BY_NAME)
+    assert set(STEPS) == set(BY_NAME) and all(STEPS[s.name].stage is s for s in TABLE)
+    assert {step.name for step in STEPS.values() if step.work} == {
+        "quantize", "explore", "score_explore", "regenerate", "score_final", "update", "audit"}
+    for step in STEPS.values():  # every work function travels to another process by its name and back
+        assert all(load(work_ref(work)) is work for work in step.work)
+        assert set(step.stage.requires) <= set(BY_NAME) and step.writes
     assert BY_NAME["update"].needs_previous_checkpoint and not BY_NAME["score_explore"].needs_previous_checkpoint
 
     empty = RunDir(tmp_path / "run")  # nothing complete
@@ -144,7 +149,7 @@ def test_cuda_update_processes_on_a_machine_without_gpus_are_refused(monkeypatch
 
 def test_more_update_ranks_than_device_workers_is_refused_before_any_work():
     """With several devices the update's ranks run on the device workers: more ranks than workers cannot start."""
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
     from solrl_core.placement import check_devices, update_on_device_workers
 
     cfg = load_config(TINY, ["orchestration.devices=[cpu, cpu]", "train.processes=3"])

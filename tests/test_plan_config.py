@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.planner.config_plan import family_shapes, plan_config
 from solrl_core.planner.flops import planner_model
 from solrl_core.planner.flops import count_flops
-from solrl_core.planner.model import FAMILIES, Shapes, Throughput, iteration_cost, plan, shapes_from_config
+from solrl_core.planner.cost_model import FAMILIES, Shapes, Throughput, iteration_cost, plan, shapes_from_config
 from solrl_core.planner.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_a_config_plan_states_its_memory_per_stage_and_what_it_writes_to_disk():
     from solrl_core.planner.disk import _size, run_disk
     from solrl_core.planner.explore_copy import ExploreBackend
     from solrl_core.planner.fits import stage_memory
-    from solrl_core.planner.model import format_plan
+    from solrl_core.planner.cost_model import format_plan
 
     cfg = load_config(PRESETS / "flux1_sol_rl_pickscore.yaml")
     result = plan_config(cfg, "h100")

@@ -25,11 +25,11 @@ from solrl_core.planner import (
     shapes_from_config,
 )
 from solrl_core.planner.compare import PAPER, compare, format_markdown
-from solrl_core.model_configs import PACKAGE_CONFIG_DIR, config_dir
+from solrl_core.models.model_configs import PACKAGE_CONFIG_DIR, config_dir
 from solrl_core.planner.flops import count_flops, example_inputs, vit_image_flops
 from solrl_core.planner.gpus import GPU
-from solrl_core.backbones.registry import backbone_spec
-from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
+from solrl_core.models.backbones.registry import backbone_spec
+from solrl_core.models.quant.linear import eligible_linears, fp8_shape_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = PACKAGE_CONFIG_DIR  # the transformer configs shipped in the package
@@ -183,7 +183,7 @@ def test_official_shapes():
 
 
 def test_shapes_from_demo_config():
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
 
     cfg = load_config(ROOT / "configs" / "demo.yaml")
     s = shapes_from_config(cfg)

@@ -10,7 +10,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.planner.calibration import load_calibration
 from solrl_core.planner.flops import forward_flops
 from solrl_core.planner.gpus import get_gpu
-from solrl_core.planner.model import plan
+from solrl_core.planner.cost_model import plan
 
 
 def _report(tmp_path, gpu="h100", **tflops):

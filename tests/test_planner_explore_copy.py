@@ -16,7 +16,7 @@ from solrl_core.planner.explore_copy import (
     replaced_layer_bytes,
 )
 from solrl_core.planner.gpus import get_gpu
-from solrl_core.quant.backends import apply_backend, resolve_backend
+from solrl_core.models.quant.backends import apply_backend, resolve_backend
 
 
 def _storages(module: nn.Module) -> dict[int, int]:
@@ -39,7 +39,7 @@ def test_what_a_replaced_layer_stores(name, bias, dtype):
     source = nn.Sequential(model[0])  # holds the source layer after the swap
     choice = resolve_backend(name, "cpu") if name != "fp8" else None
     if name == "fp8":  # the FP8 path without transformer-engine (torch._scaled_mm runs on CPU)
-        from solrl_core.quant.backends import BackendChoice
+        from solrl_core.models.quant.backends import BackendChoice
 
         choice = BackendChoice("fp8", "cpu test", "fp8", "torch._scaled_mm", "cpu")
     apply_backend(model, choice, [], 0)

@@ -11,9 +11,9 @@ from unittest import mock
 import pytest
 import torch
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
-from solrl_core.model_configs import config_dir
+from solrl_core.models.model_configs import config_dir
 from solrl_core.planner import fits, memory
 from solrl_core.planner.explore_copy import ExploreBackend, ExploreCopy
 from solrl_core.testing.fake_cuda import fake_cuda
@@ -70,7 +70,7 @@ def test_the_qwenimage_preset_is_refused_on_an_80_gib_gpu_with_te_fp8():
 
 def test_the_qwenimage_preset_fits_an_80_gib_gpu_with_fp8_through_torch(monkeypatch):
     """Without transformer-engine, auto is FP8 through torch._scaled_mm: the replaced layers hold 1 byte per weight."""
-    import solrl_core.quant.backends as backends
+    import solrl_core.models.quant.backends as backends
 
     monkeypatch.setattr(backends, "te_support", lambda kind: (False, "transformer-engine is not installed"))
     cfg = preset("qwenimage_sol_rl_pickscore")
@@ -176,7 +176,7 @@ def test_the_check_loads_no_weights(monkeypatch):
     def no_load(*_a, **_k):
         raise AssertionError("the memory check loaded a model")
 
-    import solrl_core.backbones.registry as registry
+    import solrl_core.models.backbones.registry as registry
 
     monkeypatch.setattr(registry, "load_backbone", no_load)
     monkeypatch.setattr(torch.nn.Module, "load_state_dict", no_load)
@@ -232,7 +232,7 @@ def test_reusing_identical_blocks_measures_what_the_whole_forward_does():
 
 def test_the_preflight_refuses_before_the_model_loads(monkeypatch):
     from solrl_core import run_preflight
-    import solrl_core.quant.backends as backends
+    import solrl_core.models.quant.backends as backends
 
     loaded = []
     for needs_files in ("preflight_rewards", "resolve_backend", "check_train_prompts"):  # reward files, TE, prompt sets

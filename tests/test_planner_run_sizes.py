@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import zarr
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.evaluate import run_eval
 from solrl_core.planner.disk import backbone_shapes, run_disk
 from solrl_core.prompts import CALIBRATION_PROMPT, eval_prompt_set
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import prepare_run
 from solrl_core.stages.draws import iteration_prompts
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "configs" / "tiny.yaml"
 SMALL = ["iterations=1", "explore.seeds_per_prompt=4", "select.k=2", "train.micro_batch=4", "audit.every=1",
@@ -96,7 +96,7 @@ def test_nothing_else_of_size_is_written(tiny_run):
 def test_the_explore_copy_adds_what_the_planner_prices(tiny_run):
     """The replaced layers and the merged W0 + θ_old of the targeted layers that stay: the only new tensors beside
     W0 (the rest of the copy IS W0's; a merged layer that is replaced is freed)."""
-    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.models.backbones.cache import load_backbone
     from solrl_core.planner.explore_copy import ExploreBackend, ExploreCopy, explore_copy_bytes
     from solrl_core.stages.context import StageContext
     from solrl_core.stages.explore_setting import explore_setting
@@ -126,7 +126,7 @@ def test_the_explore_copy_adds_what_the_planner_prices(tiny_run):
 
 
 def test_a_config_priced_from_its_loaded_backbone_or_the_full_size_model(tiny_run):
-    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.models.backbones.cache import load_backbone
 
     _, cfg = tiny_run
     shapes = backbone_shapes(cfg, load_backbone(cfg))

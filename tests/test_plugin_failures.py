@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import TINY
-from solrl_core.backbones.registry import check_backbone_files, load_backbone
-from solrl_core.config import ModelConfig, load_config, validate_config
+from solrl_core.models.backbones.registry import check_backbone_files, load_backbone
+from solrl_core.config.schema import ModelConfig
+from solrl_core.config.loading import load_config, validate_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.plugins import describe, plugin_code
 from solrl_core.rewards import preflight_rewards, score_images
@@ -31,7 +32,7 @@ AT_IMPORT = {
 CLASSES = '''
 import dataclasses
 
-from solrl_core.backbones.embedded import EmbeddedBackbone
+from solrl_core.models.backbones.embedded import EmbeddedBackbone
 from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward
 from solrl_core.rl.selection import BestWorst

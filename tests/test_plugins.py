@@ -12,9 +12,9 @@ import yaml
 from safetensors.numpy import load_file
 
 from conftest import TINY, solrl, tracking_set
-from solrl_core.backbones.embedded import EmbeddedBackbone
-from solrl_core.backbones.registry import adapter_class, load_backbone
-from solrl_core.config import validate_config
+from solrl_core.models.backbones.embedded import EmbeddedBackbone
+from solrl_core.models.backbones.registry import adapter_class, load_backbone
+from solrl_core.config.loading import validate_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.rewards import parse_reward_models, preflight_rewards, score_images
 from solrl_core.rewards.registry import reward_batch_size
@@ -22,7 +22,7 @@ from solrl_core.rewards.registry import reward_batch_size
 ADAPTER = '''
 import dataclasses
 
-from solrl_core.backbones.embedded import EmbeddedBackbone
+from solrl_core.models.backbones.embedded import EmbeddedBackbone
 
 
 class MyBackbone(EmbeddedBackbone):
@@ -85,7 +85,7 @@ def test_a_bad_backbone_plug_in_is_one_config_error_line(package):
         f"{package}.adapter:Missing": f"model.kind '{package}.adapter:Missing': module '{package}.adapter' has no "
         "'Missing'",
         f"{package}.adapter:NotABackbone": f"model.kind '{package}.adapter:NotABackbone' is not a "
-        "solrl_core.backbones.base.Backbone subclass",
+        "solrl_core.models.backbones.base.Backbone subclass",
         f"{package}.adapter:": f"model.kind '{package}.adapter:': write a plug-in as package.module:Class",
     }
     for kind, message in cases.items():

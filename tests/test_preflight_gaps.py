@@ -1,4 +1,4 @@
-"""What `solrl train` refuses in one line before any work (flows/preflight.py, solrl_core/storage.py
+"""What `solrl train` refuses in one line before any work (flows/preflight.py, solrl_core/run/storage.py
 check_remote_access), and MLflow's sqlite store failing on a full disk while logging (flows/tracking.py)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from fsspec.implementations.memory import MemoryFileSystem
 from flows import preflight
 from flows.preflight import check_prefect_api, check_tracking_store, known_tracking_scheme
 from solrl_core.errors import SolrlError
-from solrl_core.rundir import RunDir
-from solrl_core.storage import CREDENTIAL_SETTINGS, OTHER_STORE_SETTINGS, access_failure, check_remote_access
+from solrl_core.run.rundir import RunDir
+from solrl_core.run.storage import CREDENTIAL_SETTINGS, OTHER_STORE_SETTINGS, access_failure, check_remote_access
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"

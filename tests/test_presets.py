@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from solrl_core import presets
-from solrl_core.config import load_config
+from solrl_core.config import presets
+from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
-from solrl_core.quant.coverage import SANA_NATIVE_TO_DIFFUSERS
+from solrl_core.lab.quant_coverage import SANA_NATIVE_TO_DIFFUSERS
 
 PRESETS = ROOT / "configs" / "presets"
 
@@ -187,7 +187,7 @@ OFFICIAL_LORA["qwenimage"] = OFFICIAL_LORA["flux1"]  # no official setting: FLUX
 @pytest.mark.parametrize("model", presets.MODELS)
 def test_the_backbone_defaults_are_the_reference_text_length_and_clip(model):
     """A run config that leaves them null gets the same values as the presets."""
-    from solrl_core.backbones.registry import adapter_class
+    from solrl_core.models.backbones.registry import adapter_class
 
     defaults = adapter_class(OFFICIAL_MODEL[model]["kind"]).defaults
     assert (defaults.max_sequence_length, defaults.grad_clip) == REFERENCE_TRAINING[model]
@@ -195,7 +195,7 @@ def test_the_backbone_defaults_are_the_reference_text_length_and_clip(model):
 
 @pytest.mark.parametrize("model", presets.MODELS)
 def test_null_lora_targets_mean_the_official_ones(model):
-    from solrl_core.backbones.registry import adapter_class
+    from solrl_core.models.backbones.registry import adapter_class
     from solrl_core.planner.memory import lora_targets
 
     cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")

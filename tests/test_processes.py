@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, TINY, sigint_as_at_a_terminal, solrl, tracking_set
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 
 MARK = "SOLRL_TEST_PROCESS_MARK"  # inherited by every process the command starts
 SERVER_DB = "prefect.db"  # written under PREFECT_HOME by a Prefect server only

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from solrl_core.config import ConfigError, load_config
-from solrl_core.embedded import shapes
+from solrl_core.config.schema import ConfigError
+from solrl_core.config.loading import load_config
+from solrl_core.models.embedded import shapes
 from solrl_core.errors import SolrlError
 from solrl_core.prompts import eval_prompt_set, load_prompt_set, prompt_set, train_prompt_set
 

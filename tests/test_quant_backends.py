@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from solrl_core.errors import SolrlError
-from solrl_core.quant import backends
-from solrl_core.quant import te_backend
-from solrl_core.quant.backends import BACKENDS, BackendChoice, apply_backend, resolve_backend, runnable_backends
-from solrl_core.quant.layers import BF16Linear, FP8EmulatedLinear, ScaledMMFP8Linear
-from solrl_core.quant.linear import NVFP4EmulatedLinear, eligible_linears, fp8_shape_rule, quantize_linears
-from solrl_core.quant.te_backend import TELinear
+from solrl_core.models.quant import backends
+from solrl_core.models.quant import te_backend
+from solrl_core.models.quant.backends import BACKENDS, BackendChoice, apply_backend, resolve_backend, runnable_backends
+from solrl_core.models.quant.layers import BF16Linear, FP8EmulatedLinear, ScaledMMFP8Linear
+from solrl_core.models.quant.linear import NVFP4EmulatedLinear, eligible_linears, fp8_shape_rule, quantize_linears
+from solrl_core.models.quant.te_backend import TELinear
 from test_quant_linear import SD35_SKIP, forward_fn, tiny_sd3
 
 PORTABLE = "nvfp4_emulated, fp8_emulated, bf16, fp32"
@@ -298,9 +298,9 @@ class Block:
             raise ImportError('blocked for the test')
         return None
 sys.meta_path.insert(0, Block())
-import solrl_core.quant, solrl_core.quant.backends, solrl_core.quant.te_backend, solrl_core.quant.guardrail
-import solrl_core.quant.sync
-solrl_core.quant.resolve_backend('auto', 'cpu')
+import solrl_core.models.quant, solrl_core.models.quant.backends, solrl_core.models.quant.te_backend, solrl_core.models.quant.guardrail
+import solrl_core.models.quant.sync
+solrl_core.models.quant.resolve_backend('auto', 'cpu')
 assert Block.attempts == [], Block.attempts
 assert not any(m.startswith('transformer_engine') for m in sys.modules)
 print('ok')

@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from solrl_core.backbones.registry import backbone_spec
-from solrl_core.backbones.specs.sana import NATIVE_SKIP as SANA_NATIVE_SKIP
+from solrl_core.models.backbones.registry import backbone_spec
+from solrl_core.models.backbones.specs.sana import NATIVE_SKIP as SANA_NATIVE_SKIP
 from solrl_core.errors import SolrlError
-from solrl_core.model_configs import PACKAGE_CONFIG_DIR
-from solrl_core.quant import eligible_linears
-from solrl_core.quant.coverage import (
+from solrl_core.models.model_configs import PACKAGE_CONFIG_DIR
+from solrl_core.models.quant import eligible_linears
+from solrl_core.lab.quant_coverage import (
     COMMAND,
     MODELS,
     SANA_NATIVE_TO_DIFFUSERS,
@@ -157,7 +157,7 @@ def test_markdown_and_doc_are_current(rows, tmp_path, monkeypatch):
     assert DOC.is_file(), f"{DOC} missing; regenerate with: {COMMAND}"
     assert DOC.read_text().rstrip("\n") == doc.rstrip("\n"), f"docs/quant_coverage.md is stale; regenerate with: {COMMAND}"
     # The documented command, run from a clone: no config directory to give, the package's configs are used.
-    assert COMMAND == "python -m solrl_core.quant.coverage --out docs/quant_coverage.md"
+    assert COMMAND == "python -m solrl_core.lab.quant_coverage --out docs/quant_coverage.md"
     monkeypatch.delenv("SOLRL_MODEL_CONFIGS", raising=False)
     out = tmp_path / "cov.md"
     assert main(["--out", str(out)]) == 0

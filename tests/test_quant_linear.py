@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solrl_core.quant import NVFP4EmulatedLinear, eligible_linears, quantize_dequantize, quantize_linears, skip_match
+from solrl_core.models.quant import (NVFP4EmulatedLinear, eligible_linears, quantize_dequantize, quantize_linears,
+                                     skip_match)
 
 # SD3.5-Large's list of layers kept in high precision (docs/method.md).
 SD35_SKIP = ["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"]

@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from solrl_core.quant import apply_backend, quantize_dequantize, replace_linears, requantize_changed
-from solrl_core.quant import te_backend
-from solrl_core.quant.backends import BackendChoice, _factory
-from solrl_core.quant.layers import FP8EmulatedLinear, ScaledMMFP8Linear
-from solrl_core.quant.linear import NVFP4EmulatedLinear
+from solrl_core.models.quant import apply_backend, quantize_dequantize, replace_linears, requantize_changed
+from solrl_core.models.quant import te_backend
+from solrl_core.models.quant.backends import BackendChoice, _factory
+from solrl_core.models.quant.layers import FP8EmulatedLinear, ScaledMMFP8Linear
+from solrl_core.models.quant.linear import NVFP4EmulatedLinear
 from test_quant_backends import make_fake_te
 from test_quant_linear import SD35_SKIP, tiny_sd3
 from test_quant_sync import lora_update

@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from solrl_core.quant import apply_backend, changed_keys, requantize_changed
-from solrl_core.quant.backends import BackendChoice
+from solrl_core.models.quant import apply_backend, changed_keys, requantize_changed
+from solrl_core.models.quant.backends import BackendChoice
 from test_quant_linear import SD35_SKIP, forward_fn, tiny_sd3
 
 LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0")
@@ -62,7 +62,7 @@ def test_sync_equals_fresh_quantization(backend, skip, min_width):
 
 
 def test_only_changed_layers_are_requantized(monkeypatch):
-    from solrl_core.quant.linear import NVFP4EmulatedLinear
+    from solrl_core.models.quant.linear import NVFP4EmulatedLinear
 
     merged0 = {k: v.clone() for k, v in tiny_sd3().state_dict().items()}
     explore = explore_copy(merged0, "nvfp4_emulated", [], 0)

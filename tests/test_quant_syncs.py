@@ -11,8 +11,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 
-from solrl_core.quant import apply_backend, changed_keys, requantize_changed
-from solrl_core.quant.backends import BackendChoice
+from solrl_core.models.quant import apply_backend, changed_keys, requantize_changed
+from solrl_core.models.quant.backends import BackendChoice
 from solrl_core.testing.fake_cuda import fake_cuda
 
 EMULATED = ["nvfp4_emulated", "fp8_emulated", "bf16", BackendChoice("fp8", "test", "fp8", "torch._scaled_mm")]

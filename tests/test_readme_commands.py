@@ -1,8 +1,10 @@
-"""Every command README.md shows is checked here, so the documentation cannot drift from the program.
+"""Every command the user documentation shows is checked here, so the documentation cannot drift from the program.
 
-The commands are read from the README itself: each line of its ```bash blocks (with commands quoted in their
-comments) and each inline `code` span that starts with a command a user types (solrl, make, prefect, mlflow, dask,
-python, pip, source, export). Each one is
+The commands are read from the pages themselves (doc_pages(): README.md and docs/*.md; not docs/lab/, whose pages are
+dated lab records, nor the generated pages and blocks, whose generators are tested against them): each line of their
+```bash blocks (with commands quoted in their comments) and each inline `code` span that starts with a command a
+user types (solrl, make, prefect, mlflow, dask, python, pip, source, export). Commands for another machine that
+cannot be checked here (docs/gpu.md's, run on a bare GPU image) sit in ```sh blocks, which are not read. Each one is
 
 * checked where that is cheap and real: `solrl` commands parse with the CLI's own parser (synopses: the subcommand
   and every option exist), the files they name exist; make targets exist (`make -n`); prefect/mlflow/dask
@@ -12,7 +14,7 @@ python, pip, source, export). Each one is
   ELSEWHERE (training, deployment, work pools, servers, the benchmark), which must exist.
 
 A command the registries below do not know fails the test: add it here (with its check), or remove it from the
-README.
+page that shows it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from conftest import ROOT, TINY, solrl, tracking_set
 
 pytestmark = pytest.mark.e2e
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+GENERATED_PAGES = {"config.md", "quant_coverage.md"}  # written by their generators (the config reference, the coverage)
+GENERATED_BLOCK = re.compile(r"<!-- (\w+):begin -->.*?<!-- \1:end -->", flags=re.S)  # e.g. docs/planner.md's compare
 BIN = Path(sys.executable).parent
 COMMAND_WORDS = {"solrl", "make", "prefect", "mlflow", "dask", "python", "pip", "source", "export"}
 ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
@@ -65,10 +70,12 @@ CONFIG_EXPLAIN = "tests/test_config_explain.py::test_solrl_config_explain_and_it
 CONFIG_DOC = "tests/test_config_explain.py::test_checked_in_reference_equals_the_generator_output"
 LEARNED_DISTILL = "tests/test_learned_reward.py::test_distill_writes_a_scorer_the_reward_loads_and_that_learned_something"
 LEARNED_DEMO = "tests/test_learned_reward.py::test_the_learned_demo_trains_on_the_learned_reward_and_evaluates_gold"
+S3_RUN = "tests/test_s3_rundir.py::test_one_iteration_into_s3"  # train and status with an s3:// run directory
+REPORT_ONLY = "tests/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line"  # --report-only, shipped config
 
 HERE = "run by this file"
 CHECKED = "checked by this file, not run"  # environment commands; a benchmark of minutes: its options and files
-# solrl subcommands: where each is run. Concrete README commands of an expensive subcommand are listed one by one
+# solrl subcommands: where each is run. Concrete commands (in the docs) of an expensive subcommand are listed one by one
 # in SOLRL_CONCRETE; synopses (CONFIG, DIR, [--option X]) are checked against the parser and run through the
 # subcommand's entry.
 SOLRL_SUBCOMMANDS = {
@@ -88,6 +95,7 @@ SOLRL_CONCRETE = {
     "solrl config --show configs/demo.yaml --set select.k=4":
         "tests/test_config_explain.py::test_solrl_config_show_prints_the_resolved_config",
     "solrl train configs/demo.yaml": PIPELINE,
+    "solrl train configs/demo.yaml --run-dir runs/demo": PIPELINE,  # what `make demo` runs
     "solrl train configs/demo_learned.yaml": LEARNED_DEMO,
     "solrl distill-reward --out DIR": LEARNED_DISTILL,
     "solrl train configs/pools.yaml": POOLS,
@@ -114,6 +122,15 @@ SOLRL_CONCRETE = {
     "solrl plan flux1 --gpu h100": HERE,
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,
+    "solrl bench configs/bench.yaml --report-only": REPORT_ONLY,
+    # after `make demo` (README, docs/getting-started.md): the same commands run here on a tiny run
+    "solrl status --run-dir runs/demo": HERE,
+    "solrl inspect --run-dir runs/demo --iteration 23": HERE,
+    "solrl eval --run-dir runs/demo --step 10": HERE,
+    # docs/operations.md: a run directory on S3, another training machine of a multi-node update
+    "solrl train configs/demo.yaml --run-dir s3://my-bucket/runs/demo": S3_RUN,
+    "solrl status --run-dir s3://my-bucket/runs/demo": S3_RUN,
+    "solrl update-node --run-dir /shared/runs/demo": NODES,
 }
 MAKE_TARGETS = {"demo": PIPELINE, "test": CI, "test-fast": CI, "setup": CI, "bench": BENCH, "server": MAKE_SERVER,
                 "help": HERE}
@@ -127,19 +144,19 @@ TOOL_COMMANDS = {  # (tool, subcommand words): where it runs against this projec
     ("dask", "worker"): DASK,
 }
 PYTHON_MODULES = {
-    "solrl_core.presets": PRESETS, "solrl_core.quant.coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
-    "flows.servers": MAKE_SERVER, "flows.devices_bench": CHECKED,  # its options and files (minutes to run)
-    "solrl_core.config_explain": CONFIG_DOC,
+    "solrl_core.config.presets": PRESETS, "solrl_core.lab.quant_coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
+    "flows.servers": MAKE_SERVER, "flows.lab.devices_bench": CHECKED,  # its options and files (minutes to run)
+    "solrl_core.config.explain": CONFIG_DOC,
     "solrl_core.doctor": DOCTOR_BENCH,
     "solrl_core.bench.fidelity_sweep": "tests/test_fidelity_sweep.py::test_lora_branch_at_full_precision_ranks_as_the_merged_copy",
-    "flows.prefect_latency": "tests/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
-    "flows.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
+    "flows.lab.prefect_latency": "tests/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
+    "flows.lab.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
     "solrl_core.doctor.acceptance":  # on a GPU only; its CPU path
         "tests/test_acceptance.py::test_acceptance_on_cpu_reports_every_step_and_a_failure_stops_none",
 }
 
 
-# ---- reading the README -----------------------------------------------------------------------------------------
+# ---- reading the documentation ----------------------------------------------------------------------------------
 def _split_and(line: str) -> list[str]:
     return [part.strip() for part in line.split("&&") if part.strip()]
 
@@ -200,12 +217,32 @@ def inline_commands(text: str) -> list[str]:
     return found
 
 
+def doc_pages() -> list[Path]:
+    """The pages whose commands are read: the README and the user docs (docs/lab/ is a folder: not globbed)."""
+    return [README] + sorted(page for page in DOCS.glob("*.md") if page.name not in GENERATED_PAGES)
+
+
+def page_text(text: str) -> str:
+    """A page without its generated blocks."""
+    return GENERATED_BLOCK.sub("", text)
+
+
 @cache
-def readme_commands() -> tuple[list[str], list[str]]:
-    text = README.read_text()
-    blocks, heredocs = block_commands(text)
-    commands = list(dict.fromkeys(blocks + inline_commands(text)))
-    return commands, heredocs
+def doc_commands() -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(every command of the pages, the heredocs' bodies, the pages that show each command)."""
+    commands, heredocs, shown = [], [], {}
+    for page in doc_pages():
+        text = page_text(page.read_text())
+        blocks, bodies = block_commands(text)
+        heredocs += bodies
+        for command in dict.fromkeys(blocks + inline_commands(text)):
+            shown.setdefault(command, []).append(str(page.relative_to(ROOT)))
+            commands.append(command)
+    return list(dict.fromkeys(commands)), heredocs, shown
+
+
+def _shown(command: str) -> str:
+    return f"`{command}` ({', '.join(doc_commands()[2].get(command, ['?']))})"
 
 
 def _program(command: str) -> tuple[list[str], list[str]]:
@@ -250,8 +287,8 @@ def check_solrl(command: str) -> str:
     assert used <= options, f"`{command}`: solrl {name} has no option {sorted(used - options)}"
     if _is_synopsis(words):
         return SOLRL_SUBCOMMANDS[name]
-    assert command in SOLRL_CONCRETE, (f"README command `{command}` is not checked: add it to SOLRL_CONCRETE in "
-                                       "tests/test_readme_commands.py (with where it runs), or remove it from README.md")
+    assert command in SOLRL_CONCRETE, (f"{_shown(command)} is not checked: add it to SOLRL_CONCRETE in "
+                                       "tests/test_readme_commands.py (with where it runs), or remove it from the page")
     from flows.cli import build_parser
 
     try:
@@ -273,8 +310,8 @@ def _make_plan(target: str, *variables: str) -> str:
 def check_make(command: str) -> str:
     _, words = _program(command)
     target, variables = words[1], words[2:]
-    assert target in MAKE_TARGETS, (f"README command `{command}`: make target '{target}' is not checked: add it to "
-                                    "MAKE_TARGETS in tests/test_readme_commands.py, or remove it from README.md")
+    assert target in MAKE_TARGETS, (f"{_shown(command)}: make target '{target}' is not checked: add it to "
+                                    "MAKE_TARGETS in tests/test_readme_commands.py, or remove it from the page")
     plan = _make_plan(target, *variables)
     for variable in variables:
         assert variable.split("=", 1)[1] in plan, f"`{command}`: {variable} does not reach the commands:\n{plan}"
@@ -307,8 +344,8 @@ def check_tool(command: str) -> str:
     env, words = _program(command)
     tool = words[0]
     key = next(((t, sub) for (t, sub) in TOOL_COMMANDS if t == tool and " ".join(words[1:]).startswith(sub)), None)
-    assert key, (f"README command `{command}` is not checked: add it to TOOL_COMMANDS in tests/test_readme_commands.py, "
-                 "or remove it from README.md")
+    assert key, (f"{_shown(command)} is not checked: add it to TOOL_COMMANDS in tests/test_readme_commands.py, "
+                 "or remove it from the page")
     text = _help(tool, *key[1].split())
     for option in (w.split("=")[0] for w in words if w.startswith("--")):
         assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), f"`{command}`: {tool} has no {option}"
@@ -318,10 +355,24 @@ def check_tool(command: str) -> str:
 
 
 def _check_variable(command: str, name: str) -> None:
+    """A variable a command sets is one its program reads: Prefect's settings, MLflow's variables, botocore's (the
+    credentials and endpoint s3fs uses for s3:// run directories), or CUDA's device list."""
     if name.startswith("PREFECT_"):
         import prefect.settings
 
         assert hasattr(prefect.settings, name), f"`{command}`: Prefect has no setting {name}"
+    elif name.startswith("MLFLOW_"):
+        import mlflow.environment_variables
+
+        assert hasattr(mlflow.environment_variables, name), f"`{command}`: MLflow has no variable {name}"
+    elif name.startswith("AWS_"):
+        import inspect
+
+        import botocore.configprovider
+        import botocore.credentials
+
+        source = inspect.getsource(botocore.configprovider) + inspect.getsource(botocore.credentials)
+        assert f"'{name}'" in source or f'"{name}"' in source, f"`{command}`: botocore reads no {name}"
     else:
         assert name == "CUDA_VISIBLE_DEVICES", f"`{command}`: unknown variable {name}: check it here"
 
@@ -330,10 +381,10 @@ def check_python(command: str) -> str:
     _, words = _program(command)
     if words[:2] == ["python", "-"]:
         return HERE  # the heredoc: test_the_prefect_api_snippet_runs
-    assert words[:2] == ["python", "-m"], f"README command `{command}` is not checked: add it here or remove it"
+    assert words[:2] == ["python", "-m"], f"{_shown(command)} is not checked: add it here or remove it"
     module = words[2]
-    assert module in PYTHON_MODULES, (f"README command `{command}`: module {module} is not checked: add it to "
-                                      "PYTHON_MODULES in tests/test_readme_commands.py, or remove it from README.md")
+    assert module in PYTHON_MODULES, (f"{_shown(command)}: module {module} is not checked: add it to "
+                                      "PYTHON_MODULES in tests/test_readme_commands.py, or remove it from the page")
     assert importlib.util.find_spec(module), f"`{command}`: no module {module}"
     if module != "flows.servers":  # an argparse program: it must accept the options used
         text = _help("python", "-m", module)
@@ -344,14 +395,16 @@ def check_python(command: str) -> str:
 
 
 def check_shell(command: str) -> str:
-    """The environment commands: the venv the Makefile makes, settings Prefect knows, extras pyproject declares."""
+    """The environment commands: the venv the Makefile makes, variables their programs read, extras pyproject
+    declares."""
     _, words = _program(command)
     if words[0] == "source":
         assert words[1] == ".venv/bin/activate"
         assert re.search(r"^VENV \?= \.venv$", (ROOT / "Makefile").read_text(), flags=re.M)
         assert re.search(r'^solrl = "flows.cli:main"$', (ROOT / "pyproject.toml").read_text(), flags=re.M)
     elif words[0] == "export":
-        _check_variable(command, words[1].split("=")[0])
+        for assignment in (w for w in words[1:] if ENV_ASSIGNMENT.match(w)):
+            _check_variable(command, assignment.split("=")[0])
     elif words[0] == "pip":
         import tomllib
 
@@ -382,14 +435,23 @@ def test_the_readme_reader_finds_block_inline_and_commented_commands():
     assert inline_commands(text) == ["solrl status --run-dir DIR", "make demo"]
 
 
+def test_the_pages_read_are_the_user_docs_without_lab_records_or_generated_text():
+    pages = {str(page.relative_to(ROOT)) for page in doc_pages()}
+    assert {"README.md", "docs/getting-started.md", "docs/operations.md", "docs/planner.md"} <= pages
+    assert not [page for page in pages if page.startswith("docs/lab/")]
+    assert not {"docs/config.md", "docs/quant_coverage.md"} & pages
+    text = "`make demo`\n<!-- compare:begin -->\n`solrl plan flux1 --gpu b200`\n<!-- compare:end -->\n`make test`\n"
+    assert inline_commands(page_text(text)) == ["make demo", "make test"]
+
+
 def test_every_readme_command_is_known_checked_and_run_somewhere():
-    commands, _ = readme_commands()
-    assert len(commands) > 30  # the reader found the README's commands
+    commands, _, _ = doc_commands()
+    assert len(commands) > 30  # the reader found the pages' commands
     report = []
     for command in commands:
         _, words = _program(command)
         check = CHECKS.get(words[0])
-        assert check, f"README command `{command}` is not checked: add it to tests/test_readme_commands.py or remove it"
+        assert check, f"{_shown(command)} is not checked: add it to tests/test_readme_commands.py or remove it"
         where = check(command)
         _where_run(where)
         report.append(f"{command}  ->  {where}")
@@ -397,8 +459,8 @@ def test_every_readme_command_is_known_checked_and_run_somewhere():
 
 
 def test_the_registries_name_only_commands_the_readme_shows():
-    """No stale entry: every concrete command listed here is still in the README."""
-    commands, _ = readme_commands()
+    """No stale entry: every concrete command listed here is still shown in the docs."""
+    commands, _, _ = doc_commands()
     assert set(SOLRL_CONCRETE) <= set(commands), set(SOLRL_CONCRETE) - set(commands)
     shown = {_program(c)[1][1] for c in commands if c.startswith("make ")}
     assert set(MAKE_TARGETS) <= shown | {"help"}, set(MAKE_TARGETS) - shown
@@ -448,10 +510,10 @@ def tiny_run(session_env, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("readme") / "run"
     solrl(session_env, "train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir), "--quiet",
           *tracking_set(session_env))
-    # README: `solrl stage explore --run-dir runs/demo-pools --iteration 0 --force`, here on the tiny run
+    # docs/operations.md: `solrl stage explore --run-dir runs/demo-pools --iteration 0 --force`, here on the tiny run
     out = solrl(session_env, "stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force", "--quiet")
     assert json.loads(out.stdout)
-    # the same pool, bit for bit: it keeps its id and nothing after it is stale (README, Reliability)
+    # the same pool, bit for bit: it keeps its id and nothing after it is stale (docs/reliability.md)
     assert "made stale" not in out.stderr
     solrl(session_env, "train", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), "--quiet",
           *tracking_set(session_env))
@@ -459,7 +521,8 @@ def tiny_run(session_env, tmp_path_factory) -> Path:
 
 
 def test_run_commands_of_the_readme_on_a_tiny_run(session_env, tiny_run):
-    """The synopses of status, inspect and eval (README's command table), on a run made here (and stage: above)."""
+    """status, inspect and eval as the docs show them (synopses, and on `runs/demo`), on a run made here (and stage:
+    above)."""
     run_dir = str(tiny_run)
     status = json.loads(solrl(session_env, "status", "--run-dir", run_dir, "--json").stdout)
     assert status["completed_iterations"] == 1
@@ -471,8 +534,8 @@ def test_run_commands_of_the_readme_on_a_tiny_run(session_env, tiny_run):
 
 
 def test_the_prefect_api_snippet_runs(session_env, tiny_run):
-    """README's Python snippet that lists stage runs with their pools runs against a Prefect server."""
-    _, heredocs = readme_commands()
+    """The Python snippet of docs/operations.md that lists stage runs with their pools runs against a Prefect server."""
+    _, heredocs, _ = doc_commands()
     (snippet,) = [body for body in heredocs if "get_client" in body]
     proc = subprocess.run([sys.executable, "-"], input=snippet, env=session_env, cwd=ROOT, capture_output=True,
                           text=True, timeout=180)

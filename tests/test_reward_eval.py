@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from conftest import TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.evaluate import eval_dir
-from solrl_core.pool import read_table
+from solrl_core.run.pool import read_table
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.tiny import write_tiny_checkpoints
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
 
 FOUR = ("pickscore", "clipscore", "hpsv2", "imagereward")

@@ -9,17 +9,17 @@ import pytest
 import zarr
 
 from conftest import TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
-from solrl_core.pool import CandidateWriter, read_table
+from solrl_core.run.pool import CandidateWriter, read_table
 from solrl_core.rewards import load_rewards
 from solrl_core.rewards.base import Reward
 from solrl_core.rewards.registry import REWARDS
 from solrl_core.rewards.tiny import sample_batch, write_tiny_clip
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.stages.pool_scoring import SCORES, InlineScorer, ScoreStore
 from solrl_core.stages.draws import iteration_prompts
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

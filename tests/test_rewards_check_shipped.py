@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from solrl_core.backbones.registry import specs_of_kind
-from solrl_core.config import load_config
-from solrl_core.packaged_configs import packaged_configs
+from solrl_core.models.backbones.registry import specs_of_kind
+from solrl_core.config.loading import load_config
+from solrl_core.config.packaged import packaged_configs
 from solrl_core.rewards import commands
 from solrl_core.rewards.commands import check_config_rewards, config_image_size
 

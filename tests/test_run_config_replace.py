@@ -9,12 +9,13 @@ import json
 import pytest
 
 from conftest import TINY
-from solrl_core.config import dump_config, load_config
+from solrl_core.config.schema import dump_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
-from solrl_core.integrity import config_text
-from solrl_core.rundir import RunDir
+from solrl_core.run.integrity import config_text
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config, prepare_run
-from solrl_core.storage import write_json_atomic
+from solrl_core.run.storage import write_json_atomic
 
 WRONG = "tracking.uri=http://127.0.0.1:1"  # e.g. a tracking server that is not there
 RIGHT = "tracking.uri=sqlite:///elsewhere.db"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import DamagedArtifactError
 from solrl_core.learning_curve import CURVE_FILE
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
 
 

@@ -17,11 +17,11 @@ import uuid
 import pytest
 
 from conftest import ROOT, TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import RunDirLockedError, SolrlError
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import prepare_run
-from solrl_core.storage import LOCK_WAIT_ENV, LOCK_WAIT_SECONDS, lock_wait_seconds
+from solrl_core.run.storage import LOCK_WAIT_ENV, LOCK_WAIT_SECONDS, lock_wait_seconds
 
 HOLDER = "pid 4242 on host elsewhere since 2025-01-31 14:02:07"
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from solrl_core.errors import RunDirLockedError
-from solrl_core.pool import CandidateWriter, read_rows, read_table, write_table
-from solrl_core.rundir import RunDir
-from solrl_core.seeds import noise_from_seed
+from solrl_core.run.pool import CandidateWriter, read_rows, read_table, write_table
+from solrl_core.run.rundir import RunDir
+from solrl_core.models.seeds import noise_from_seed
 
 
 def test_stage_output_is_committed_and_manifest_marks_completion(tmp_path):
@@ -41,7 +41,7 @@ def test_failed_stage_leaves_no_artifact(tmp_path):
 def test_lock_refuses_a_second_holder_in_another_process(tmp_path):
     run = RunDir(tmp_path)
     code = (
-        "import sys\nfrom solrl_core.rundir import RunDir\nfrom solrl_core.errors import RunDirLockedError\n"
+        "import sys\nfrom solrl_core.run.rundir import RunDir\nfrom solrl_core.errors import RunDirLockedError\n"
         f"try:\n    RunDir({str(tmp_path)!r}).hold().__enter__()\nexcept RunDirLockedError as e:\n"
         "    print(e); sys.exit(3)\n"
     )
@@ -106,7 +106,7 @@ def test_table_round_trip(tmp_path):
 @pytest.mark.e2e
 def test_seed_noise_is_identical_across_processes():
     here = noise_from_seed(1234, (3, 8, 8))
-    code = "from solrl_core.seeds import noise_from_seed; print(noise_from_seed(1234, (3, 8, 8)).double().sum().item())"
+    code = "from solrl_core.models.seeds import noise_from_seed; print(noise_from_seed(1234, (3, 8, 8)).double().sum().item())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert float(out) == pytest.approx(here.double().sum().item(), abs=0, rel=0)
     assert not noise_from_seed(1235, (3, 8, 8)).equal(here)

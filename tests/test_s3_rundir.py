@@ -13,9 +13,9 @@ import torch
 
 from conftest import TINY, solrl, tracking_set
 from solrl_core.errors import RunDirLockedError
-from solrl_core.pool import read_table, write_table
-from solrl_core.rundir import STAGES, RunDir
-from solrl_core.storage import (
+from solrl_core.run.pool import read_table, write_table
+from solrl_core.run.rundir import STAGES, RunDir
+from solrl_core.run.storage import (
     Lease,
     as_path,
     is_remote,

@@ -7,8 +7,8 @@ import pytest
 import torch
 from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler
 
-from solrl_core.backbones.base import Backbone, BackboneDefaults
-from solrl_core.sampler import SAMPLERS, dpmpp_2m_step, guided_velocity, resolve_sampler, sample, schedule_sigmas
+from solrl_core.models.backbones.base import Backbone, BackboneDefaults
+from solrl_core.models.sampler import SAMPLERS, dpmpp_2m_step, guided_velocity, resolve_sampler, sample, schedule_sigmas
 
 DIM = 6
 
@@ -201,7 +201,7 @@ def test_sampler_names():
 def _tiny_cfg(*overrides):
     from pathlib import Path
 
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
 
     tiny = Path(__file__).resolve().parent / "configs" / "tiny.yaml"
     return load_config(tiny, ["explore.precision=fp32", "explore.seeds_per_prompt=4", "explore.batch_size=1",
@@ -209,12 +209,12 @@ def _tiny_cfg(*overrides):
 
 
 def test_explore_uses_the_configured_sampler_and_rollout_guidance_and_records_them(tmp_path, one_torch_thread):
-    from solrl_core.pool import read_table
-    from solrl_core.rundir import RunDir
-    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.run.pool import read_table
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.models.backbones.cache import load_backbone
     from solrl_core.stages.context import StageContext
     from solrl_core.stages.draws import iteration_prompts
-    from solrl_core.stages.registry import run_stage
+    from solrl_core.stages.runner import run_stage
 
     cfg = _tiny_cfg("model.sampler=dpmpp_2m", "guidance.rollout=1.5")
     run = RunDir(tmp_path / "run")
@@ -241,7 +241,7 @@ def test_eval_uses_eval_guidance_and_steps(tmp_path, one_torch_thread):
     from PIL import Image
 
     from solrl_core.evaluate import run_eval
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
 
     results = {}
     for guidance in (1.0, 2.0):
@@ -258,11 +258,11 @@ def test_eval_uses_eval_guidance_and_steps(tmp_path, one_torch_thread):
 def test_a_batch_that_samples_to_nan_stops_the_stage_naming_its_rows(tmp_path, one_torch_thread, monkeypatch):
     """A quantized copy that overflows gives NaN latents, which decode to plain black images without a word; the
     pool refuses the batch instead (one check per batch, after its last step)."""
-    from solrl_core.backbones.embedded import EmbeddedBackbone
+    from solrl_core.models.backbones.embedded import EmbeddedBackbone
     from solrl_core.errors import SolrlError
-    from solrl_core.pool import read_table
-    from solrl_core.rundir import RunDir
-    from solrl_core.stages.registry import run_stage
+    from solrl_core.run.pool import read_table
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.stages.runner import run_stage
 
     cfg = _tiny_cfg("explore.batch_size=2")
     run = RunDir(tmp_path / "run")

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from solrl_core.rl.selection import SELECTION_MODES, select_candidates
+from solrl_core.config.loading import validate_config
+from solrl_core.rl.selection import SELECTION_MODES, kept_per_prompt, select_candidates
 
 
 def _data(seed=0, groups=4, size=12):
@@ -92,7 +93,6 @@ def test_errors():
 
 
 def test_a_rule_of_your_own_package_is_a_select_mode(tmp_path, monkeypatch):
-    from solrl_core.config import RunConfig
     from solrl_core.errors import ConfigError, SolrlError
     from solrl_core.rl.selection import selection_rule
 
@@ -116,18 +116,16 @@ def test_a_rule_of_your_own_package_is_a_select_mode(tmp_path, monkeypatch):
     for p in np.unique(prompts):
         expected = _reference_order(rewards, prompts, p)[-3:]
         assert sorted(c for c in chosen.tolist() if prompts[c] == p) == sorted(expected)
-    assert RunConfig.model_validate({"select": {"mode": "myrules:Worst", "k": 3}}).select.kept_per_prompt(8) == 3
+    assert kept_per_prompt(validate_config({"select": {"mode": "myrules:Worst", "k": 3}}).select, 8) == 3
     with pytest.raises(SolrlError, match="picked 4 candidates of prompt 3, not 3"):  # a plug-in's: one line
         select_candidates(rewards, prompts, 3, "myrules:Greedy")
     with pytest.raises(ConfigError, match="select.mode 'myrules:NotARule' is not a .*SelectionRule subclass"):
         selection_rule("myrules:NotARule")
-    with pytest.raises(ValueError, match="select.mode 'nomodule:Rule': cannot import module 'nomodule'"):
-        RunConfig.model_validate({"select": {"mode": "nomodule:Rule"}})
+    with pytest.raises(ConfigError, match="select.mode 'nomodule:Rule': cannot import module 'nomodule'"):
+        validate_config({"select": {"mode": "nomodule:Rule"}})
 
 
 def test_every_seed_rules_train_on_all_explored_seeds():
-    from solrl_core.config import RunConfig
-
-    cfg = RunConfig.model_validate({"family": "diffusionnft", "select": {"mode": "all", "k": 2},
-                                    "explore": {"precision": "fp32"}, "regenerate": {"enabled": False}})
-    assert cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt) == cfg.explore.seeds_per_prompt
+    cfg = validate_config({"family": "diffusionnft", "select": {"mode": "all", "k": 2},
+                           "explore": {"precision": "fp32"}, "regenerate": {"enabled": False}})
+    assert kept_per_prompt(cfg.select, cfg.explore.seeds_per_prompt) == cfg.explore.seeds_per_prompt

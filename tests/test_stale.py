@@ -12,20 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 
-import solrl_core.commit
+import solrl_core.run.commit
 from conftest import TINY
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import MissingInputError
 from solrl_core.evaluate import run_eval
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import load_run_config, prepare_run
-from solrl_core.stages.registry import run_stage
-from solrl_core.staleness import stale_items
+from solrl_core.stages.runner import run_stage
+from solrl_core.run.staleness import stale_items
 from solrl_core.status import run_status, stale_lines, status_text
-from solrl_core.storage import load_tensors
+from solrl_core.run.storage import load_tensors
 
 # tiny.yaml made smaller still: two iterations and an evaluation in about half a minute of CPU
-# (a full-precision sol_rl explore must take fewer steps than the regenerate: solrl_core/families.py)
+# (a full-precision sol_rl explore must take fewer steps than the regenerate: solrl_core/config/families.py)
 SMALL = ["explore.seeds_per_prompt=4", "explore.batch_size=8", "explore.steps=1", "explore.precision=fp32",
          "select.k=2", "regenerate.steps=2", "train.optimizer_steps=1",
          "eval.num_prompts=2", "eval.seeds_per_prompt=1", "eval.steps=2"]
@@ -184,7 +184,7 @@ def test_commit_interrupted_at_any_step_is_finished_by_the_next_holder(tmp_path,
     old = run.commit(0, "select", {"version": "old"}, {})
     _write_version(run, "new")
 
-    real_begin, real_advance, real_complete = solrl_core.commit.begin, solrl_core.commit._advance, run.complete
+    real_begin, real_advance, real_complete = solrl_core.run.commit.begin, solrl_core.run.commit._advance, run.complete
 
     def begin(journal, record):
         real_begin(journal, record)
@@ -202,8 +202,8 @@ def test_commit_interrupted_at_any_step_is_finished_by_the_next_holder(tmp_path,
             raise Crash
         return manifest
 
-    monkeypatch.setattr(solrl_core.commit, "begin", begin)
-    monkeypatch.setattr(solrl_core.commit, "_advance", advance)
+    monkeypatch.setattr(solrl_core.run.commit, "begin", begin)
+    monkeypatch.setattr(solrl_core.run.commit, "_advance", advance)
     monkeypatch.setattr(run, "complete", complete)
     with pytest.raises(Crash):
         run.commit(0, "select", {"version": "new"}, {})
@@ -237,14 +237,14 @@ def test_a_commit_of_the_same_files_keeps_the_completion_id(tmp_path, monkeypatc
     assert run.commit(0, "select", {"version": "old", "seconds": 2}, {"0/score_explore": "x"})["id"] == first["id"]
 
     _write_version(run, "old")  # interrupted once the artifact is in place, finished by the next holder
-    real_advance = solrl_core.commit._advance
+    real_advance = solrl_core.run.commit._advance
 
     def advance(journal, record, phase):
         real_advance(journal, record, phase)
         if phase == "in":
             raise Crash
 
-    monkeypatch.setattr(solrl_core.commit, "_advance", advance)
+    monkeypatch.setattr(solrl_core.run.commit, "_advance", advance)
     with pytest.raises(Crash):
         run.commit(0, "select", {"version": "old"}, {})
     monkeypatch.undo()

@@ -17,10 +17,10 @@ except Exception as exc:  # ModuleNotFoundError on CPU machines; OSError/Runtime
         allow_module_level=True,
     )
 
-from solrl_core.quant import apply_backend, requantize_changed, resolve_backend
-from solrl_core.quant.layers import FP8EmulatedLinear
-from solrl_core.quant.linear import NVFP4EmulatedLinear, eligible_linears, fp8_shape_rule
-from solrl_core.quant.te_backend import TELinear, te_support
+from solrl_core.models.quant import apply_backend, requantize_changed, resolve_backend
+from solrl_core.models.quant.layers import FP8EmulatedLinear
+from solrl_core.models.quant.linear import NVFP4EmulatedLinear, eligible_linears, fp8_shape_rule
+from solrl_core.models.quant.te_backend import TELinear, te_support
 
 NVFP4_OK, NVFP4_WHY = te_support("nvfp4")
 FP8_OK, FP8_WHY = te_support("fp8")

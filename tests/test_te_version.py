@@ -7,8 +7,8 @@ import pytest
 
 from conftest import ROOT
 from solrl_core.errors import SolrlError
-from solrl_core.quant import backends, te_backend
-from solrl_core.quant.backends import resolve_backend
+from solrl_core.models.quant import backends, te_backend
+from solrl_core.models.quant.backends import resolve_backend
 
 OLD = (r"^transformer-engine 2\.8\.0 is installed, solrl needs 2\.9 or newer: "
        r"pip install 'transformer-engine\[pytorch\]>=2\.9'")

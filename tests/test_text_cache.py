@@ -7,15 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from solrl_core import text_cache
-from solrl_core.config import ModelConfig, load_config
+from solrl_core.models import text_cache
+from solrl_core.config.schema import ModelConfig
+from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
-from solrl_core.rundir import RunDir
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.run.rundir import RunDir
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.prompts import CALIBRATION_PROMPT, prompt_set, train_prompt_set
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import iteration_prompts
-from solrl_core.text_cache import TextCache, model_key, run_text_cache
+from solrl_core.models.text_cache import TextCache, model_key, run_text_cache
 
 TINY = Path(__file__).resolve().parent / "configs" / "tiny.yaml"
 PROMPTS = ["a red circle", "two blue squares", "a red circle", "three green triangles on the left"]
@@ -131,7 +132,7 @@ def test_release_adds_the_empty_prompt_when_cfg_is_used(tmp_path, monkeypatch, c
 
 def test_stages_share_the_run_cache(tmp_path, monkeypatch, one_torch_thread):
     """explore fills <run>/text_cache/; a forced re-run in a fresh process state encodes nothing."""
-    from solrl_core.stages.registry import run_stage
+    from solrl_core.stages.runner import run_stage
 
     cfg = load_config(TINY, ["explore.precision=fp32", "explore.seeds_per_prompt=2", "select.k=2",
                              "explore.batch_size=2"])

@@ -14,7 +14,7 @@ from conftest import free_port
 from flows import tracking
 from flows.tracking_queue import DRAIN_WAIT_ENV, TrackingQueue, TrackingStalled, drain_wait_seconds
 from solrl_core.errors import SolrlError
-from solrl_core.rundir import RunDir, write_json_atomic
+from solrl_core.run.rundir import RunDir, write_json_atomic
 
 
 def test_after_a_logging_error_the_queued_ones_are_not_started():

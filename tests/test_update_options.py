@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from solrl_core.config import load_config
+from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
-from solrl_core.rundir import RunDir
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.run.rundir import RunDir
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy
-from solrl_core.stages.registry import run_stage
+from solrl_core.stages.runner import run_stage
 from solrl_core.stages.update import enable_gradient_checkpointing
 
 TINY = Path(__file__).resolve().parent / "configs" / "tiny.yaml"

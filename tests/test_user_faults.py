@@ -156,7 +156,7 @@ def test_run_dir_permission_denied_at_creation(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
     from solrl_core.errors import SolrlError
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
 
     with pytest.raises(SolrlError, match="Permission denied") as info, RunDir(target).hold():
         pass
@@ -342,7 +342,7 @@ def test_fewer_gpus_than_the_device_named(monkeypatch):
 def test_disk_full_says_what_the_stage_needs(tmp_path):
     """Past iteration 0 the stage's previous artifact is the estimate of what it needs."""
     from solrl_core.errors import SolrlError
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from tasks.stage_task import _space_needed
     from solrl_core.userfiles import user_os_errors
 

@@ -78,9 +78,9 @@ def solrl_alone(wheel_venv, session_env, tmp_path):
 
 def test_the_wheel_imports_from_its_own_environment_with_its_data(wheel_venv, tmp_path):
     code = ("import json, configs, flows, solrl_core, tasks; from importlib.metadata import version; "
-            "from solrl_core.packaged_configs import CONFIGS_DIR; from solrl_core.backbones.embedded import "
-            "PRETRAINED_DIR; from solrl_core.embedded.scorer_files import shipped_dir; "
-            "from solrl_core.model_configs import config_dir; "
+            "from solrl_core.config.packaged import CONFIGS_DIR; from solrl_core.models.backbones.embedded import "
+            "PRETRAINED_DIR; from solrl_core.models.embedded.scorer_files import shipped_dir; "
+            "from solrl_core.models.model_configs import config_dir; "
             "print(json.dumps({'modules': [m.__file__ for m in (configs, flows, solrl_core, tasks)], "
             "'version': version('solrl'), 'data': [str(CONFIGS_DIR), str(PRETRAINED_DIR), str(shipped_dir()), "
             "str(config_dir())]}))")
@@ -94,9 +94,9 @@ def test_the_wheel_imports_from_its_own_environment_with_its_data(wheel_venv, tm
     configs_dir, pretrained, scorer, model_configs = map(Path, found["data"])
     assert {p.relative_to(configs_dir) for p in configs_dir.rglob("*.yaml")} == {
         p.relative_to(ROOT / "configs") for p in (ROOT / "configs").rglob("*.yaml")}
-    for shipped, packaged in ((ROOT / "solrl_core/embedded/pretrained", pretrained),
-                              (ROOT / "solrl_core/embedded/scorer", scorer),
-                              (ROOT / "solrl_core/model_configs", model_configs)):
+    for shipped, packaged in ((ROOT / "solrl_core/models/embedded/pretrained", pretrained),
+                              (ROOT / "solrl_core/models/embedded/scorer", scorer),
+                              (ROOT / "solrl_core/models/model_configs", model_configs)):
         assert sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file() and p.suffix != ".py"
                       and "__pycache__" not in p.parts) == sorted(
             p.relative_to(packaged) for p in packaged.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")

@@ -11,8 +11,8 @@ from prefect.deployments import run_deployment
 
 from conftest import TINY, tracking_set
 from prefect_workers import api, deployment_runs, process_workers
-from solrl_core.pool import read_table
-from solrl_core.rundir import STAGES
+from solrl_core.run.pool import read_table
+from solrl_core.run.rundir import STAGES
 
 EXPLORE_POOL, TRAIN_POOL = "wp-explore", "wp-train"
 POOLS = {"explore": EXPLORE_POOL, "update": TRAIN_POOL}

@@ -24,7 +24,7 @@ from prefect_workers import (
     process_workers,
     wait_for,
 )
-from solrl_core.rundir import STAGES, RunDir
+from solrl_core.run.rundir import STAGES, RunDir
 
 POOL = "zw-pool"
 TIMEOUT = 45  # seconds without heartbeat (the shortest the config takes): keeps the test short

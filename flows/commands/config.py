@@ -9,11 +9,12 @@ _EVERY_SECTION = object()  # `--explain` with no SECTION
 
 def cmd_config(args) -> int:
     if args.show:
-        from solrl_core.config import dump_config, load_config
+        from solrl_core.config.schema import dump_config
+        from solrl_core.config.loading import load_config
 
         print(dump_config(load_config(args.show, args.set or [])), end="")
         return 0
-    from solrl_core.config_explain import explain
+    from solrl_core.config.explain import explain
 
     print(explain(None if args.explain is _EVERY_SECTION else args.explain), end="")
     return 0

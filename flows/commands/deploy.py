@@ -7,13 +7,13 @@ from solrl_core.wording import plural
 
 
 def cmd_deploy(args) -> int:
-    from solrl_core.config import load_config
-    from solrl_core.packaged_configs import resolve_config
+    from solrl_core.config.loading import load_config
+    from solrl_core.config.packaged import resolve_config
     from solrl_core.runs import default_run_dir
 
     overrides = list(args.set or [])
     cfg = load_config(args.config, overrides)
-    from solrl_core.storage import as_path, location
+    from solrl_core.run.storage import as_path, location
 
     run_dir = location(as_path(args.run_dir or default_run_dir(cfg)))
     client_env()
@@ -51,7 +51,7 @@ def _fill_in_tracking(cfg, run_dir, tracking: str) -> bool:
     the run directory has no frozen config yet (a run's config, and so its store, are decided once). Without it, a
     worker in another directory would log to a mlruns.db of its own."""
     from solrl_core.mlflow_links import is_server
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
 
     return cfg.tracking.uri is None and is_server(tracking) and not RunDir(run_dir).config_path.is_file()
 

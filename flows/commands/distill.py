@@ -9,7 +9,7 @@ def cmd_distill_reward(args) -> int:
     from solrl_core.userfiles import check_output_dir
 
     check_output_dir(args.out, "--out")  # before the distillation, not after it
-    from solrl_core.embedded.scorer import DEFAULT_RECIPE, distill
+    from solrl_core.lab.embedded_distill import DEFAULT_RECIPE, distill
 
     recipe = {key: value for key, value in (("epochs", args.epochs), ("seed", args.seed)) if value is not None}
     summary = distill(args.out, recipe, progress=not args.quiet)
@@ -27,7 +27,7 @@ def register(sub) -> None:
         "(PickScore, HPS) are learned from labelled images: samples of the pretrained embedded model and rendered "
         "scenes of the training prompts, each labelled with its gold reward for its own and for other prompts. "
         "Writes model.safetensors and scorer.json (recipe, agreement with gold on the held-out prompts). The "
-        "defaults reproduce solrl_core/embedded/scorer/, the `embedded_learned` reward.")
+        "defaults reproduce solrl_core/models/embedded/scorer/, the `embedded_learned` reward.")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--epochs", type=int, default=None, help="passes over the data (default: the shipped scorer's)")
     p.add_argument("--seed", type=int, default=None, help="seed of the samples, renders and initial weights")

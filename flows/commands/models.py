@@ -11,7 +11,7 @@ def cmd_rewards(args) -> int:
     if args.action == "list":
         models = {}
         if args.config:
-            from solrl_core.config import load_config
+            from solrl_core.config.loading import load_config
 
             models = load_config(args.config, args.set or []).reward_models
         rows = list_rewards(models)
@@ -19,7 +19,7 @@ def cmd_rewards(args) -> int:
         return 0
     if not args.config:
         raise SolrlError("solrl rewards check needs --config CONFIG (its rewards and reward_models are checked)")
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
 
     rows = check_config_rewards(load_config(args.config, args.set or []))
     print(format_table(rows, list(rows[0].keys())))
@@ -30,7 +30,7 @@ def cmd_make_tiny(args) -> int:
     from solrl_core.userfiles import check_output_dir
 
     check_output_dir(args.dir, "make-tiny DIR")
-    from solrl_core.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
 
     summary = make_tiny_bundle(args.model, args.dir)
     print(f"tiny {summary['model']} model ({summary['kind']}) in {summary['dir']}")
@@ -59,7 +59,7 @@ def register(sub) -> None:
                        "run overrides (CPU, small resolution, 2 prompts x 8 seeds, K=4) applied to any config whose "
                        "model.path is DIR, so e.g. `solrl train configs/presets/MODEL_sol_rl_pickscore.yaml "
                        "--iterations 1 --set model.path=DIR` runs on a CPU (--set still wins).")
-    from solrl_core.backbones.tiny import tiny_models
+    from solrl_core.models.backbones.tiny import tiny_models
 
     p.add_argument("model", help=" | ".join(tiny_models()))
     p.add_argument("dir", help="output directory (created)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from flows.commands.options import output_options, show_progress
 from flows.prefect_server import client_env, prefect_api
 from flows.preflight import check_services
-from solrl_core.backbones.registry import full_size_models
+from solrl_core.models.backbones.registry import full_size_models
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -26,10 +26,10 @@ def cmd_plan(args) -> int:
     if not args.target or not args.gpu:
         raise SolrlError("solrl plan needs CONFIG or MODEL and --gpu NAME (e.g. solrl plan demo --gpu b200, solrl "
                          "plan flux1 --gpu b200), or --paper")
-    from solrl_core.planner.model import FAMILIES, format_plan, plan
+    from solrl_core.planner.cost_model import FAMILIES, format_plan, plan
 
     if args.target.endswith((".yaml", ".yml")) or args.target not in full_size_models():  # a file or a config name
-        from solrl_core.config import load_config
+        from solrl_core.config.loading import load_config
         from solrl_core.planner.config_plan import plan_config
 
         if args.family and args.family not in FAMILIES:
@@ -48,8 +48,8 @@ def cmd_plan(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from solrl_core.bench.config import bench_runs, load_bench_config
-    from solrl_core.rundir import RunDir
+    from solrl_core.bench.bench_config import bench_runs, load_bench_config
+    from solrl_core.run.rundir import RunDir
     from solrl_core.run_preflight import preflight
 
     overrides = list(args.set or [])

@@ -11,15 +11,16 @@ from solrl_core.errors import SolrlError
 def config_rows() -> tuple[list[dict], list[dict]]:
     """(run configs, bench configs) shipped in the package, one row each: a run config's name, model, family and
     trained reward(s); a bench config's name and the family configs it trains."""
-    from solrl_core.config import load_config, load_yaml
-    from solrl_core.packaged_configs import packaged_configs
-    from solrl_core.presets import preset_models
+    from solrl_core.config.schema import load_yaml
+    from solrl_core.config.loading import load_config
+    from solrl_core.config.packaged import packaged_configs
+    from solrl_core.config.presets import preset_models
 
     models = preset_models()
     runs, benches = [], []
     for name, path in packaged_configs().items():
         own = load_yaml(path.read_text(encoding="utf-8")) or {}
-        if "families" in own:  # a bench config (solrl_core/bench/config.py): its family configs are files beside it
+        if "families" in own:  # a bench config (solrl_core/bench/bench_config.py): its family configs are files beside it
             families = ", ".join(Path(f).stem for f in own["families"])
             benches.append({"name": name, "families": families, "run": f"solrl bench {name}"})
             continue
@@ -32,8 +33,9 @@ def config_rows() -> tuple[list[dict], list[dict]]:
 def write_preset(name: str, file: Path, overrides: list[str], force: bool = False) -> Path:
     """Write the run config `name` (a packaged name or a file), resolved as `solrl config --show` prints it (every
     key, no `extends`), to `file`: it works anywhere, whatever happens to the package later."""
-    from solrl_core.config import dump_config, load_config, load_yaml
-    from solrl_core.packaged_configs import resolve_config
+    from solrl_core.config.schema import dump_config, load_yaml
+    from solrl_core.config.loading import load_config
+    from solrl_core.config.packaged import resolve_config
 
     source = resolve_config(name)
     if "families" in (load_yaml(source.read_text(encoding="utf-8")) or {}):

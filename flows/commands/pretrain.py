@@ -9,7 +9,7 @@ def cmd_pretrain(args) -> int:
     from solrl_core.userfiles import check_output_dir
 
     check_output_dir(args.out, "--out")  # before the hour of pretraining, not after it
-    from solrl_core.embedded.pretrain import pretrain
+    from solrl_core.lab.embedded_pretrain import pretrain
 
     summary = pretrain(
         args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed, progress=True
@@ -21,7 +21,7 @@ def cmd_pretrain(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("pretrain", help="pretrain the embedded default model (reproduces the shipped weights)",
                        description="Flow-matching pretraining of the embedded text-to-image model on procedurally "
-                       "drawn shapes. The defaults reproduce the weights shipped in solrl_core/embedded/pretrained/.")
+                       "drawn shapes. The defaults reproduce the weights shipped in solrl_core/models/embedded/pretrained/.")
     p.add_argument("--out", required=True, help="output directory (diffusers/transformers layout)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the shipped weights' count)")
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: the shipped weights')")

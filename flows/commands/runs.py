@@ -12,7 +12,7 @@ from solrl_core.wording import plural
 
 
 def cmd_status(args) -> int:
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.status import run_status, status_text
 
     data = run_status(RunDir(args.run_dir))
@@ -22,7 +22,7 @@ def cmd_status(args) -> int:
 
 def cmd_inspect(args) -> int:
     from solrl_core.inspect import mlflow_link_text, pool_summary, shards_text
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.runs import check_iteration, load_run_config
 
     run = RunDir(args.run_dir)
@@ -53,9 +53,9 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from solrl_core.integrity import verify_checkpoint
-    from solrl_core.staleness import eval_stale_cause
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.integrity import verify_checkpoint
+    from solrl_core.run.staleness import eval_stale_cause
+    from solrl_core.run.rundir import RunDir
     from solrl_core.placement import check_devices
     from solrl_core.runs import check_step, load_run_config
 

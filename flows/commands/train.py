@@ -13,8 +13,8 @@ from solrl_core.wording import plural
 
 
 def cmd_train(args) -> int:
-    from solrl_core.config import load_config
-    from solrl_core.rundir import RunDir
+    from solrl_core.config.loading import load_config
+    from solrl_core.run.rundir import RunDir
     from solrl_core.run_preflight import preflight
     from solrl_core.runs import default_run_dir, prepare_run
 
@@ -82,13 +82,14 @@ def _prefect_ui() -> str:
 
 
 def cmd_stage(args) -> int:
-    from solrl_core.rundir import STAGES, RunDir
+    from solrl_core.run.rundir import STAGES, RunDir
     from solrl_core.placement import check_devices
     from solrl_core.runs import check_iteration, load_run_config
-    from solrl_core.stages.registry import missing_input_error, missing_inputs, verify_inputs
-    from solrl_core.staleness import is_current, recompute_command, stale_items, stale_where
+    from solrl_core.run.staleness import missing_input_error, missing_inputs
+    from solrl_core.stages.runner import verify_inputs
+    from solrl_core.run.staleness import is_current, recompute_command, stale_items, stale_where
     from solrl_core.status import stale_lines
-    from solrl_core.storage import lock_wait_seconds
+    from solrl_core.run.storage import lock_wait_seconds
 
     if args.name not in STAGES:
         raise SolrlError(f"unknown stage '{args.name}' (stages: {', '.join(STAGES)})")
@@ -121,7 +122,7 @@ def cmd_stage(args) -> int:
 
 
 def cmd_update_node(args) -> int:
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.runs import check_iteration, load_run_config
     from solrl_core.stages.update_node import join_updates
 

@@ -28,14 +28,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from solrl_core.config import RunConfig, load_config
+from solrl_core.config.schema import RunConfig
+from solrl_core.config.loading import load_config
 from solrl_core.prompts import train_prompt_set
-from solrl_core.quant.backends import apply_backend
-from solrl_core.quant.lora_branch import attach_lora_branches
+from solrl_core.models.quant.backends import apply_backend
+from solrl_core.models.quant.lora_branch import attach_lora_branches
 from solrl_core.rewards.registry import score_images
 from solrl_core.rl.fidelity import ranking_fidelity
-from solrl_core.sampler import resolve_sampler, sample
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.models.sampler import resolve_sampler, sample
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters
 
 

@@ -42,7 +42,8 @@ import numpy as np
 from solrl_core.bench.stats import MIN_SEEDS, bootstrap_mean
 from solrl_core.bench.verdicts import claims, family_statistics, pair_statistics
 from solrl_core.eval_metrics import GOLD_KEY, TOTAL_KEY
-from solrl_core.rundir import STAGES, RunDir, write_json_atomic
+from solrl_core.rl.selection import kept_per_prompt
+from solrl_core.run.rundir import STAGES, RunDir, write_json_atomic
 
 AXES = ("iteration", "cpu", "gpu")
 AXIS_TITLES = {"iteration": "iterations", "cpu": "measured CPU seconds", "gpu": "modeled GPU-seconds"}
@@ -65,7 +66,7 @@ def eval_key(metrics: dict) -> str:
 
 
 class PlannerPricer:
-    """Each iteration's shapes priced with the cost planner (`solrl_core.planner.model.iteration_cost`).
+    """Each iteration's shapes priced with the cost planner (`solrl_core.planner.cost_model.iteration_cost`).
 
     model "embedded": the forward FLOPs of the embedded model itself (`flops.count_flops`), decoding and the
     programmatic reward counted as free (pixel space, no reward network). Any planner model ("sd35l", "flux1",
@@ -104,7 +105,7 @@ class PlannerPricer:
                       "GPU-seconds = seconds x GPUs; the update counts train.optimizer_steps passes")
 
     def __call__(self, cfg, explore_precision: str, explore_steps: int) -> dict[str, float]:
-        from solrl_core.planner.model import _CONFIG_PRECISION, Throughput, iteration_cost, shapes_from_config
+        from solrl_core.planner.cost_model import _CONFIG_PRECISION, Throughput, iteration_cost, shapes_from_config
 
         self._prepare(cfg)
         shapes = replace(shapes_from_config(cfg), explore_steps=int(explore_steps),
@@ -368,7 +369,7 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
             "initial_reward": curves[fam]["reward"][0] if c["steps"] and c["steps"][0] == 0 else None,
             "shapes": {
                 "prompts": cfg.prompts.per_iteration, "seeds_per_prompt": cfg.explore.seeds_per_prompt,
-                "k": cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt),
+                "k": kept_per_prompt(cfg.select, cfg.explore.seeds_per_prompt),
                 "select": cfg.select.mode, "explore_precision": sorted({it["explore_precision"] for it in its}),
                 "explore_steps": sorted({it["explore_steps"] for it in its}) or [cfg.explore.steps],
                 "regenerate": bool(cfg.regenerate.enabled), "regenerate_steps": cfg.regenerate.steps,

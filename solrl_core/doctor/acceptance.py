@@ -38,15 +38,15 @@ ITERATIONS = 2
 
 
 def default_config() -> Path:
-    from solrl_core.presets import CONFIGS_DIR
+    from solrl_core.config.presets import CONFIGS_DIR
 
     return CONFIGS_DIR / "demo.yaml"
 
 
 def official_dtype() -> str:
     """``model.dtype`` of the official presets (configs/parts/official.yaml): what the runs use on CUDA."""
-    from solrl_core.config import load_yaml
-    from solrl_core.presets import CONFIGS_DIR
+    from solrl_core.config.schema import load_yaml
+    from solrl_core.config.presets import CONFIGS_DIR
 
     return load_yaml((CONFIGS_DIR / "parts" / "official.yaml").read_text())["model"]["dtype"]
 
@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", nargs="*", default=list(RUN_SUBJECTS), metavar="SUBJECT",
                    help=f"run subjects: {EMBEDDED} (the config's model) or {TINY_PREFIX}MODEL (a make-tiny model) "
                    f"(default: {' '.join(RUN_SUBJECTS)}; none: --runs alone)")
-    from solrl_core.config import Precision
+    from solrl_core.config.schema import Precision
 
     p.add_argument("--precisions", nargs="+", default=list(RUN_PRECISIONS), choices=get_args(Precision),
                    metavar="PRECISION",
@@ -106,7 +106,7 @@ def _step(report, name: str, kind: str, body, device: str, **fields) -> dict:
 def check_names(bench: list[str], runs: list[str]) -> None:
     """SolrlError (a usage error, before any step) for a bench model the planner does not know or a run subject
     that is neither the config's model nor a model make-tiny writes."""
-    from solrl_core.backbones.tiny import tiny_spec
+    from solrl_core.models.backbones.tiny import tiny_spec
     from solrl_core.planner.flops import get_model
 
     for model in bench:
@@ -147,7 +147,7 @@ def run_acceptance(args, argv: list[str]) -> tuple[dict, list[str]]:
     tiny_dirs = {}
     for subject in dict.fromkeys(s for s in args.runs if tiny_model_of(s)):
         def make(step, subject=subject):
-            from solrl_core.backbones.tiny import make_tiny_model
+            from solrl_core.models.backbones.tiny import make_tiny_model
 
             tiny_dirs[subject] = make_tiny_model(tiny_model_of(subject), out / subject).resolve()
             step["dir"] = str(tiny_dirs[subject])
@@ -158,7 +158,7 @@ def run_acceptance(args, argv: list[str]) -> tuple[dict, list[str]]:
     for subject in args.runs:
         for precision in args.precisions:
             def run(step, subject=subject, precision=precision):
-                from solrl_core.config import load_config
+                from solrl_core.config.loading import load_config
 
                 overrides = []
                 if tiny_model_of(subject):

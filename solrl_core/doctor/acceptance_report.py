@@ -160,7 +160,7 @@ def format_markdown(data: dict) -> str:
                        f"{peaks or st.get('error', '–')}; relative errors: {errors or '–'}")
     runs = {n: s for n, s in steps.items() if s["kind"] == "run"}
     if runs:
-        from solrl_core.stages.table import STAGES
+        from solrl_core.run.stage_table import STAGES
 
         out += ["", "## Runs", "", "Seconds per stage (the stage manifests' summary.seconds), the explore pool's and "
                 "the trained samples' mean reward, the update's loss; peak: torch.cuda.max_memory_allocated over the "

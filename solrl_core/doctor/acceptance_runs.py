@@ -43,8 +43,8 @@ def set_items(data: dict, prefix: str = "") -> list[str]:
 def tiny_overrides(model: str, directory: Path) -> list[str]:
     """``--set`` items running a config on the tiny ``model`` written in ``directory``: model.path and the tiny
     model's own run overrides, less TINY_KEYS_LEFT_OUT."""
-    from solrl_core.backbones.tiny import tiny_spec
-    from solrl_core.backbones.tiny.bundle import tiny_run_overrides
+    from solrl_core.models.backbones.tiny import tiny_spec
+    from solrl_core.models.backbones.tiny.bundle import tiny_run_overrides
 
     data = tiny_run_overrides(tiny_spec(model).kind, {}, directory / "prompts.txt")
     for keys in TINY_KEYS_LEFT_OUT:
@@ -69,10 +69,10 @@ def run_training(run_dir: Path, cfg, iterations: int, evaluate: bool, record: di
     ``stage_seconds[iteration][stage]`` (the manifests' summary.seconds), ``rewards[iteration]`` (the score stages'
     means, the update's loss), ``evaluation`` (metrics and seconds), ``at`` (the stage running, removed at the end)
     and ``peak_gib`` (torch.cuda.max_memory_allocated over the run, None off CUDA)."""
-    from solrl_core.rundir import RunDir
+    from solrl_core.run.rundir import RunDir
     from solrl_core.runs import prepare_run
-    from solrl_core.stages.registry import run_stage
-    from solrl_core.stages.table import STAGES
+    from solrl_core.stages.runner import run_stage
+    from solrl_core.run.stage_table import STAGES
 
     cuda = torch.device(cfg.model.device).type == "cuda"
     if cuda:

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from solrl_core.backbones.registry import full_size_models
+from solrl_core.models.backbones.registry import full_size_models
 
 DEFAULT_OUT = "doctor-report"
 

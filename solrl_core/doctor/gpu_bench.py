@@ -1,6 +1,6 @@
 """``solrl doctor --gpu-bench``: measure a full-size backbone's transformer forward per explore precision.
 
-Random weights from the shipped diffusers config (``solrl_core/model_configs``; nothing is downloaded), the
+Random weights from the shipped diffusers config (``solrl_core/models/model_configs``; nothing is downloaded), the
 official skip names and min width of the planner's model (``planner.flops.get_model``), and each precision made
 through the project's own ``quant.backends.apply_backend`` — the call the explore copy goes through. The model is
 built directly in the run's dtype (no fp32 copy of it ever exists) and timed at the explore stage's batch size, both
@@ -53,9 +53,9 @@ def preset_config(model: str):
     """The validated official preset (``configs/presets/``) of the planner model ``model``'s backbone, in the
     low-precision-explore family: where the bench reads the run's dtype, explore batch, micro-batch and LoRA settings.
     The reward part does not touch them (the registry's first reward is taken)."""
-    from solrl_core.config import load_config
+    from solrl_core.config.loading import load_config
     from solrl_core.planner.flops import get_model
-    from solrl_core.presets import PRESETS_DIR, REWARDS, preset_name
+    from solrl_core.config.presets import PRESETS_DIR, REWARDS, preset_name
 
     path = PRESETS_DIR / f"{preset_name(get_model(model).backbone, PRESET_FAMILY, REWARDS[0])}.yaml"
     if not path.is_file():
@@ -65,7 +65,7 @@ def preset_config(model: str):
 
 
 def _config(model: str, config_directory, overrides: dict | None) -> tuple[object, dict]:
-    from solrl_core.model_configs import config_dir
+    from solrl_core.models.model_configs import config_dir
     from solrl_core.planner.flops import get_model
 
     m = get_model(model)
@@ -156,7 +156,7 @@ def _time(call, device: str, repeats: int) -> float:
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    from solrl_core.quant.linear import _rel_error
+    from solrl_core.models.quant.linear import _rel_error
 
     return _rel_error(a.float(), b.float())
 
@@ -191,7 +191,7 @@ def _time_precisions(spec, config: dict, image_tokens: int, text_tokens: int, mi
     """Build the model of ``config`` and time a forward of ``batch`` samples per precision; (the base model, the
     forward's FLOPs, the throughput rows, the relative errors). CUDA out-of-memory propagates (``measure`` halves)."""
     from solrl_core.planner.flops import count_flops, example_inputs
-    from solrl_core.quant.backends import apply_backend, resolve_backend
+    from solrl_core.models.quant.backends import apply_backend, resolve_backend
     from solrl_core.stages.transformer_copies import weight_sharing_transformer
 
     base = _build(config, device, dtype)
@@ -253,8 +253,8 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
     settings come from ``run_config`` (default: the model's official preset, ``preset_config``) unless given. The
     other keyword overrides shrink the model and the sample (tests run it on a CPU at tiny sizes); without them it
     is the full-size model at the official resolution."""
-    from solrl_core.backbones.registry import backbone_spec
-    from solrl_core.quant.backends import device_capability
+    from solrl_core.models.backbones.registry import backbone_spec
+    from solrl_core.models.quant.backends import device_capability
 
     m, config = _config(model, config_directory, config_overrides)
     spec = m.spec

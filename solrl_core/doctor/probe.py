@@ -1,6 +1,6 @@
 """What this machine runs, one line per question, from the rules the pipeline itself applies.
 
-Nothing is re-derived here: precisions come from ``solrl_core.quant.backends.resolve_backend`` (the same call
+Nothing is re-derived here: precisions come from ``solrl_core.models.quant.backends.resolve_backend`` (the same call
 ``explore.precision`` goes through, with its one-line reasons and refusals), Transformer Engine from
 ``backends.te_support``, and ``orchestration.devices: auto`` from ``solrl_core.placement.resolve_devices``.
 Tests play other machines by monkeypatching ``backends.device_capability`` / ``backends.te_support`` and
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from solrl_core.errors import SolrlError
-from solrl_core.quant import backends
+from solrl_core.models.quant import backends
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def cuda_devices() -> list[dict]:
 
 def te_version() -> str | None:
     """The installed transformer-engine distribution's version, or None (reads metadata; imports nothing)."""
-    from solrl_core.quant.te_backend import installed_te_version
+    from solrl_core.models.quant.te_backend import installed_te_version
 
     return installed_te_version()
 

@@ -3,7 +3,7 @@ utilisation -> seconds per stage and per iteration of each family. See docs/plan
 
 from solrl_core.planner.flops import ForwardFlops, decode_and_score_flops, forward_flops, get_model
 from solrl_core.planner.gpus import DEFAULT_UTILISATION, GPUS, get_gpu
-from solrl_core.planner.model import (
+from solrl_core.planner.cost_model import (
     FAMILIES,
     Shapes,
     Throughput,

@@ -14,10 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from solrl_core.backbones.registry import backbone_spec
+from solrl_core.models.backbones.registry import backbone_spec
 from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
 from solrl_core.planner.gpus import DEFAULT_UTILISATION, PAPER_GPU, get_gpu
-from solrl_core.planner.model import family_costs, plan
+from solrl_core.planner.cost_model import family_costs, plan
 
 # Seconds per iteration, naive scaling -> Sol-RL (docs/method.md, "What the paper reports").
 PAPER: dict[str, dict[str, tuple[float, float]]] = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from solrl_core.planner.flops import ForwardFlops, planner_model
-from solrl_core.planner.model import (
+from solrl_core.planner.cost_model import (
     FAMILIES,
     Shapes,
     Throughput,
@@ -54,8 +54,8 @@ def embedded_forward(cfg) -> ForwardFlops:
     import torch
 
     from solrl_core.planner.flops import count_flops
-    from solrl_core.quant.linear import eligible_linears
-    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.models.quant.linear import eligible_linears
+    from solrl_core.models.backbones.cache import load_backbone
 
     backbone = load_backbone(cfg)
     transformer = backbone.transformer

@@ -60,7 +60,7 @@ def full_size_shapes(cfg, model: str, official: bool = False) -> SampleShapes:
     backbone)."""
     import torch
 
-    from solrl_core.model_configs import config_dir
+    from solrl_core.models.model_configs import config_dir
     from solrl_core.planner.explore_copy import targeted_linears
     from solrl_core.planner.fits import config_tokens
     from solrl_core.planner.flops import example_inputs
@@ -112,7 +112,7 @@ def sample_shapes(cfg, model: str | None = None) -> SampleShapes:
     full = memory_model_of(cfg)
     if full is not None:
         return full_size_shapes(cfg, full)
-    from solrl_core.backbones.cache import load_backbone
+    from solrl_core.models.backbones.cache import load_backbone
 
     return backbone_shapes(cfg, load_backbone(cfg))
 
@@ -180,7 +180,7 @@ def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
     prompt and the empty prompt when guidance needs it. A training set that cannot be read counts as P × iterations."""
     from solrl_core.errors import SolrlError
     from solrl_core.prompts import train_prompt_set
-    from solrl_core.text_cache import needs_uncond
+    from solrl_core.models.text_cache import needs_uncond
 
     drawn = cfg.prompts.per_iteration * cfg.iterations
     try:
@@ -196,8 +196,10 @@ def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
 def disk_estimate(cfg, shapes: SampleShapes, distilled_guidance: bool = False) -> DiskEstimate:
     """Bytes ``cfg`` writes to its run directory (module docstring); ``distilled_guidance``: the backbone takes the
     guidance scale as an input (FLUX.1-dev), so it never encodes the empty prompt."""
+    from solrl_core.rl.selection import kept_per_prompt
+
     n = cfg.prompts.per_iteration * cfg.explore.seeds_per_prompt
-    kept = cfg.prompts.per_iteration * min(cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt),
+    kept = cfg.prompts.per_iteration * min(kept_per_prompt(cfg.select, cfg.explore.seeds_per_prompt),
                                            cfg.explore.seeds_per_prompt)
     rewards = len(cfg.rewards)
     regen = cfg.regenerate.enabled
@@ -224,7 +226,7 @@ def disk_estimate(cfg, shapes: SampleShapes, distilled_guidance: bool = False) -
 
 def run_disk(cfg, model: str | None = None) -> DiskEstimate:
     """``disk_estimate`` of a run config, its shapes from ``sample_shapes`` (``model``: priced on that backbone)."""
-    from solrl_core.backbones.registry import backbone_specs
+    from solrl_core.models.backbones.registry import backbone_specs
 
     specs = [s for s in backbone_specs() if (s.key == model if model else s.kind == cfg.model.kind)]
     distilled = bool(specs) and specs[0].defaults.distilled_guidance  # a plug-in kind: not known, counted

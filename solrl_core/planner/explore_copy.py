@@ -68,7 +68,7 @@ class ExploreCopy:
 
 def backend_on_device(precision: str, device: str) -> ExploreBackend:
     """``explore.precision`` as it resolves on this machine's ``device`` (``quant.backends.resolve_backend``)."""
-    from solrl_core.quant.backends import resolve_backend
+    from solrl_core.models.quant.backends import resolve_backend
 
     choice = resolve_backend(precision, device)
     return ExploreBackend(choice.name, choice.impl)
@@ -78,7 +78,7 @@ def backend_on_gpu(precision: str, gpu, transformer_engine: bool = True) -> Expl
     """``explore.precision`` as it would resolve on a GPU of the planner's table (``planner.gpus.GPU``), with or
     without transformer-engine installed: ``auto`` by ``quant.backends``' own rule (Blackwell → nvfp4, Hopper / Ada
     → fp8, else nvfp4_emulated); a real precision named outright is priced as if the GPU ran it."""
-    from solrl_core.quant.backends import BLACKWELL, FP8_MIN_CAPABILITY, _resolve_auto
+    from solrl_core.models.quant.backends import BLACKWELL, FP8_MIN_CAPABILITY, _resolve_auto
 
     fp8_impl = "transformer_engine" if transformer_engine else "torch._scaled_mm"
     if precision == "nvfp4":
@@ -113,7 +113,7 @@ def replaced_layer_bytes(backend: ExploreBackend, linear: nn.Linear, dtype: torc
 
 def _shape_rule(backend: ExploreBackend):
     """The backend's GEMM shape rule (``quant.backends``' own, for the official NVFP4 formats)."""
-    from solrl_core.quant.backends import BackendChoice, _factory
+    from solrl_core.models.quant.backends import BackendChoice, _factory
 
     return _factory(BackendChoice(backend.name, "", impl=backend.impl), "nvfp4_2d", "nvfp4")[1]
 
@@ -141,7 +141,7 @@ def explore_copy_bytes(module: nn.Module, copy: ExploreCopy, skip_names: tuple[s
     """The explore copy's peak beside W0, in bytes: ``quantized`` (every replaced layer) and ``merged`` (the W0 + ΔW
     of every targeted layer the backend keeps; 0 with ``lora_branch``) of the full-size ``module`` (meta device, no
     LoRA), under the rule ``skip_names`` / ``min_width`` (the config's, or the backbone's)."""
-    from solrl_core.quant.linear import eligible_linears
+    from solrl_core.models.quant.linear import eligible_linears
 
     replaced: list[str] = []
     if copy.backend.name != "fp32":

@@ -92,7 +92,7 @@ def _same_architecture(found: dict, full_size: dict) -> bool:
 
 def memory_model_of(cfg) -> str | None:
     """The planner model (``memory.SPECS`` key) whose memory the run's backbone has, or None (module docstring)."""
-    from solrl_core.model_configs import config_dir
+    from solrl_core.models.model_configs import config_dir
     from solrl_core.planner.flops import planner_model
     from solrl_core.planner.memory import SPECS
     from solrl_core.plugins import is_plugin

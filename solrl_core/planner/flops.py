@@ -1,6 +1,6 @@
 """FLOPs of one transformer forward of the real backbones, counted on the meta device (no weights, no memory).
 
-The diffusers transformer of each backbone is built from its ``config.json`` (``solrl_core/model_configs``) under
+The diffusers transformer of each backbone is built from its ``config.json`` (``solrl_core/models/model_configs``) under
 ``torch.device("meta")`` and run once on meta inputs of one sample at the official resolution inside
 ``torch.utils.flop_counter.FlopCounterMode``, which counts the FLOPs of matrix products (mm/addmm/bmm, attention
 kernels) and convolutions by their shapes — meta tensors are enough. Counts are per sample (batch 1; every cost
@@ -15,8 +15,8 @@ The forward's FLOPs are split three ways from the counter's per-module totals:
 * ``attention`` — the rest: the attention score and value products (and SANA's linear-attention products).
 
 ``low_precision`` is the part the explore copy runs in 4 bits: the FLOPs of the layers the project's own rule
-selects (``solrl_core.quant.linear.eligible_linears`` with the official skip names and minimum widths, as
-``solrl_core.quant.coverage`` applies them, and the real-GEMM backends' shape rule). Attention products and the
+selects (``solrl_core.models.quant.linear.eligible_linears`` with the official skip names and minimum widths, as
+``solrl_core.lab.quant_coverage`` applies them, and the real-GEMM backends' shape rule). Attention products and the
 kept layers stay in BF16.
 
 SANA. diffusers' standard SANA 1600M has a convolutional feed-forward and 2240-wide attention layers, so the rule
@@ -41,18 +41,18 @@ from typing import Callable
 import torch
 from torch import nn
 
-from solrl_core.backbones.registry import adapter_class, backbone_spec, backbone_specs
+from solrl_core.models.backbones.registry import adapter_class, backbone_spec, backbone_specs
 from solrl_core.errors import SolrlError
-from solrl_core.model_configs import config_dir
-from solrl_core.quant.coverage import ModelSpec, build_meta_model, ffn_convs_as_linear
-from solrl_core.quant.linear import eligible_linears, fp8_shape_rule
+from solrl_core.models.model_configs import config_dir
+from solrl_core.models.meta_models import ModelSpec, build_meta_model, ffn_convs_as_linear
+from solrl_core.models.quant.linear import eligible_linears, fp8_shape_rule
 
 
 @dataclass(frozen=True)
 class PlannerModel:
     """A backbone the planner knows: its coverage spec (config file, skip names, min width, tokens), the training
     timestep fraction, the VAE that decodes its latents and the latent shape of one sample (all from the backbone's
-    spec, solrl_core/backbones/specs/)."""
+    spec, solrl_core/models/backbones/specs/)."""
 
     key: str
     spec: ModelSpec
@@ -60,11 +60,11 @@ class PlannerModel:
     vae: str  # key of VAE_DECODERS
     latent_shape: tuple[int, ...]  # of one sample, as the VAE decoder takes it (C, H, W)
     note: str = ""
-    backbone: str = ""  # key of its solrl_core.backbones.specs spec
+    backbone: str = ""  # key of its solrl_core.models.backbones.specs spec
 
 
 def _planner_models() -> dict[str, PlannerModel]:
-    """One planner model per coverage row that names one (solrl_core/backbones/specs/), in the specs' order."""
+    """One planner model per coverage row that names one (solrl_core/models/backbones/specs/), in the specs' order."""
     out = {}
     for b in backbone_specs():
         for row in b.coverage:

@@ -1,7 +1,7 @@
 """Parameter counts of the full-size backbones and a rough estimate of the GPU memory of one training process.
 
 Everything is built on the meta device (no weights, no memory): the diffusers transformers from their configs in
-``solrl_core/model_configs`` (``solrl_core.quant.coverage.build_meta_model``), the VAEs from the planner's public VAE
+``solrl_core/models/model_configs`` (``solrl_core.lab.quant_coverage.build_meta_model``), the VAEs from the planner's public VAE
 configs (``solrl_core.planner.flops.VAE_DECODERS``), and the text encoders and the reward model from the published
 config values below (their parameter counts match the released checkpoints).
 
@@ -39,7 +39,7 @@ The other stages (``MemoryEstimate.stage_parts``), each with the text encoders, 
 Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the sampling batches, text embeddings of the
 iteration's samples, and the no-grad forwards of v_old and v_ref (their activations are freed as they go).
 
-    python -m solrl_core.planner.memory        # the table, as in the README
+    python -m solrl_core.planner.memory        # the table, as in docs/backbones.md
 """
 
 from __future__ import annotations
@@ -55,13 +55,13 @@ from typing import Callable
 import torch
 from torch import nn
 
-from solrl_core.backbones.diffusers_pipeline import DTYPES  # model.dtype -> torch dtype
-from solrl_core.backbones.registry import backbone_specs
-from solrl_core.backbones.spec import BackboneSpec
-from solrl_core.model_configs import config_dir
+from solrl_core.models.backbones.diffusers_pipeline import DTYPES  # model.dtype -> torch dtype
+from solrl_core.models.backbones.registry import backbone_specs
+from solrl_core.models.backbones.spec import BackboneSpec
+from solrl_core.models.model_configs import config_dir
 from solrl_core.planner.explore_copy import ExploreCopy, explore_copy_bytes, merged_bytes, targeted_linears
 from solrl_core.planner.flops import VAE_DECODERS, example_inputs, get_model
-from solrl_core.quant.coverage import build_meta_model
+from solrl_core.models.meta_models import build_meta_model
 
 # the backbones with a full-size model (their specs: official LoRA targets, micro-batch, text encoders, title)
 SPECS: dict[str, BackboneSpec] = {s.key: s for s in backbone_specs() if s.config_file}

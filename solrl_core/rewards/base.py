@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import cut, excerpt
-from solrl_core.limits import MAX_BATCH
+from solrl_core.config.limits import MAX_BATCH
 
 DType = Literal["float32", "float16", "bfloat16"]
 COMMON_KEYS = frozenset({"batch_size", "device", "dtype"})

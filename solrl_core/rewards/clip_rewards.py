@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from solrl_core.errors import SolrlError
-from solrl_core.rewards import loading
+from solrl_core.rewards import model_files
 from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
 from solrl_core.rewards.preprocess import normalised_pixels
 
@@ -58,23 +58,23 @@ class _CLIPReward(ModelReward):
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
-        path, _ = loading.candidate(cls.name, "path", spec.path, cls.default_rel)
-        if (path is None or not has_model(path)) and loading.downloads_allowed(spec):
-            path = loading.hub_dir(cls.name, cls.repo_id, ["*.json", "*.txt", "*.safetensors"])
+        path, _ = model_files.candidate(cls.name, "path", spec.path, cls.default_rel)
+        if (path is None or not has_model(path)) and model_files.downloads_allowed(spec):
+            path = model_files.hub_dir(cls.name, cls.repo_id, ["*.json", "*.txt", "*.safetensors"])
             if not has_model(path):
-                path = loading.hub_dir(cls.name, cls.repo_id, ["*.json", "*.txt", "pytorch_model.bin"])
+                path = model_files.hub_dir(cls.name, cls.repo_id, ["*.json", "*.txt", "pytorch_model.bin"])
         if path is None or not has_model(path):
             what = "weights (config.json + model.safetensors or pytorch_model.bin)"
-            raise loading.missing_error(cls.name, "path", what, path, f"download {cls.repo_id}", cls.default_rel)
-        proc, _ = loading.candidate(cls.name, "processor", spec.processor, None)
+            raise model_files.missing_error(cls.name, "path", what, path, f"download {cls.repo_id}", cls.default_rel)
+        proc, _ = model_files.candidate(cls.name, "processor", spec.processor, None)
         if proc is None:
             proc = path
-            if not has_processor(path) and cls.processor_rel and os.environ.get(loading.ENV_ROOT):
-                proc = loading.expand(os.environ[loading.ENV_ROOT]) / cls.processor_rel
-        if not has_processor(proc) and loading.downloads_allowed(spec):
-            proc = loading.hub_dir(cls.name, cls.processor_repo_id, ["*.json", "*.txt"])
+            if not has_processor(path) and cls.processor_rel and os.environ.get(model_files.ENV_ROOT):
+                proc = model_files.expand(os.environ[model_files.ENV_ROOT]) / cls.processor_rel
+        if not has_processor(proc) and model_files.downloads_allowed(spec):
+            proc = model_files.hub_dir(cls.name, cls.processor_repo_id, ["*.json", "*.txt"])
         if not has_processor(proc):
-            raise loading.missing_error(
+            raise model_files.missing_error(
                 cls.name, "processor", "CLIP processor (preprocessor_config.json + tokenizer files)", proc,
                 f"download the processor files of {cls.processor_repo_id}", cls.processor_rel,
             )
@@ -85,7 +85,7 @@ class _CLIPReward(ModelReward):
         import torch
         from transformers import AutoTokenizer, CLIPModel
 
-        with loading.quiet_logs():
+        with model_files.quiet_logs():
             try:
                 model = CLIPModel.from_pretrained(files["path"], local_files_only=True, dtype=torch.float32)
                 # exp(logit_scale) from the float32 weight: bfloat16 would round ln 100 to 4.59375, scaling every

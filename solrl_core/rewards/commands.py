@@ -102,7 +102,7 @@ def config_image_size(cfg) -> int:
     """The side of the images a run of `cfg` scores: model.resolution, else its backbone's default (the spec's)."""
     if cfg.model.resolution is not None:
         return cfg.model.resolution
-    from solrl_core.backbones.registry import specs_of_kind
+    from solrl_core.models.backbones.registry import specs_of_kind
 
     specs = specs_of_kind(cfg.model.kind)
     return specs[0].defaults.resolution if specs else FALLBACK_IMAGE_SIZE

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from solrl_core.errors import SolrlError
-from solrl_core.rewards import loading
+from solrl_core.rewards import model_files
 from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
 from solrl_core.rewards.preprocess import normalised_pixels
 
@@ -32,7 +32,7 @@ CHECKPOINT = "HPS_v2.1_compressed.pt"
 
 
 def _arch(spec: RewardModelSpec) -> str:
-    return spec.arch or os.environ.get(loading.env_name("hpsv2", "arch")) or DEFAULT_ARCH
+    return spec.arch or os.environ.get(model_files.env_name("hpsv2", "arch")) or DEFAULT_ARCH
 
 
 def register_arch(arch: str) -> str:
@@ -40,7 +40,7 @@ def register_arch(arch: str) -> str:
     import open_clip
 
     if arch.endswith(".json"):
-        path = loading.expand(arch)
+        path = model_files.expand(arch)
         if not path.is_file():
             raise SolrlError(f"hpsv2: no open_clip model config at {path} (reward_models.hpsv2.arch)")
         if path.stem not in open_clip.list_models():
@@ -61,15 +61,15 @@ class HPSv2(ModelReward):
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
-        path, _ = loading.candidate(cls.name, "path", spec.path, CHECKPOINT)
-        if (path is None or not path.is_file()) and loading.downloads_allowed(spec):
-            path = loading.hub_file(cls.name, "xswu/HPSv2", CHECKPOINT)
+        path, _ = model_files.candidate(cls.name, "path", spec.path, CHECKPOINT)
+        if (path is None or not path.is_file()) and model_files.downloads_allowed(spec):
+            path = model_files.hub_file(cls.name, "xswu/HPSv2", CHECKPOINT)
         if path is None or not path.is_file():
-            raise loading.missing_error(cls.name, "path", "weights", path, f"download {CHECKPOINT} from xswu/HPSv2", CHECKPOINT)
+            raise model_files.missing_error(cls.name, "path", "weights", path, f"download {CHECKPOINT} from xswu/HPSv2", CHECKPOINT)
         files = {"path": path}
         arch = _arch(spec)
         if arch.endswith(".json"):
-            arch_path = loading.expand(arch)
+            arch_path = model_files.expand(arch)
             if not arch_path.is_file():
                 raise SolrlError(f"hpsv2: no open_clip model config at {arch_path} (reward_models.hpsv2.arch)")
             files["arch"] = arch_path
@@ -80,10 +80,10 @@ class HPSv2(ModelReward):
         import open_clip
 
         arch = str(files["arch"]) if "arch" in files else _arch(spec)
-        with loading.quiet_logs():
+        with model_files.quiet_logs():
             model_name = register_arch(arch)
-            state = loading.load_state_dict(self.name, files["path"])
-            with loading.skip_init():
+            state = model_files.load_state_dict(self.name, files["path"])
+            with model_files.skip_init():
                 model = open_clip.create_model(model_name, pretrained=None, device="cpu")
             try:
                 result = model.load_state_dict(state, strict=False)

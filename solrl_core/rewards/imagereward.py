@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from solrl_core.errors import SolrlError
-from solrl_core.rewards import loading
+from solrl_core.rewards import model_files
 from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
 from solrl_core.rewards.preprocess import unit_tensor
 
@@ -169,25 +169,25 @@ class ImageReward(ModelReward):
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
         rel = f"ImageReward/{CHECKPOINT}"
-        path, _ = loading.candidate(cls.name, "path", spec.path, rel)
-        if (path is None or not path.is_file()) and loading.downloads_allowed(spec):
-            path = loading.hub_file(cls.name, "THUDM/ImageReward", CHECKPOINT)
+        path, _ = model_files.candidate(cls.name, "path", spec.path, rel)
+        if (path is None or not path.is_file()) and model_files.downloads_allowed(spec):
+            path = model_files.hub_file(cls.name, "THUDM/ImageReward", CHECKPOINT)
         if path is None or not path.is_file():
-            raise loading.missing_error(cls.name, "path", "weights", path, f"download {CHECKPOINT} from THUDM/ImageReward", rel)
-        med, _ = loading.candidate(cls.name, "med_config", spec.med_config)
+            raise model_files.missing_error(cls.name, "path", "weights", path, f"download {CHECKPOINT} from THUDM/ImageReward", rel)
+        med, _ = model_files.candidate(cls.name, "med_config", spec.med_config)
         med = med or path.parent / "med_config.json"
-        if not med.is_file() and loading.downloads_allowed(spec):
-            med = loading.hub_file(cls.name, "THUDM/ImageReward", "med_config.json")
+        if not med.is_file() and model_files.downloads_allowed(spec):
+            med = model_files.hub_file(cls.name, "THUDM/ImageReward", "med_config.json")
         if not med.is_file():
-            raise loading.missing_error(cls.name, "med_config", "med_config.json", med, "download med_config.json from THUDM/ImageReward")
-        tok, _ = loading.candidate(cls.name, "tokenizer", spec.tokenizer, "bert-base-uncased")
+            raise model_files.missing_error(cls.name, "med_config", "med_config.json", med, "download med_config.json from THUDM/ImageReward")
+        tok, _ = model_files.candidate(cls.name, "tokenizer", spec.tokenizer, "bert-base-uncased")
         if tok is None or not _has_vocab(tok):
             sibling = path.parent / "bert-base-uncased"
             tok = sibling if _has_vocab(sibling) else tok
-        if (tok is None or not _has_vocab(tok)) and loading.downloads_allowed(spec):
-            tok = loading.hub_dir(cls.name, "google-bert/bert-base-uncased", ["vocab.txt", "tokenizer_config.json"])
+        if (tok is None or not _has_vocab(tok)) and model_files.downloads_allowed(spec):
+            tok = model_files.hub_dir(cls.name, "google-bert/bert-base-uncased", ["vocab.txt", "tokenizer_config.json"])
         if tok is None or not _has_vocab(tok):
-            raise loading.missing_error(
+            raise model_files.missing_error(
                 cls.name, "tokenizer", "bert-base-uncased tokenizer (vocab.txt)", tok,
                 "download vocab.txt of google-bert/bert-base-uncased", "bert-base-uncased",
             )
@@ -202,12 +202,12 @@ class ImageReward(ModelReward):
             med = json.loads(files["med_config"].read_text())
         except (OSError, ValueError) as exc:
             raise SolrlError(f"imagereward: cannot read {files['med_config']} as JSON ({exc})") from None
-        state = loading.load_state_dict(self.name, files["path"])
+        state = model_files.load_state_dict(self.name, files["path"])
         vision_sd, text_sd, head_sd, _ignored = map_official_state_dict(state)
-        with loading.quiet_logs():
+        with model_files.quiet_logs():
             vision_cfg = vision_config_from_weights(vision_sd)
             text_cfg = text_config_from_med(med, vision_cfg.hidden_size)
-            with loading.skip_init():
+            with model_files.skip_init():
                 vision = BlipVisionModel(vision_cfg)
                 text = BlipTextModel(text_cfg, add_pooling_layer=False)
         _load_strict(vision, vision_sd, "blip.visual_encoder", files["path"])

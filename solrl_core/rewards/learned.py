@@ -1,5 +1,5 @@
 """`embedded_learned`: the embedded world's learned reward, a small image-text scorer distilled from the programmatic
-`embedded` reward (solrl_core/embedded/scorer.py). Train on it and evaluate with `eval.gold: embedded` to see what a
+`embedded` reward (solrl_core/models/embedded/scorer.py). Train on it and evaluate with `eval.gold: embedded` to see what a
 learned reward model lets RL get away with."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class LearnedEmbeddedReward(ModelReward):
     summary = ("a small image-text scorer distilled from the embedded prompt-match reward (a learned preference "
                "model with its errors), in [0, 1]; use with eval.gold: embedded")
     needs = "its weights: shipped in the package (reproduce with `solrl distill-reward`)"
-    source = "solrl_core/embedded/scorer/ (or reward_models.embedded_learned.path)"
+    source = "solrl_core/models/embedded/scorer/ (or reward_models.embedded_learned.path)"
     spec_keys = frozenset({"path"})
     default_batch_size = 256
     # a 0.2M-parameter CNN gains nothing from half precision, and its scorer adds float32 coordinate channels
@@ -26,7 +26,7 @@ class LearnedEmbeddedReward(ModelReward):
 
     @classmethod
     def resolve(cls, spec: RewardModelSpec) -> dict[str, Path]:
-        from solrl_core.embedded.scorer_files import METADATA_FILE, WEIGHTS_FILE, shipped_dir
+        from solrl_core.models.embedded.scorer_files import METADATA_FILE, WEIGHTS_FILE, shipped_dir
 
         root = Path(spec.path).expanduser() if spec.path else shipped_dir()
         files = {"weights": root / WEIGHTS_FILE, "metadata": root / METADATA_FILE}
@@ -37,7 +37,7 @@ class LearnedEmbeddedReward(ModelReward):
         return files
 
     def __init__(self, files: dict[str, Path], spec: RewardModelSpec):
-        from solrl_core.embedded.scorer import load_scorer
+        from solrl_core.models.embedded.scorer import load_scorer
 
         super().__init__(files, spec)
         if self.dtype != "float32":

@@ -6,7 +6,7 @@ plug-in; `reward_class`; an exception of its code is one line naming it, solrl_c
 lazily, once per process and spec (`get_reward`).
 Model rewards find their files through the `reward_models:` config section ({name: RewardModelSpec fields}), set
 process-wide with `configure_reward_models` or passed to `score_images(..., models=...)`, then the environment
-(see `loading`). Heavy libraries (torch, transformers, open_clip) are imported only when a model reward is loaded.
+(see `model_files`). Heavy libraries (torch, transformers, open_clip) are imported only when a model reward is loaded.
 
 `score_images` weights each named reward and sums; a weight of 0 scores a reward for evaluation only. Non-finite
 scores stop with a SolrlError naming the reward.

@@ -54,7 +54,7 @@ def write_tiny_clip(out: Path, seed: int, hidden_act: str, logit_scale: float, i
     import torch
     from transformers import CLIPConfig, CLIPModel
 
-    from solrl_core.rewards.loading import quiet_logs
+    from solrl_core.rewards.model_files import quiet_logs
 
     torch.manual_seed(seed)
     text = dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -82,7 +82,7 @@ def write_tiny_hps(out: Path, seed: int) -> tuple[Path, Path]:
     import torch
 
     from solrl_core.rewards.hps import register_arch
-    from solrl_core.rewards.loading import quiet_logs
+    from solrl_core.rewards.model_files import quiet_logs
 
     out.mkdir(parents=True, exist_ok=True)
     arch = out / "solrl-tiny-hps.json"
@@ -204,7 +204,7 @@ def sample_batch(n: int = 4, size: int = 64, seed: int = 0) -> tuple[np.ndarray,
     upscaled, so every reward (including "embedded") has something meaningful to score."""
     from PIL import Image
 
-    from solrl_core.embedded import shapes
+    from solrl_core.models.embedded import shapes
 
     prompts = ["a red circle", "two blue squares", "three green triangles", "a yellow square on the left"]
     prompts = [prompts[i % len(prompts)] for i in range(n)]

@@ -16,6 +16,8 @@ from solrl_core.plugins import import_plugin, is_plugin, plugin_code
 if TYPE_CHECKING:
     import torch
 
+    from solrl_core.config.schema import SelectConfig
+
 
 class SelectionRule:
     """How one prompt group's K seeds are picked (`select.mode`). A rule sees the group's candidates ranked best
@@ -147,3 +149,8 @@ def select_candidates(
                              "distinct ones of that prompt")
         chosen.append(picked)
     return np.sort(np.concatenate(chosen)).astype(np.int64)
+
+
+def kept_per_prompt(select: SelectConfig, seeds_per_prompt: int) -> int:
+    """Seeds trained on per prompt: K (`select.k`), or every explored seed for a rule that keeps them all."""
+    return seeds_per_prompt if selection_rule(select.mode).every_seed else select.k

@@ -25,15 +25,16 @@ import time
 
 import numpy as np
 
-from solrl_core.config import RunConfig
-from solrl_core.pool import read_table, write_table
-from solrl_core.rundir import RunDir, write_json_atomic
+from solrl_core.config.schema import RunConfig
+from solrl_core.run.pool import read_table, write_table
+from solrl_core.run.rundir import RunDir, write_json_atomic
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.old_policy import old_policy_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
-from solrl_core.stages.table import BY_NAME
+from solrl_core.run.stage_table import BY_NAME
+from solrl_core.rl.selection import kept_per_prompt
 
 AUDIT = "audit"
 
@@ -128,12 +129,12 @@ def run_audit(ctx: StageContext) -> dict:
     selected = None
     if ctx.run.is_complete(ctx.iteration, "select"):
         selected = read_table(ctx.artifact("select", "selection.zarr"), ["candidate_index"])[0]["candidate_index"]
-    k = cfg.select.kept_per_prompt(cfg.explore.seeds_per_prompt)
+    k = kept_per_prompt(cfg.select, cfg.explore.seeds_per_prompt)
     with ctx.run.stage_output(ctx.iteration, AUDIT, resume_partial=True) as out:
         start = time.perf_counter()
-        sample_shards = sample_pool(ctx, f"{__name__}:sampling", overlap=False)[1]
+        sample_shards = sample_pool(ctx, sampling, overlap=False)[1]
         sample_seconds = time.perf_counter() - start
-        (full, per), score_shards = split_or_whole(ctx, f"{__name__}:scoring")
+        (full, per), score_shards = split_or_whole(ctx, scoring)
         columns = {"reward": full, "proxy_reward": proxy.astype(np.float32)}
         columns.update({f"reward_{name}": values for name, values in per.items()})
         write_table(out / "rewards.zarr", columns)
@@ -154,10 +155,3 @@ def run_audit(ctx: StageContext) -> dict:
 
 def audit_missing_inputs(run: RunDir, iteration: int) -> list[str]:
     return [stage for stage in BY_NAME[AUDIT].requires if not run.is_complete(iteration, stage)]
-
-
-def audit_iteration(run: RunDir, cfg: RunConfig, iteration: int, force: bool = False, progress: bool = True) -> dict:
-    """Run the audit of `iteration` unless done (or `force`); return its manifest. The caller holds the run dir."""
-    from solrl_core.stages.registry import run_stage
-
-    return run_stage(run, cfg, iteration, AUDIT, force=force, progress=progress)

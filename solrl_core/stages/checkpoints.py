@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from solrl_core.backbones.base import Backbone
-from solrl_core.backbones.cache import load_backbone
-from solrl_core.config import RunConfig
+from solrl_core.models.backbones.base import Backbone
+from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.config.schema import RunConfig
 from solrl_core.errors import SolrlError
-from solrl_core.integrity import FILES_KEY, inventory
-from solrl_core.rundir import write_json_atomic
-from solrl_core.seeds import derived_generator
+from solrl_core.run.integrity import FILES_KEY, inventory
+from solrl_core.run.rundir import write_json_atomic
+from solrl_core.models.seeds import derived_generator
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_LORA_INIT
 from solrl_core.stages.transformer_copies import weight_sharing_transformer
-from solrl_core.storage import load_tensors, remove_tree, replace_dir, save_tensors
+from solrl_core.run.storage import load_tensors, remove_tree, replace_dir, save_tensors
 
 ADAPTERS_FILE, EMA_FILE, OPTIMIZER_FILE, STATE_FILE = (
     "adapters.safetensors",
@@ -66,7 +66,7 @@ def ensure_initial_checkpoint(ctx: StageContext) -> Path:
     tmp = init.with_name("init.partial")
     tmp.mkdir(parents=True, exist_ok=True)
     save_adapters(policy, tmp)
-    # state.json, written last, lists the adapters' files for the consumers to check (solrl_core/integrity.py)
+    # state.json, written last, lists the adapters' files for the consumers to check (solrl_core/run/integrity.py)
     write_json_atomic(tmp / STATE_FILE, {"step": 0, "iteration": -1, FILES_KEY: inventory(tmp)})
     remove_tree(init)
     replace_dir(tmp, init)  # on object stores too, state.json (what marks it complete) lands last
@@ -87,7 +87,7 @@ def initial_checkpoint(ctx: StageContext) -> Path:
     if not (ctx.run.init_dir / STATE_FILE).is_file():
         from solrl_core.stages.shards import split_or_whole
 
-        split_or_whole(ctx, f"{__name__}:initial_work")
+        split_or_whole(ctx, initial_work)
     return ctx.run.init_dir
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from solrl_core.config import RunConfig
-from solrl_core.rundir import RunDir
-from solrl_core.text_cache import run_text_cache
+from solrl_core.config.schema import RunConfig
+from solrl_core.run.rundir import RunDir
+from solrl_core.models.text_cache import run_text_cache
 
 
 @dataclass
@@ -27,5 +27,5 @@ class StageContext:
         return self.run.stage_dir(self.iteration, stage) / name
 
     def encode(self, prompts) -> dict[str, torch.Tensor]:
-        """Batch-first conditioning of `prompts` from the run's text-embedding cache (solrl_core/text_cache.py)."""
+        """Batch-first conditioning of `prompts` from the run's text-embedding cache (solrl_core/models/text_cache.py)."""
         return run_text_cache(self.run, self.cfg, progress=self.progress).get(prompts)

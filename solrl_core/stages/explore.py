@@ -46,7 +46,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
 
 def run_explore(ctx: StageContext) -> dict:
     with ctx.run.stage_output(ctx.iteration, "explore", resume_partial=True):  # the pool lies in it
-        writer, shards = sample_pool(ctx, f"{__name__}:sampling")
+        writer, shards = sample_pool(ctx, sampling)
         attrs = dict(writer.group.attrs)
     return {"candidates": writer.committed, "prompts": len(attrs["prompts"]), "precision": attrs["precision"],
             "steps": int(attrs["steps"]), "shards": shards}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solrl_core.quant.backends import resolve_backend
-from solrl_core.quant.guardrail import FidelityGuardrail
+from solrl_core.models.quant.backends import resolve_backend
+from solrl_core.models.quant.guardrail import FidelityGuardrail
 from solrl_core.stages.context import StageContext
 
 

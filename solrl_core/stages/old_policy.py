@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from solrl_core.backbones.base import Backbone
+from solrl_core.models.backbones.base import Backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 

@@ -33,11 +33,11 @@ import zarr
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
-from solrl_core.pool import create_array
+from solrl_core.run.pool import create_array
 from solrl_core.rewards.base import Reward, torch_device
 from solrl_core.rewards.registry import load_rewards, reward_batch_size, weighted_sum
 from solrl_core.stages.context import StageContext
-from solrl_core.storage import remove_tree, zarr_store
+from solrl_core.run.storage import remove_tree, zarr_store
 
 SCORES = "scores.zarr"  # next to the pool it scores
 MAX_QUEUED = 2  # committed batches waiting for the scorer before sampling waits for it

@@ -7,7 +7,7 @@ W0 + θ_old would be 24 GB an iteration). The copy shares W0's tensors with the 
 LoRA-targeted layers and the quantized layers are new (`transformer_copies.merged_transformer`).
 
 With ``quant.lora_branch`` the quantized base is W0 alone (it depends only on W0, the explore precision and the quant
-settings: its `base_key`), and θ_old's LoRA runs in high precision beside it (solrl_core/quant/lora_branch.py). An
+settings: its `base_key`), and θ_old's LoRA runs in high precision beside it (solrl_core/models/quant/lora_branch.py). An
 iteration whose base key equals the previous iteration's takes that report over (`base_from_iteration`), without
 building anything.
 
@@ -22,8 +22,8 @@ import json
 
 import torch
 
-from solrl_core.backbones.base import module_device
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.models.backbones.base import module_device
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.prompts import CALIBRATION_PROMPT
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
@@ -37,7 +37,7 @@ def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tens
     alone, the lora_branch base) and its eligible Linear layers in the iteration's explore precision.
 
     Returns (model, report, setting). Quantizing is deterministic, so every process builds the same copy."""
-    from solrl_core.quant.backends import apply_backend
+    from solrl_core.models.quant.backends import apply_backend
 
     setting = explore_setting(ctx)
     transformer = merged_transformer(backbone, merged or {})
@@ -72,7 +72,7 @@ def explore_copy(ctx: StageContext, backbone):
     """The iteration's explore copy and its report: the merged W0 + θ_old quantized, or with ``quant.lora_branch``
     W0 quantized with θ_old's LoRA (the previous checkpoint's ``old`` adapter) in high precision beside each
     targeted layer."""
-    from solrl_core.quant.lora_branch import attach_lora_branches
+    from solrl_core.models.quant.lora_branch import attach_lora_branches
     from solrl_core.rl.policy import OLD
 
     if not ctx.cfg.quant.lora_branch:
@@ -137,7 +137,7 @@ def run_quantize(ctx: StageContext) -> dict:
     report = _previous_base_report(ctx, base_key(ctx)) if ctx.cfg.quant.lora_branch else None
     shards: list[dict] = []
     if report is None:
-        report, shards = split_or_whole(ctx, f"{__name__}:report_work")
+        report, shards = split_or_whole(ctx, report_work)
     report = {**report, **info}
     with ctx.run.stage_output(ctx.iteration, "quantize") as out:
         (out / "report.json").write_text(json.dumps(report, indent=2))

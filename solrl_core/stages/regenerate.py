@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solrl_core.pool import read_rows, read_table, write_table
+from solrl_core.run.pool import read_rows, read_table, write_table
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.old_policy import old_policy_transformer
 from solrl_core.stages.sampling import PoolSampling
@@ -50,7 +50,7 @@ def run_regenerate(ctx: StageContext) -> dict:
     shards: list[dict] = []
     with ctx.run.stage_output(ctx.iteration, "regenerate", resume_partial=cfg.regenerate.enabled) as out:
         if cfg.regenerate.enabled:
-            shards = sample_pool(ctx, f"{__name__}:sampling")[1]  # the samples lie in `out`
+            shards = sample_pool(ctx, sampling)[1]  # the samples lie in `out`
             chosen = read_table(out / "samples.zarr", ["candidate_index"])[0]["candidate_index"]
         else:
             pool_path = ctx.artifact("explore", "pool.zarr")

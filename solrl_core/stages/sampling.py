@@ -16,9 +16,9 @@ import zarr
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
-from solrl_core.pool import CandidateWriter
-from solrl_core.sampler import resolve_sampler, sample, schedule_sigmas
-from solrl_core.storage import zarr_store
+from solrl_core.run.pool import CandidateWriter
+from solrl_core.models.sampler import resolve_sampler, sample, schedule_sigmas
+from solrl_core.run.storage import zarr_store
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,13 @@ class PoolSampling:
 
     def prepare(self, ctx) -> None:
         """Create the pool (or keep the one a previous attempt left) before the shards write into it."""
-        from solrl_core.backbones.cache import load_backbone
+        from solrl_core.models.backbones.cache import load_backbone
 
         self.open(ctx, load_backbone(ctx.cfg))
 
     def run_shard(self, ctx, shard) -> tuple[dict, None]:
         """Sample the batches of `shard` that are not done yet; return what it did."""
-        from solrl_core.backbones.cache import load_backbone
+        from solrl_core.models.backbones.cache import load_backbone
 
         try:
             todo = CandidateWriter(self._group("r")).pending(shard.batches)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solrl_core.pool import read_table, write_table
+from solrl_core.run.pool import read_table, write_table
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.shards import split_or_whole
@@ -36,7 +36,7 @@ def final_scoring(ctx: StageContext) -> PoolScoring:
 
 
 def run_score_explore(ctx: StageContext) -> dict:
-    (reward, per), shards = split_or_whole(ctx, f"{__name__}:explore_scoring")
+    (reward, per), shards = split_or_whole(ctx, explore_scoring)
     with ctx.run.stage_output(ctx.iteration, "score_explore") as out:
         write_table(out / "rewards.zarr", {"reward": reward, **{f"reward_{k}": v for k, v in per.items()}})
     return {**_stats(reward), "shards": shards}
@@ -52,7 +52,7 @@ def run_score_final(ctx: StageContext) -> dict:
     proxy = proxy_all["reward"][cols["candidate_index"]]
     shards: list[dict] = []
     if attrs.get("regenerated"):
-        (reward, per), shards = split_or_whole(ctx, f"{__name__}:final_scoring")
+        (reward, per), shards = split_or_whole(ctx, final_scoring)
         fidelity = ranking_fidelity(proxy, reward, cols["prompt_index"])
     else:
         reward, per, fidelity = proxy.astype(np.float32), {}, {}

@@ -1,8 +1,8 @@
 """Work split over devices: a stage's rows in shards of whole batches, one shard per device, run at the same time.
 
-The splittable work of a stage is named in the stage table (solrl_core/stages/table.py) by a "module:function"
-string `ref`: `load(ref)(ctx)` builds it from the run directory alone, so any process can build it and run any
-shard of it. Two kinds exist: a pool to sample (`PoolSampling`, solrl_core/stages/sampling.py) and a pool to score
+The splittable work of a stage is a function of the stage's module, `(StageContext) -> work`, that builds the work
+from the run directory alone, so any process can build it and run any shard of it: it travels to other processes
+by its name, `ref` = "module:function" (`work_ref`), and `load(ref)` finds it there. Two kinds exist: a pool to sample (`PoolSampling`, solrl_core/stages/sampling.py) and a pool to score
 (`PoolScoring`, solrl_core/stages/pool_scoring.py). Each has
 
     n_rows, unit          rows, and the rows of an indivisible piece (a sampling batch; the lcm of the rewards'
@@ -31,20 +31,34 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from solrl_core.placement import local_name, placed_config, resolve_devices
-from solrl_core.backbones.cache import load_backbone, model_loads
+from solrl_core.models.backbones.cache import load_backbone, model_loads
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.pool_scoring import scoring_while_sampling
-from solrl_core.stages.table import load
+
+
+Work = Callable[..., Any] | str  # a work function of a stage module, or its ref
+
+
+def work_ref(work: Work) -> str:
+    """The name "module:function" the work function `work` travels under to another process."""
+    return work if isinstance(work, str) else f"{work.__module__}:{work.__qualname__}"
+
+
+def load(ref: str) -> Callable[..., Any]:
+    """The work function a "module:function" ref names (imported here when it is not yet)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -280,12 +294,13 @@ def run_split(ctx: StageContext, ref: str, workers: int) -> tuple[Any, list[dict
     return work.collect(ctx, reports), records(reports)
 
 
-def run_ranks(ctx: StageContext, ref: str, world: int, desc: str) -> list[dict] | None:
-    """The collective work `ref` on `world` device workers of the current runner (their records, rank order), or
+def run_ranks(ctx: StageContext, work: Work, world: int, desc: str) -> list[dict] | None:
+    """The collective work `work` on `world` device workers of the current runner (their records, rank order), or
     None when it has none (one device, or a cluster whose workers it did not start). The ranks draw no bars: this
     process shows one, `desc`, for the whole work."""
     from tqdm.auto import tqdm
 
+    ref = work_ref(work)
     runner = _RUNNER.get()
     if not runner.hosts_update(ctx.cfg):
         return None
@@ -295,22 +310,24 @@ def run_ranks(ctx: StageContext, ref: str, world: int, desc: str) -> list[dict] 
     return done
 
 
-def split_or_whole(ctx: StageContext, ref: str) -> tuple[Any, list[dict]]:
-    """The work `ref`'s result and its shards' records: split over the devices, or whole here on the one device
+def split_or_whole(ctx: StageContext, work: Work) -> tuple[Any, list[dict]]:
+    """The result of the work `work` and its shards' records: split over the devices, or whole here on the one device
     (`work.whole(ctx)`)."""
+    ref = work_ref(work)
     workers = shard_workers(ctx)
     if workers is not None:
         return run_split(ctx, ref, workers)
-    with one_device(ctx, ref) as (placed_ctx, work, record):
-        result = work.whole(placed_ctx)
+    with one_device(ctx, ref) as (placed_ctx, built, record):
+        result = built.whole(placed_ctx)
     return result, record
 
 
-def sample_pool(ctx: StageContext, ref: str, overlap: bool | None = None):
-    """Fill the pool of the sampling work `ref` (a `PoolSampling`); return its writer and the shards' records.
+def sample_pool(ctx: StageContext, work: Work, overlap: bool | None = None):
+    """Fill the pool of the sampling work `work` (a `PoolSampling`); return its writer and the shards' records.
 
     Split over the devices, the pool is scored afterwards (by the score stage, split too); whole here on the one
     device, each batch is scored while the next samples when `score.overlap` (or `overlap`) says so."""
+    ref = work_ref(work)
     workers = shard_workers(ctx)
     if workers is not None:
         job = load(ref)(ctx)

@@ -6,9 +6,9 @@ import copy
 
 import torch
 
-from solrl_core.backbones.base import Backbone
+from solrl_core.models.backbones.base import Backbone
 from solrl_core.stages.context import StageContext
-from solrl_core.storage import load_tensors
+from solrl_core.run.storage import load_tensors
 
 
 def fresh_transformer(backbone: Backbone) -> torch.nn.Module:

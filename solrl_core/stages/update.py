@@ -16,17 +16,17 @@ import torch
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
-from solrl_core.pool import read_table
+from solrl_core.run.pool import read_table
 from solrl_core.rl.advantages import group_advantages, optimality
 from solrl_core.rl.distributed import GradientSync, process_group
 from solrl_core.rl.nft_loss import forward_noise, nft_loss
 from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
 from solrl_core.rl.policy import EmaWeights, old_policy_eta
-from solrl_core.rundir import write_json_atomic
-from solrl_core.seeds import derived_generator, randn_rows
-from solrl_core.storage import load_tensors, save_tensors
-from solrl_core.backbones.base import module_device
-from solrl_core.backbones.cache import load_backbone
+from solrl_core.run.rundir import write_json_atomic
+from solrl_core.models.seeds import derived_generator, randn_rows
+from solrl_core.run.storage import load_tensors, save_tensors
+from solrl_core.models.backbones.base import module_device
+from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import (
     EMA_FILE,
     OPTIMIZER_FILE,
@@ -92,7 +92,7 @@ def run_update(ctx: StageContext) -> dict:
     keeps its model between iterations), in this process on one device, or by torchrun (`launch_update`) when the
     ranks span machines (`train.nodes` > 1) or this process has no device workers of its own."""
     tc = ctx.cfg.train
-    ranks = (run_ranks(ctx, f"{__name__}:update_rank", tc.processes, f"update it{ctx.iteration}")
+    ranks = (run_ranks(ctx, update_rank, tc.processes, f"update it{ctx.iteration}")
              if tc.nodes == 1 else None)
     if ranks is not None:
         return {**ranks[0]["result"], "shards": records(ranks)}

@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from solrl_core.config import RunConfig, dump_config
+from solrl_core.config.schema import RunConfig, dump_config
 from solrl_core.errors import SolrlError
 from solrl_core.orphan_guard import guarded
 from solrl_core.rl.distributed import check_setup, launch_command, launch_env, local_rendezvous, nodes_rendezvous

@@ -25,12 +25,12 @@ from collections.abc import Callable
 
 from solrl_core.errors import SolrlError
 from solrl_core.placement import check_update_devices
-from solrl_core.rundir import RunDir
+from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.registry import missing_inputs
+from solrl_core.run.staleness import missing_inputs
 from solrl_core.stages.update_launch import launch_update
-from solrl_core.staleness import is_current
+from solrl_core.run.staleness import is_current
 
 POLL_SECONDS = 5.0
 JOIN_ATTEMPTS = 3  # joins of one iteration's update: the first, the stage task's retry, and one spare
@@ -64,7 +64,7 @@ def join_updates(run: RunDir, iteration: int | None = None, force: bool = False,
 
 def _completion_id(run: RunDir, iteration: int) -> tuple | None:
     """What tells one commit of the update from another (None: not complete): its id and the time it was written (a
-    re-run whose files are bit for bit the old ones keeps the old id: solrl_core/staleness.py kept_id)."""
+    re-run whose files are bit for bit the old ones keeps the old id: solrl_core/run/lineage.py kept_id)."""
     if not run.is_complete(iteration, "update"):
         return None
     manifest = run.manifest(iteration, "update")

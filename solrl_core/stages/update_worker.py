@@ -29,9 +29,10 @@ from solrl_core.stages.update_launch import WORKER_MODULE
 def main(argv: list[str] | None = None) -> int:
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # as the CLI: no import notices per rank
 
-    from solrl_core.config import load_yaml, validate_config
+    from solrl_core.config.schema import load_yaml
+    from solrl_core.config.loading import validate_config
     from solrl_core.rl.distributed import process_group
-    from solrl_core.rundir import RunDir, write_json_atomic
+    from solrl_core.run.rundir import RunDir, write_json_atomic
     from solrl_core.stages.update import update_on_rank
 
     parser = argparse.ArgumentParser(prog=WORKER_MODULE, description="one rank of a distributed update (run by torchrun)")

@@ -1,0 +1,61 @@
+"""Reading a run config: a YAML file, a packaged config by name or YAML text, with `extends`, `--set` overrides and a
+tiny model's run overrides, validated by the schema (solrl_core/config/schema.py) and checked against the
+registries (solrl_core/config/checks.py). Every command reads its config through here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from solrl_core.config.checks import registry_problem
+from solrl_core.config.packaged import resolve_config
+from solrl_core.config.schema import (RunConfig, _parse_mapping, _read_yaml, apply_overrides, apply_tiny_overrides,
+                                      format_validation_error)
+from solrl_core.errors import ConfigError
+from solrl_core.excerpts import one_line
+
+
+def validate_config(data: dict, source: str = "config") -> RunConfig:
+    """`data` as a RunConfig: the schema's values (pydantic), then the names the registries must know."""
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {format_validation_error(exc)}") from None
+    problem = registry_problem(cfg)
+    if problem:
+        raise ConfigError(f"{source}: {one_line(problem)}")
+    return cfg
+
+
+def load_config(config: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML file or a packaged config by name (`solrl_core.config.packaged.resolve_config`), merge
+    `extends`, apply `--set` overrides (and a tiny model's run overrides), validate."""
+    path = resolve_config(config)
+    return _validated(_read_yaml(path), overrides, str(path), default_name=path.stem)
+
+
+def load_config_text(text: str, overrides: list[str] | None = None, source: str = "config text") -> RunConfig:
+    """A config given as YAML text, e.g. as resolved by `dump_config` (no `extends`: there is no file to resolve
+    its paths against); then as `load_config`."""
+    data = _parse_mapping(text, source, f"{source} is empty")
+    if "extends" in data:
+        raise ConfigError(f"{source}: 'extends' needs a file to resolve it against; give the config as resolved "
+                          "(solrl config --show CONFIG)")
+    return _validated(data, overrides, source)
+
+
+def load_config_from(source: str, overrides: list[str] | None = None) -> RunConfig:
+    """`source` is YAML text when it spans lines (what a training deployment carries), else a file or a packaged
+    config name."""
+    if "\n" in source:
+        return load_config_text(source, overrides)
+    return load_config(source, overrides)
+
+
+def _validated(data: dict, overrides: list[str] | None, source: str, default_name: str | None = None) -> RunConfig:
+    data = apply_overrides(data, overrides or [])
+    data = apply_tiny_overrides(data, overrides or [])
+    if default_name is not None:
+        data.setdefault("name", default_name)
+    return validate_config(data, source=source)

@@ -1,0 +1,658 @@
+"""Typed run configuration: YAML -> validated pydantic objects.
+
+Unknown keys and bad values are rejected with a message naming the key, and so are settings that contradict the
+config's `family` (solrl_core/config/families.py). Every field carries a description: `solrl config --explain` and
+docs/config.md are generated from them (solrl_core/config/explain.py). A config may start from other files with
+`extends: other.yaml` or `extends: [a.yaml, b.yaml, ...]` (paths relative to the extending file; the list merges in
+order, later files win; mappings merge key by key, the extending file wins over all of them). Where a command takes
+a CONFIG, it is a file or the name of a config shipped in the package (`solrl presets` lists them).
+`--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
+
+Tiny models: when `model.path` is a local directory holding `solrl_tiny.yaml` (written by `solrl make-tiny`), its
+values are merged over the config after `extends` and `--set`, and the `--set` overrides are applied once more, so
+the command line still wins. This makes an official preset runnable on a CPU against a tiny model.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.excerpts import cut, excerpt, one_line
+from solrl_core.config.limits import (  # the integer settings' upper bounds (runs.py and tests read them from here too)
+    MAX_BATCH, MAX_ITERATIONS, MAX_NODES, MAX_PROCESSES, MAX_PROMPTS, MAX_RANK, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
+    MAX_SIDE, MAX_STEPS, MAX_WIDTH)
+from solrl_core.config.packaged import packaged_config
+from solrl_core.userfiles import read_text
+
+Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
+
+
+def _takes_floats(annotation: Any) -> bool:
+    """Whether a field type holds floats (float, float | None, tuple[float, float], dict[str, float], ...)."""
+    return annotation is float or any(_takes_floats(arg) for arg in get_args(annotation))
+
+
+Family = Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"]  # the method families (solrl_core/config/families.py)
+FAMILIES: tuple[str, ...] = get_args(Family)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        """A float setting (or a float in a list or mapping) given true/false is refused, not read as 1.0/0.0
+        (YAML reads yes/no/on/off as booleans too). Integer settings refuse them by being strict (`_count`)."""
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        booleans = any(isinstance(item, bool) for item in items)
+        if booleans and _takes_floats(cls.model_fields[info.field_name].annotation):
+            raise PydanticCustomError("float_type", "Input should be a number, not true or false")
+        return value
+
+
+# The learning rate's upper bound. AdamW moves every weight by about lr per step whatever the gradient's scale (the
+# update is m / (sqrt(v) + eps), of magnitude ~1), so at lr = 1 each step already moves a LoRA weight by more than
+# its own size (B starts at 0, A at about 1/sqrt(rank): solrl_core/rl/policy.py): the adapter is noise after one
+# step. The references train LoRA at 1e-4 to 3e-4 (NVlabs/Sana configs/sol_rl, DiffusionNFT, flow_grpo). `lr: 1e30`
+# or `.inf` once trained a whole iteration and failed only when the weights were saved (a FloatingPointError, a
+# pending journal).
+MAX_LR = 1.0
+
+
+def _count(default: int | None, low: int, high: int, description: str, **kwargs: Any) -> Any:
+    """An integer setting from `low` to `high`, which the end of its description states. Only integers: strict, so
+    `true` or `2.5` (or `10.0`) is refused, not read as 1, 2 or 10."""
+    return Field(default, ge=low, le=high, strict=True, description=f"{description}; {low} to {high:,}", **kwargs)
+
+
+def _real(default: float | None, description: str, *, ge: float | None = None, gt: float | None = None,
+          le: float | None = None, lt: float | None = None) -> Any:
+    """A float setting: finite (nan, .inf and a string such as "inf" are refused; true/false too, see `_Strict`) and
+    within the bounds given, which the end of its description states ("finite, > 0 and ≤ 1")."""
+    bounds = [f"{sign} {value:g}" for sign, value in (("≥", ge), (">", gt), ("≤", le), ("<", lt)) if value is not None]
+    return Field(default, ge=ge, gt=gt, le=le, lt=lt, allow_inf_nan=False,
+                 description=f"{description}; {', '.join(['finite', ' and '.join(bounds)] if bounds else ['finite'])}")
+
+
+def _check_weights(key: str, weights: dict[str, float] | None) -> None:
+    """Reward weights are finite and add up to more than 0 (a weight may be negative, a penalty; 0 scores a reward
+    for the record only). All zero, the total reward is 0 for every sample: nothing to rank or learn from."""
+    for name, weight in (weights or {}).items():
+        if not math.isfinite(weight):
+            raise ValueError(f"{key}.{cut(name)}: the weight must be a finite number (got {weight})")
+    if weights and not sum(weights.values()) > 0:
+        raise ValueError(f"{key}: the weights add up to {sum(weights.values()):g}; they must add up to more than 0 "
+                         "(all 0: every sample's total reward is 0, nothing to rank or learn from), e.g. 1.0 on the "
+                         "reward that counts (a weight of 0 only scores a reward alongside)")
+
+
+BackboneKind = str
+"""A registered kind (solrl_core/models/backbones/specs/) or "package.module:Class" (a plug-in adapter), checked by
+solrl_core.models.backbones.registry.check_kind."""
+SamplerName = Literal["euler", "dpmpp_2m"]
+
+
+class ModelConfig(_Strict):
+    kind: BackboneKind = Field(
+        "embedded", description="backbone adapter: a registered kind (embedded, flux1, sd35, sana, ...: one spec each "
+        "in solrl_core/models/backbones/specs/) or `package.module:Class` naming a Backbone subclass of your own package "
+        "(docs/extending.md)")
+    path: str | None = Field(
+        None, description="local diffusers directory or hub id; null = the shipped embedded model (embedded only)"
+    )
+    device: str = Field("cpu", description="torch device of sampling, scoring and the update: cpu, cuda, cuda:1, ...")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="weights of the transformer and encoders (bfloat16 on GPUs); the LoRA θ, θ_old, their "
+        "optimizer state and EMA stay float32 whatever this is"
+    )
+    resolution: int | None = _count(
+        None, 8, MAX_SIDE, "image side in pixels; null = the backbone's default. A multiple of the backbone's pixels "
+        "per image token (its VAE factor times its latent patch: 16 for FLUX.1, 32 for SANA; solrl_core/models/backbones/"
+        "specs/); the embedded model takes only its weights' own side (32 for the shipped ones)")
+    sampler: SamplerName | None = Field(None, description="ODE solver; null = the backbone's default")
+    max_sequence_length: int | None = _count(None, 1, MAX_WIDTH, "text tokens (T5/Gemma); null = default")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the update (saves memory)")
+    decode_chunk: int = _count(8, 1, MAX_BATCH, "latents decoded per VAE call")
+    release_text_encoders: bool = Field(
+        False, description="drop the text encoders from the device once every prompt of the run is cached"
+    )
+    allow_downloads: bool = Field(False, description="let from_pretrained reach the hub (off: local files only)")
+
+
+
+class GuidanceConfig(_Strict):
+    """Guidance scales. 1.0 = none. FLUX.1-dev's distilled guidance embedding takes the value directly; the others
+    use classifier-free guidance with the empty prompt when the scale is above 1."""
+
+    rollout: float = _real(1.0, "scale of the explore and regenerate sampling (official 1.0)", ge=0)
+    train: float = _real(1.0, "scale of the velocities inside the update (official 1.0)", ge=0)
+    eval: float = _real(1.0, "scale of the held-out evaluation's sampling (official 1.0)", ge=0)
+
+
+class PromptsConfig(_Strict):
+    train: str = Field(
+        "builtin:shapes-train",
+        description="builtin:shapes-train | builtin:shapes-test | a text file (one prompt per line, # comments) | "
+        'a .jsonl file (one {"prompt": ...} object per line, other keys kept as metadata) (solrl_core/prompts.py)',
+    )
+    split: str | None = Field(
+        None, description='JSONL only: train on the lines whose "split" field equals this (e.g. train); null = all'
+    )
+    per_iteration: int = _count(4, 1, MAX_PROMPTS, "prompts drawn per iteration (official 48)")
+
+
+class QuantConfig(_Strict):
+    skip_names: list[str] | None = Field(
+        None,
+        description="Linear layers kept in high precision: any whose qualified name contains one of these (substring); "
+        "null = backbone default",
+    )
+    min_width: int | None = _count(
+        None, 0, MAX_WIDTH, "skip Linear layers with max(in, out) <= this; null = the backbone's (official FLUX 1000, "
+        "SD3.5-L 2432, SANA 2240)"
+    )
+    weight_format: Literal["nvfp4", "nvfp4_2d"] = Field(
+        "nvfp4_2d", description="NVFP4 weight scaling blocks: nvfp4_2d = 16x16 tiles (Transformer Engine's recipe, "
+        "official), nvfp4 = 1x16 rows"
+    )
+    act_format: Literal["nvfp4"] = Field(
+        "nvfp4", description="NVFP4 activation scaling blocks: 1x16 along the reduction dimension"
+    )
+    lora_branch: bool = Field(
+        False, description="explore with W0 alone quantized (the same every iteration; its report is computed once "
+        "per run) and θ_old's LoRA applied in fp32 beside the 4-bit base (as SVDQuant keeps a 16-bit low-rank "
+        "branch): no merged copy, LoRA updates never rounded away; false = quantize the merged W0 + θ_old every "
+        "iteration (the reference's way)"
+    )
+
+
+class GuardrailConfig(_Strict):
+    """Raise the explore precision/steps when its ranking fidelity (Spearman, proxy vs final) stays low."""
+
+    enabled: bool = Field(False, description="watch the fidelity each iteration (sol_rl only: needs regenerate)")
+    floor: float = _real(0.5, "Spearman below this counts as a bad iteration", ge=-1, le=1)
+    patience: int = _count(2, 1, MAX_ITERATIONS, "consecutive bad iterations before escalating")
+    ladder: list[tuple[Precision, int]] = Field(
+        default_factory=lambda: [("fp8_emulated", 6), ("fp32", 6), ("fp32", 10)],
+        description=f"settings to move to, one rung per escalation, after the configured precision/steps (steps 1 to "
+        f"{MAX_STEPS:,})",
+    )
+
+    @field_validator("ladder", mode="before")
+    @classmethod
+    def _ladder_steps(cls, ladder: Any) -> Any:
+        for rung in ladder if isinstance(ladder, list) else ():
+            steps = rung[1] if isinstance(rung, (list, tuple)) and len(rung) == 2 else None
+            if steps is not None and (type(steps) is not int or not 1 <= steps <= MAX_STEPS):
+                raise ValueError(f"explore.guardrail.ladder: steps must be a whole number from 1 to {MAX_STEPS:,} "
+                                 f"(got {excerpt(steps)})")
+        return ladder
+
+
+class ExploreConfig(_Strict):
+    precision: Precision = Field(
+        "auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs "
+        "(Blackwell / sm_89+), nvfp4_emulated / fp8_emulated = the same numerics anywhere (no speed-up), bf16, fp32 = "
+        "nothing replaced (full precision); auto = nvfp4 on Blackwell, fp8 on Hopper/Ada, else nvfp4_emulated "
+        "(official NVFP4; solrl_core/models/quant/backends.py)"
+    )
+    steps: int = _count(6, 1, MAX_STEPS, "ODE steps of the explore copy (official 6)")
+    seeds_per_prompt: int = _count(16, 1, MAX_SEEDS, "N, candidates per prompt (official 96)")
+    batch_size: int = _count(32, 1, MAX_BATCH, "candidates per forward batch; also the commit unit of the pool")
+    keep_latents: bool = Field(
+        True, description="store each candidate's final latent in the pool (always kept when regenerate is off: the "
+        "update trains on them)"
+    )
+    guardrail: GuardrailConfig = Field(GuardrailConfig(), description="ranking-fidelity guardrail (off by default)")
+
+
+class SelectConfig(_Strict):
+    mode: str = Field(
+        "best_worst", description="which K seeds per prompt train: best_worst = K/2 highest + K/2 lowest proxy reward "
+        "(official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = "
+        "every seed (diffusionnft); or package.module:Class, a SelectionRule of your own (solrl_core/rl/selection.py)"
+    )
+    k: int = _count(4, 1, MAX_SEEDS, "K, seeds kept per prompt (official 24)")
+
+
+class RegenerateConfig(_Strict):
+    enabled: bool = Field(
+        True, description="sample the selected seeds again with the full-precision copy and train on those (sol_rl); "
+        "false = train on the explore samples (the other families)"
+    )
+    steps: int = _count(10, 1, MAX_STEPS, "ODE steps of the full-precision copy (official 10)")
+    batch_size: int = _count(32, 1, MAX_BATCH, "samples per forward batch; also the commit unit of its artifact")
+
+
+class ScoreConfig(_Strict):
+    """Reward scoring of the explore pool and the regenerated samples (solrl_core/stages/pool_scoring.py)."""
+
+    overlap: bool = Field(
+        True, description="score each committed sampling batch on a background thread while the next one samples "
+        "(same scores as scoring after sampling; the score stages then only read them)"
+    )
+
+
+class OptimizerConfig(_Strict):
+    lr: float = _real(3e-4, "AdamW learning rate of the LoRA weights (official 3e-4; AdamW moves each weight by about "
+                      "lr per step whatever the gradient's scale: at 1 a LoRA weight moves by more than its size)",
+                      gt=0, le=MAX_LR)
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW moment decays (official 0.9, 0.999); each finite, ≥ 0 and < 1 (at 1 a moment "
+        "never forgets its start and Adam's bias correction divides by 0)")
+    weight_decay: float = _real(1e-4, "AdamW decoupled weight decay (official 1e-4)", ge=0)
+    eps: float = _real(1e-8, "AdamW denominator epsilon (official 1e-8)", gt=0)
+    grad_clip: float | None = _real(
+        None, "clip the gradient's global L2 norm to this; null = the backbone's default (official 1.0, NVlabs/Sana "
+        "configs/sol_rl max_grad_norm)", gt=0)
+
+    @field_validator("betas")
+    @classmethod
+    def _decays(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(math.isfinite(b) and 0 <= b < 1 for b in betas):
+            raise ValueError(f"train.optimizer.betas: each decay must be ≥ 0 and < 1 (got {list(betas)})")
+        return betas
+
+
+class TrainConfig(_Strict):
+    lora_rank: int = _count(32, 1, MAX_RANK, "rank r of the LoRA adapters θ and θ_old (official 32)")
+    lora_alpha: float = _real(
+        64.0, "LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)", gt=0)
+    lora_targets: list[str] | None = Field(
+        None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of "
+        "these); null = the backbone's official list (docs/backbones.md)"
+    )
+    timestep_fraction: float = _real(
+        0.6, "share of the sampling schedule's times trained per sample, drawn at random (official 0.6 SANA / SD3.5, "
+        "0.4 FLUX)", gt=0, le=1)
+    beta: float = _real(
+        1.0, "β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) "
+        "step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)", gt=0)
+    adv_clip: float = _real(
+        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = "
+        "clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)", gt=0)
+    kl_weight: float = _real(
+        1e-4, "weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = "
+        "none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)", ge=0)
+    micro_batch: int = _count(8, 1, MAX_BATCH, "(sample, time) pairs per forward/backward, per process")
+    processes: int = _count(1, 1, MAX_PROCESSES, "update processes per node (torchrun --nproc-per-node, data "
+                            "parallel); official 8 GPUs")
+    nodes: int = _count(1, 1, MAX_NODES, "machines the update spans (torchrun --nnodes). With more than 1, the "
+                        "machine that runs the update stage starts torchrun for itself, each other machine runs `solrl "
+                        "update-node --run-dir DIR` (one torchrun for every iteration's update), and all see the run "
+                        "directory (shared filesystem or S3)")
+    rdzv_endpoint: str | None = Field(None, description="HOST:PORT where the nodes meet (torchrun --rdzv-endpoint, "
+                                      "c10d rendezvous): a free port on one training machine, usually the one that "
+                                      "runs the stage, reachable from the others; needed when nodes > 1")
+    dist_backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo, nccl (GPUs)")
+    optimizer_steps: int = _count(1, 1, MAX_ITERATIONS, "optimizer steps per iteration (official 1)")
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW settings of the update")
+    old_eta_rate: float = _real(
+        0.001, "growth per optimizer step s of η in the sampling policy's soft update θ_old ← η·θ_old + (1 − η)·θ, η = "
+        "min(old_eta_rate·s, old_eta_max) (official 0.001, docs/method.md)", ge=0)
+    old_eta_max: float = _real(
+        0.5, "cap of that η: 0 = θ_old copies θ after every step, 1 = θ_old never moves (official 0.5)", ge=0, le=1)
+    ema_max_decay: float = _real(
+        0.9, "cap of the decay of the EMA of θ used for evaluation: decay = min((1 + s) / (10 + s), ema_max_decay) at "
+        "optimizer step s (official 0.9)", ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _rendezvous(self) -> TrainConfig:
+        if self.nodes > 1:
+            host, _, port = (self.rdzv_endpoint or "").rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"train.rdzv_endpoint: with train.nodes = {self.nodes} give HOST:PORT where the "
+                                 f"nodes meet (e.g. 10.0.0.1:29400), got {excerpt(self.rdzv_endpoint)}")
+        return self
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation with the EMA weights: fixed prompts and seeds, full precision."""
+
+    every: int = _count(5, 0, MAX_ITERATIONS, "evaluate after every N iterations (and the last); 0 = never")
+    prompts: str = Field("builtin:shapes-test", description="a builtin set, a text or a JSONL file (as prompts.train)")
+    split: str | None = Field(
+        None, description='JSONL only: evaluate the lines whose "split" field equals this (e.g. test); null = all'
+    )
+    num_prompts: int = _count(16, 1, MAX_PROMPTS, "the first N prompts of the set (fixed across evaluations)")
+    seeds_per_prompt: int = _count(2, 1, MAX_SEEDS, "fixed noise seeds per prompt (presets: 1)")
+    steps: int = _count(10, 1, MAX_STEPS, "ODE steps (official eval: 28 FLUX, 40 SD3.5/SANA)")
+    batch_size: int = _count(32, 1, MAX_BATCH, "samples per forward batch")
+    rewards: dict[str, float] | None = Field(
+        None, description="reward name -> weight of the held-out score; null = the training rewards. Weights are "
+        "finite and add up to more than 0, as the training rewards'"
+    )
+    gold: str | None = Field(
+        None, description="the gold evaluator: a reward also scored on every evaluation (weight 0, not in the total), "
+        "logged as `gold` with `gold_gap` = reward - gold. Train on a learned reward and evaluate with the one it "
+        "imitates (embedded_learned with gold: embedded): the learned reward rising while gold does not is reward "
+        "hacking; the benchmark compares families on gold when runs have it. null = none"
+    )
+
+
+class AuditConfig(_Strict):
+    """Full-fidelity audit: regenerate the whole explore pool at full precision and measure the ranking fidelity of
+    the proxy reward over whole prompt groups (solrl_core/stages/audit.py)."""
+
+    every: int = _count(0, 0, MAX_ITERATIONS, "audit iterations whose (iteration + 1) divides by N; 0 = never")
+
+
+class TrackingConfig(_Strict):
+    uri: str | None = Field(None, description="MLflow tracking URI; null = MLFLOW_TRACKING_URI, else "
+                            "sqlite:///mlruns.db in the working dir (through the MLflow server of `make server` while "
+                            "it serves that file)")
+    experiment: str = Field("solrl", description="MLflow experiment the run is logged under")
+    grid_prompts: int = _count(2, 0, MAX_PROMPTS, "prompts shown in the best/worst image grid per iteration")
+
+
+class OrchestrationConfig(_Strict):
+    """Where stages run. A stage with a work pool runs as a Prefect deployment run on that pool (a worker started
+    with `prefect worker start --pool NAME` picks it up) and the iteration flow waits for it; a stage without one
+    runs inside the iteration flow's own process."""
+
+    work_pools: dict[str, str] = Field(
+        default_factory=dict, description="stage -> work pool, e.g. {explore: explore-pool, update: train-pool}"
+    )
+    default_pool: str | None = Field(None, description="pool of the stages not in work_pools; null = in process")
+    flow_pool: str = Field("solrl", description="pool of the deployments `solrl deploy` makes for the training flow "
+                           "and for stages that have no pool")
+    devices: Literal["auto"] | list[str] = Field(
+        "auto", description="where sampling and scoring run (explore, regenerate, audit, evaluation, both score "
+        "stages): auto = every visible CUDA device when model.device is cuda, else model.device; or a list, e.g. "
+        "[cuda:0, cuda:1] or [cpu, cpu]. Several devices: one worker process per device, pinned to it, each "
+        "sampling/scoring whole batches; the same artifacts as one device of that type (solrl_core/placement.py)"
+    )
+    dask_address: str | None = Field(
+        None, description="tcp://HOST:PORT of a running Dask scheduler whose workers (one per device, started with "
+        "--resources device=1) run the shards; null = a local cluster of one process per entry of `devices`"
+    )
+    heartbeat_timeout: int = _count(
+        120, 45, MAX_SECONDS, "seconds without a heartbeat (sent every 30 s) after which a run on a work pool is "
+        "marked Crashed (its worker or machine was lost) and its stage re-run"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workers_replaced(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "workers" in data:
+            raise ValueError("orchestration.workers was replaced by orchestration.devices: list one device per "
+                             "worker process, e.g. devices: [cpu, cpu] or [cuda:0, cuda:1]")
+        return data
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> OrchestrationConfig:
+        from solrl_core.run.stage_table import STAGES
+
+        unknown = sorted(set(self.work_pools) - set(STAGES))
+        if unknown:
+            raise ValueError(f"orchestration.work_pools: unknown stage '{cut(unknown[0])}' (stages: "
+                             f"{', '.join(STAGES)})")
+        if self.dask_address is not None and not self.dask_address.startswith(("tcp://", "tls://")):
+            raise ValueError(f"orchestration.dask_address: expected tcp://HOST:PORT (got "
+                             f"'{cut(self.dask_address)}')")
+        return self
+
+    def pool_for(self, stage: str) -> str | None:
+        """The work pool `stage` runs on, or None to run it in the iteration flow's process."""
+        return self.work_pools.get(stage) or self.default_pool
+
+
+class RunConfig(_Strict):
+    name: str = Field("run", description="run name (default: the config file's stem); names the run directory "
+                      "runs/<name>/ and the MLflow run")
+    family: Family = Field(
+        "sol_rl", description="which method the config is (solrl_core/config/families.py): diffusionnft, naive_scaling, "
+        "naive_quant or sol_rl; checked against explore.precision, select.mode and regenerate.enabled"
+    )
+    seed: int = _count(0, 0, MAX_SEED, "root of every random draw (prompts, noise seeds, selection, timesteps); the "
+                       "noise seeds drawn from it must fit 64 bits as well (checked when the run starts)")
+    iterations: int = _count(10, 1, MAX_ITERATIONS, "RL iterations to train (each one optimizer_steps steps)")
+    model: ModelConfig = Field(ModelConfig(), description="the backbone: adapter, weights, device, resolution")
+    guidance: GuidanceConfig = Field(GuidanceConfig(), description="guidance scales per phase (official 1.0: none)")
+    prompts: PromptsConfig = Field(PromptsConfig(), description="the training prompts")
+    quant: QuantConfig = Field(QuantConfig(), description="which Linear layers the explore copy quantizes, and how")
+    explore: ExploreConfig = Field(ExploreConfig(), description="the low-precision sampling of N seeds per prompt")
+    select: SelectConfig = Field(SelectConfig(), description="which K of the N seeds per prompt are kept")
+    regenerate: RegenerateConfig = Field(RegenerateConfig(), description="full-precision sampling of the kept seeds")
+    rewards: dict[str, float] = Field(
+        default_factory=lambda: {"embedded": 1.0},
+        description="reward name -> weight of the training reward (`solrl rewards list`; official: one reward, 1.0). "
+        "Weights are finite and add up to more than 0; one may be negative (a penalty) or 0 (scored, not trained on)"
+    )
+    score: ScoreConfig = Field(ScoreConfig(), description="reward scoring of the sampled images")
+    reward_models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-reward weights location etc., e.g. {pickscore: {path: ...}}"
+    )
+    train: TrainConfig = Field(TrainConfig(), description="the update: LoRA, DiffusionNFT loss, optimizer, processes")
+    eval: EvalConfig = Field(EvalConfig(), description="held-out evaluation with the EMA weights")
+    audit: AuditConfig = Field(AuditConfig(), description="full-fidelity audit of the explore's ranking")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking")
+    orchestration: OrchestrationConfig = Field(OrchestrationConfig(), description="where the stages run (Prefect "
+                                               "work pools, devices, Dask)")
+
+    def evaluation_rewards(self) -> dict[str, float]:
+        """Reward name -> weight an evaluation scores with: `eval.rewards` (else the training rewards), plus the gold
+        evaluator at weight 0 (scored and reported, not added to the total)."""
+        weights = dict(self.eval.rewards or self.rewards)
+        if self.eval.gold is not None:
+            weights.setdefault(self.eval.gold, 0.0)
+        return weights
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> RunConfig:
+        if not self.rewards:
+            raise ValueError("rewards: name at least one reward")
+        _check_weights("rewards", self.rewards)
+        _check_weights("eval.rewards", self.eval.rewards)
+        if any(precision == "auto" for precision, _ in self.explore.guardrail.ladder):
+            raise ValueError("explore.guardrail.ladder: name concrete precisions (not auto)")
+        return self
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it: ~15x faster
+
+# The most values (scalars, lists, mappings) a YAML text may stand for once its aliases are expanded. An alias (*a)
+# repeats the value of an anchor (&a) without copying it, so 362 bytes of nested aliases (a "billion laughs") stand
+# for 10^9 values: harmless while shared, but merging, validating or printing the config walks every one of them. A
+# real config (or a run's frozen config.yaml) has hundreds.
+MAX_YAML_VALUES = 100_000
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """How many values the node tree under `root` stands for with its aliases expanded, counted over the shared nodes
+    once each (linear in the text); stops at the first count over `limit` (a recursive alias counts as over)."""
+    sizes: dict[int, int] = {}
+    ancestors: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            ancestors.discard(id(node))
+            if sizes[id(node)] > limit:
+                return sizes[id(node)]
+        elif id(node) in ancestors:  # an alias inside its own anchor: infinitely many values
+            return limit + 1
+        elif id(node) not in sizes:
+            ancestors.add(id(node))
+            stack.append((node, True))
+            stack += [(c, False) for c in children]
+    return sizes[id(root)]
+
+
+def load_yaml(text: str, source: str = "YAML") -> Any:
+    """`yaml.safe_load`, with libyaml when available (each stage task reads the run's config.yaml). A ConfigError
+    naming `source` when the aliases expand to more than MAX_YAML_VALUES values (checked before anything expands)."""
+    loader = _YamlLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        # Without a "*" the text has no alias: nothing to count (the common case, kept at libyaml's speed).
+        if "*" in text and _expanded_size(node, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+            raise ConfigError(f"{source}: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values (an alias "
+                              "bomb, or an alias inside its own anchor); write the values out, or repeat fewer")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _parse_mapping(text: str, source: str, empty_hint: str) -> dict:
+    """The YAML `text` as a mapping of keys; ConfigError naming `source` when it is not one."""
+    try:
+        data = load_yaml(text, source)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}:{where} is not valid YAML") from None
+    if data is None:
+        raise ConfigError(empty_hint)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys (key: value lines), not a "
+                          f"{_yaml_kind(data)}")
+    return data
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle")
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = read_text(path, "config")
+    except SolrlError as exc:
+        raise ConfigError(str(exc)) from None
+    data = _parse_mapping(text, str(path), f"config file {path} is empty; write the settings to change (e.g. "
+                          "extends: demo.yaml plus the keys that differ)")
+    parents = data.pop("extends", None)
+    if not data and not parents:  # `extends: []` (or null) and nothing else: a run of every default, asked by no one
+        raise ConfigError(f"config file {path} sets nothing (an empty 'extends' and no keys); name the config it "
+                          "starts from (extends: demo.yaml) or write the settings")
+    if parents is None:
+        return data
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise ConfigError(f"{path}: 'extends' must be a file name or a list of file names")
+    base: dict = {}
+    for parent in parents:  # in order: later files win
+        base = _deep_merge(base, _read_yaml(_extended(path, parent), seen + (path,)))
+    return _deep_merge(base, data)
+
+
+def _extended(path: Path, parent: str) -> Path:
+    """The file `extends: parent` in config `path` names: relative to `path`'s folder, else a packaged config of that
+    name (`extends: demo.yaml` from a config of your own, beside no copy of demo.yaml)."""
+    local = path.parent / parent
+    if local.exists():
+        return local
+    packaged = packaged_config(parent)
+    if packaged is None:
+        raise ConfigError(f"{path}: extends '{cut(parent)}', not found: neither a file beside it ({local}) nor a "
+                          "packaged config (`solrl presets` lists them)")
+    return packaged
+
+
+def _yaml_kind(value: Any) -> str:
+    return "list" if isinstance(value, list) else f"single value ({excerpt(value, 40)})"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (['a', 'b', 'c'], yaml-parsed value)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{cut(text)}' must look like key=value (e.g. train.optimizer.lr=1e-4)")
+    key, raw = text.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"override '{cut(text)}' has an empty key")
+    try:
+        value = load_yaml(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = dict(data)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for i, key in enumerate(keys[:-1]):
+            child = node.get(key)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"override '{cut(text)}': '{cut('.'.join(keys[: i + 1]))}' is not a section")
+            node[key] = dict(child)
+            node = node[key]
+        node[keys[-1]] = value
+    return data
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """The first error of a pydantic validation, as one line naming the key."""
+    err = exc.errors()[0]
+    key = cut(".".join(str(p) for p in err["loc"]) or "config")
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if err["type"] == "value_error":
+        return one_line(err["msg"].removeprefix("Value error, "))
+    return f"'{key}': {cut(err['msg'])} (got {excerpt(err.get('input'))})"
+
+
+TINY_OVERRIDES_FILE = "solrl_tiny.yaml"
+
+
+def tiny_overrides_file(data: dict) -> Path | None:
+    """`model.path`/solrl_tiny.yaml when model.path is a local directory holding one (see `solrl make-tiny`)."""
+    model = data.get("model")
+    path = model.get("path") if isinstance(model, dict) else None
+    if not isinstance(path, str) or not path:
+        return None
+    candidate = Path(path).expanduser() / TINY_OVERRIDES_FILE
+    return candidate if candidate.is_file() else None
+
+
+def apply_tiny_overrides(data: dict, overrides: list[str]) -> dict:
+    """Merge the tiny model's run overrides over `data`, then the `--set` overrides again (the command line wins).
+    Prints one line to stderr when it does. A tiny model of another backbone kind is a ConfigError."""
+    tiny_file = tiny_overrides_file(data)
+    if tiny_file is None:
+        return data
+    tiny = _read_yaml(tiny_file)
+    kind = (tiny.get("model") or {}).get("kind")
+    wanted = data["model"].get("kind", "embedded")
+    if kind is not None and kind != wanted:
+        raise ConfigError(
+            f"model.path {tiny_file.parent} holds a tiny '{cut(kind)}' model but model.kind is '{cut(wanted)}'; "
+            "use the preset of that model"
+        )
+    data = apply_overrides(_deep_merge(data, tiny), overrides)
+    print(f"solrl: tiny model at {tiny_file.parent}: applied its CPU run overrides ({tiny_file.name}); "
+          "--set still wins", file=sys.stderr)
+    return data
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,1 @@
+"""solrl_core/lab."""

@@ -1,0 +1,188 @@
+"""Pretraining of the embedded model: rectified flow on freshly rendered scenes of the training prompts.
+
+Loss: x_t = (1 - t) x0 + t eps, the transformer predicts v = eps - x0 (mean squared error), t ~ uniform(0, 1).
+The text encoder trains jointly. AdamW with warm-up, a constant rate, then a linear decay; the EMA of the weights is
+what gets saved.
+Held-out prompts (`shapes.test_prompts()`) are never trained on. Same seed and thread count -> same weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from solrl_core.models.embedded import shapes
+from solrl_core.errors import SolrlError
+from solrl_core.models.embedded.model import (
+    METADATA_FILE,
+    EmbeddedModel,
+    build_model,
+    images_to_latents,
+    load_model,
+    predict_velocity,
+)
+
+# The run that produced the shipped weights (solrl_core/models/embedded/pretrained/).
+DEFAULT_STEPS = 9000
+DEFAULT_BATCH = 32
+DEFAULT_LR = 1e-3
+DEFAULT_SEED = 0
+WARMUP_STEPS = 100
+DECAY_FRACTION = 0.3
+EMA_DECAY = 0.999
+EVAL_SEEDS_PER_PROMPT = 4
+
+
+def _lr_factor(step: int, steps: int) -> float:
+    """Linear warm-up, constant, then a linear decay to 10% over the last DECAY_FRACTION of the steps."""
+    if step < WARMUP_STEPS:
+        return (step + 1) / WARMUP_STEPS
+    decay_start = steps * (1 - DECAY_FRACTION)
+    if step < decay_start:
+        return 1.0
+    return 1.0 - 0.9 * min((step - decay_start) / max(steps - decay_start, 1), 1.0)
+
+
+def _sample_t(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """Uniform t: the few-step uniform-sigma sampler evaluates the model at t = 1, 0.9, ..., all of which need training
+    (a logit-normal t, as in SD3, almost never visits t = 1, where the first and largest Euler step is taken)."""
+    return torch.rand(batch, generator=generator)
+
+
+@torch.no_grad()
+def _ema_update(ema: torch.nn.Module, model: torch.nn.Module, step: int) -> None:
+    decay = min(EMA_DECAY, (1 + step) / (10 + step))
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p, 1 - decay)
+
+
+def sample_rewards(
+    model: EmbeddedModel, prompts: Sequence[str], seeds: Sequence[int], steps: int, batch: int = 128
+) -> tuple[np.ndarray, np.ndarray]:
+    """Euler samples of every (prompt, seed) pair and their embedded reward: (images (P*S, H, W, 3), rewards (P, S))."""
+    from solrl_core.models.backbones.embedded import EmbeddedBackbone
+    from solrl_core.rewards.embedded import prompt_match_reward
+    from solrl_core.models.sampler import sample
+
+    backbone = EmbeddedBackbone(model)
+    pairs = [(p, s) for p in prompts for s in seeds]
+    images = []
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start : start + batch]
+        cond = backbone.encode_prompts([p for p, _ in chunk])
+        noise = backbone.initial_noise([s for _, s in chunk])
+        x0 = sample(backbone, backbone.transformer, cond, noise, steps, sampler="euler").x0
+        images.append(backbone.decode(x0))
+    images = np.concatenate(images)
+    reward = prompt_match_reward(images, [p for p, _ in pairs])["reward"]
+    return images, reward.reshape(len(prompts), len(seeds))
+
+
+def evaluate(model: EmbeddedModel, seeds_per_prompt: int = EVAL_SEEDS_PER_PROMPT) -> dict:
+    """Mean reward of samples (train / held-out prompts, 6 and 10 Euler steps) and the mean within-prompt std."""
+    seeds = list(range(10_000, 10_000 + seeds_per_prompt))
+    out = {}
+    for steps in (6, 10):
+        for split, prompts in (("train", shapes.train_prompts()), ("test", shapes.test_prompts())):
+            _, reward = sample_rewards(model, prompts, seeds, steps)
+            out[f"reward_{split}_{steps}steps"] = round(float(reward.mean()), 4)
+            out[f"within_prompt_std_{split}_{steps}steps"] = round(float(reward.std(axis=1).mean()), 4)
+    return out
+
+
+def pretrain(
+    out_dir: str | Path,
+    steps: int | None = DEFAULT_STEPS,
+    batch_size: int | None = DEFAULT_BATCH,
+    lr: float | None = DEFAULT_LR,
+    seed: int = DEFAULT_SEED,
+    resolution: int = 32,
+    progress: bool = True,
+    log_every: int = 100,
+    save_every: int = 0,
+    evaluate_samples: bool = True,
+    threads: int = 2,
+) -> dict:
+    """Train the embedded model from scratch and save it to `out_dir`; returns the summary also stored there.
+
+    `steps`, `batch_size`, `lr` of None mean the defaults (those of the shipped weights).
+    `save_every` > 0 also saves the EMA weights every that many steps (same directory, overwritten), so a long run
+    can be inspected while it trains. Saved weights are fp16 (loaded back as fp32).
+    Bit-for-bit reproducibility holds for the same seed and `threads` (float sums are ordered per thread count).
+    On a busy machine set OMP_WAIT_POLICY=PASSIVE before starting Python: spinning OpenMP threads otherwise slow
+    2-thread torch down several-fold when another process holds a core.
+    """
+    steps = DEFAULT_STEPS if steps is None else steps
+    batch_size = DEFAULT_BATCH if batch_size is None else batch_size
+    lr = DEFAULT_LR if lr is None else lr
+    if steps < 1 or batch_size < 1 or lr <= 0:
+        raise SolrlError(f"pretrain needs steps >= 1, batch size >= 1 and lr > 0 (got {steps}, {batch_size}, {lr})")
+    torch.set_num_threads(threads)
+    model = build_model(resolution, seed=seed)
+    transformer, text_encoder = model.transformer.train(), model.text_encoder.train()
+    params = list(transformer.parameters()) + list(text_encoder.parameters())
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, steps))
+    ema_transformer = copy.deepcopy(transformer).requires_grad_(False)
+    ema_text = copy.deepcopy(text_encoder).requires_grad_(False)
+
+    data_rng = np.random.default_rng(seed)
+    noise_gen = torch.Generator().manual_seed(seed)
+    prompts = shapes.train_prompts()
+    losses, curve = [], []
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc="pretrain", disable=not progress)
+    for step in bar:
+        batch_prompts = [prompts[i] for i in data_rng.integers(0, len(prompts), batch_size)]
+        x0 = images_to_latents(shapes.render_batch(batch_prompts, data_rng, resolution))
+        eps = torch.randn(x0.shape, generator=noise_gen)
+        t = _sample_t(batch_size, noise_gen)
+        x_t = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * eps
+        v = predict_velocity(transformer, x_t, t, model.encode(batch_prompts))
+        loss = torch.nn.functional.mse_loss(v, eps - x0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        _ema_update(ema_transformer, transformer, step)
+        _ema_update(ema_text, text_encoder, step)
+        losses.append(loss.item())
+        if (step + 1) % log_every == 0 or step + 1 == steps:
+            recent = float(np.mean(losses[-log_every:]))
+            curve.append([step + 1, round(recent, 5)])
+            bar.set_postfix(loss=f"{recent:.4f}")
+            if not progress:
+                print(f"pretrain step {step + 1}/{steps} loss {recent:.4f}", flush=True)
+        if save_every and (step + 1) % save_every == 0 and step + 1 < steps:
+            partial = EmbeddedModel(ema_transformer, ema_text, model.tokenizer, resolution)
+            partial.save(out_dir, metadata={"pretraining": {"steps": step + 1, "of_steps": steps, "partial": True}})
+    seconds = time.perf_counter() - start
+
+    trained = EmbeddedModel(ema_transformer.eval(), ema_text.eval(), model.tokenizer, resolution)
+    summary = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "threads": threads,
+        "seconds": round(seconds, 1),
+        "final_loss": curve[-1][1] if curve else None,
+        "loss_curve": curve,
+        "weights": f"EMA {EMA_DECAY}",
+    }
+    out = trained.save(out_dir, metadata={"pretraining": summary})
+    if evaluate_samples:
+        # evaluate what was saved (fp16-rounded weights), exactly as users will load it
+        summary["samples"] = evaluate(load_model(out))
+        meta = json.loads((out / METADATA_FILE).read_text())
+        meta["pretraining"] = summary
+        (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    return summary
