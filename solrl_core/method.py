@@ -58,7 +58,8 @@ def _step(name: str, run: Callable[..., dict], writes: str, *work: Callable) -> 
 
 ITERATION: tuple[Step, ...] = (
     _step("quantize", quantize.run_quantize,
-          "report.json: the explore precision and backend, the layers replaced and kept, the calibration error", quantize.report_work),
+          "report.json: the explore precision and backend, the layers replaced and kept, the calibration error",
+          quantize.report_work),
     _step("explore", explore.run_explore,
           "pool.zarr: N seeds per prompt from the explore copy (images, latents, seeds); scores.zarr when scored "
           "while sampling", explore.sampling),

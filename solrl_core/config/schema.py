@@ -40,7 +40,8 @@ def _takes_floats(annotation: Any) -> bool:
     return annotation is float or any(_takes_floats(arg) for arg in get_args(annotation))
 
 
-Family = Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"]  # the method families (solrl_core/config/families.py)
+# The method families; what each one's settings must say: solrl_core/config/families.py
+Family = Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 
 

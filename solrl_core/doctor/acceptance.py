@@ -5,7 +5,7 @@ Steps, each recorded pass or fail with its error line, a failing step never stop
 1. ``bench MODEL`` for each ``--bench`` model (default flux1, sd35l, sana): `solrl doctor --gpu-bench`'s
    measurement (``gpu_bench.run_bench``, in this process) — as many blocks as fit, at the explore batch;
 2. ``make tiny-MODEL`` for each tiny run subject: the tiny random-weight model `solrl make-tiny MODEL` writes
-   (``backbones.tiny.make_tiny_model``), in DIR/tiny-MODEL;
+   (``models.backbones.tiny.make_tiny_model``), in DIR/tiny-MODEL;
 3. ``run SUBJECT PRECISION`` for each ``--runs`` subject (default: the config's own model, ``embedded``, and
    ``tiny-flux1``) and each ``--precisions`` explore precision (default fp8, then nvfp4_emulated): ``--iterations``
    iterations (default 2) through the stage registry and one evaluation (``acceptance_runs.run_training``), with

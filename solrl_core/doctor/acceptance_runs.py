@@ -1,11 +1,11 @@
 """The training runs of the GPU acceptance (`solrl_core.doctor.acceptance`): a few iterations of a config through the
 library alone, in this process, as `flows/training.py` and `flows/iteration.py` order them without Prefect:
-`runs.prepare_run`, then `stages.registry.run_stage` for every stage of `stages.table.STAGES` in order, iteration
+`runs.prepare_run`, then `stages.runner.run_stage` for every stage of `run.stage_table.STAGES` in order, iteration
 after iteration, then one held-out evaluation (`evaluate.run_eval`) after the last.
 
 The runs' subjects: the config's own model ("embedded": configs/demo.yaml's shipped model), or a tiny random-weight
-model made by `solrl make-tiny`'s library function (`backbones.tiny.make_tiny_model`) run with that tiny model's own
-run overrides (`backbones.tiny.bundle.tiny_run_overrides`), except its prompt file and reward checkpoints, which are
+model made by `solrl make-tiny`'s library function (`models.backbones.tiny.make_tiny_model`) run with that tiny model's own
+run overrides (`models.backbones.tiny.bundle.tiny_run_overrides`), except its prompt file and reward checkpoints, which are
 not written here: those runs keep the config's prompts and rewards.
 """
 
@@ -44,7 +44,7 @@ def tiny_overrides(model: str, directory: Path) -> list[str]:
     """``--set`` items running a config on the tiny ``model`` written in ``directory``: model.path and the tiny
     model's own run overrides, less TINY_KEYS_LEFT_OUT."""
     from solrl_core.models.backbones.tiny import tiny_spec
-    from solrl_core.models.backbones.tiny.bundle import tiny_run_overrides
+    from solrl_core.models.models.backbones.tiny.bundle import tiny_run_overrides
 
     data = tiny_run_overrides(tiny_spec(model).kind, {}, directory / "prompts.txt")
     for keys in TINY_KEYS_LEFT_OUT:

@@ -2,7 +2,7 @@
 
 Random weights from the shipped diffusers config (``solrl_core/models/model_configs``; nothing is downloaded), the
 official skip names and min width of the planner's model (``planner.flops.get_model``), and each precision made
-through the project's own ``quant.backends.apply_backend`` — the call the explore copy goes through. The model is
+through the project's own ``models.quant.backends.apply_backend`` — the call the explore copy goes through. The model is
 built directly in the run's dtype (no fp32 copy of it ever exists) and timed at the explore stage's batch size, both
 read from the model's official preset (``preset_config``: ``model.dtype``, ``explore.batch_size``); ``batch``
 overrides the batch. Per precision: seconds per forward of that batch, FLOPs counted with
@@ -163,7 +163,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _share_rate(flops: float, low: float, seconds: float, bf16: dict | None) -> float | None:
     """TFLOP/s of the replaced layers' share, solved from the planner's own split
-    (``planner.model.forward_seconds``: t = F_low / R(p) + (F − F_low) / R(bf16), R(bf16) measured); the whole
+    (``planner.cost_model.forward_seconds``: t = F_low / R(p) + (F − F_low) / R(bf16), R(bf16) measured); the whole
     forward's rate for bf16 itself. None when the share's time is not resolvable (t at or below the bf16 rest)."""
     if bf16 is None or low == flops:
         return flops / seconds / 1e12

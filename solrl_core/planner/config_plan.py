@@ -79,9 +79,9 @@ def embedded_forward(cfg) -> ForwardFlops:
 
 def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None,
                 calibration=None) -> dict:
-    """The plan of a validated ``RunConfig`` on ``gpus`` × ``gpu``: the same keys as ``planner.model.plan`` plus
+    """The plan of a validated ``RunConfig`` on ``gpus`` × ``gpu``: the same keys as ``planner.cost_model.plan`` plus
     ``config`` and ``config_family``. SolrlError (one line) for an unknown GPU or model. ``calibration``: as in
-    ``planner.model.plan``."""
+    ``planner.cost_model.plan``."""
     from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
     from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
 

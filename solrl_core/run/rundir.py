@@ -53,7 +53,7 @@ from solrl_core.userfiles import DIRECTORY, FILE, check_output_dir, entry_kind, 
 __all__ = ["STAGES", "RunDir", "read_json", "write_json_atomic"]
 
 
-CURVE_FILE = "learning_curve.png"  # the held-out evaluations' plot of a finished training (solrl_core/learning_curve.py)
+CURVE_FILE = "learning_curve.png"  # the plot of a finished training's evaluations (solrl_core/learning_curve.py)
 
 # The run directory's own names: what each must be when present (solrl writes them as such).
 TOP_FILES = (".lock", "config.yaml", "run.json", CURVE_FILE)
@@ -206,7 +206,7 @@ class RunDir:
     @contextmanager
     def stage_output(self, iteration: int, stage: str, resume_partial: bool = False):
         """Yield the `.partial` directory to write the stage's artifact into. It stays there until the stage is
-        committed (`commit`, by stages/registry.run_stage): the stage's previous artifact, if any, stays complete
+        committed (`commit`, by stages/runner.run_stage): the stage's previous artifact, if any, stays complete
         until then. With `resume_partial` an existing partial directory is kept (the stage resumes inside it);
         otherwise it is cleared first.
         """

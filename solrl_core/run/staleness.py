@@ -6,8 +6,8 @@ completions it read ("inputs", keys "<iteration>/<stage>"): the same-iteration s
 update; the evaluation after k iterations reads iteration k-1's update. A completion is stale when one of its inputs
 has another id now (it was run again), is missing, or is stale itself. Records without "inputs" (written before
 completions had ids) count as fresh. A re-run whose artifact is bit for bit the one it replaces (the same file
-inventory: names, sizes, digests) keeps the replaced completion's id (`kept_id`, solrl_core/run/lineage.py): what read it read the same bytes,
-so nothing becomes stale.
+inventory: names, sizes, digests) keeps the replaced completion's id (`kept_id`, solrl_core/run/lineage.py): what
+read it read the same bytes, so nothing becomes stale.
 
 Pure functions over a RunDir: they read manifests, never write.
 """

@@ -2,8 +2,9 @@
 
 The splittable work of a stage is a function of the stage's module, `(StageContext) -> work`, that builds the work
 from the run directory alone, so any process can build it and run any shard of it: it travels to other processes
-by its name, `ref` = "module:function" (`work_ref`), and `load(ref)` finds it there. Two kinds exist: a pool to sample (`PoolSampling`, solrl_core/stages/sampling.py) and a pool to score
-(`PoolScoring`, solrl_core/stages/pool_scoring.py). Each has
+by its name, `ref` = "module:function" (`work_ref`), and `load(ref)` finds it there. Two kinds exist: a pool to
+sample (`PoolSampling`, solrl_core/stages/sampling.py) and a pool to score (`PoolScoring`,
+solrl_core/stages/pool_scoring.py). Each has
 
     n_rows, unit          rows, and the rows of an indivisible piece (a sampling batch; the lcm of the rewards'
                           batch sizes), so every batch is formed exactly as in a one-device run: the same results;
