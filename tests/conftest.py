@@ -1,39 +1,43 @@
-"""Shared fixtures: a real Prefect server on 127.0.0.1 for the whole session, and a runner for the `solrl` CLI.
+"""The suite's rules and the fixtures every folder shares.
 
-Tests marked `e2e` start processes or servers; `make test-fast` (`pytest -m "not e2e"`) leaves them out. A test that
-uses a fixture of E2E_FIXTURES is marked automatically; any other test that starts a process must be marked by hand
-(`@pytest.mark.e2e` or the module's `pytestmark`): an unmarked test that does fails, naming the mark.
+Layout and the e2e mark: tests/support/suite_layout.py (unit tests by area under tests/unit/, tests that start
+processes or servers under tests/e2e/, the lab tooling's under tests/lab/). `make test-fast` (`pytest -m "not e2e"`)
+leaves the e2e tests out; a test left in that starts a process fails, naming the mark to add. The helper modules of
+tests/support/ are importable from every test (sys.path, below).
+
+Each test process (each xdist worker) has its own PREFECT_HOME, so that Prefect's temporary servers and anything else
+that falls back to ~/.prefect never share a database with another worker or another suite on the machine.
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing.util
 import os
-import signal
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from flows.servers import start_prefect
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # `from repo_paths import ROOT, TINY`, ...
 
-# Before torch loads: OpenMP threads that spin while waiting stall badly on a shared 2-core machine.
+# Before Prefect and torch load: a Prefect home of this process's own (removed at exit), and OpenMP threads that do
+# not spin while waiting (they stall badly on a shared 2-core machine).
+_PREFECT_HOME = tempfile.mkdtemp(prefix="solrl-tests-prefect-")
+atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+from cli_processes import free_port, solrl, start_prefect_server, stop  # noqa: E402 - support/ is on sys.path from here
+from suite_layout import mark_e2e_and_check_placement  # noqa: E402
 
 
-# Fixtures that start a server or drive the CLI in subprocesses: every test using one (even indirectly) is e2e.
-E2E_FIXTURES = {"session_env", "run_cli", "s3_server", "dask_cluster"}
-
-
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.e2e)
+    mark_e2e_and_check_placement(items)
 
 
 _started: list[str] = []  # processes started by the running test (filled only while a test that is not e2e runs)
@@ -91,21 +95,10 @@ def pytest_runtest_teardown(item, nextitem):
                         "`make test-fast` leaves it out", pytrace=False)
 
 
-def sigint_as_at_a_terminal() -> None:
-    """`preexec_fn` for a child that is sent Ctrl-C: SIGINT at its default, as in a terminal (a suite started in the
-    background by a shell ignores SIGINT, and its children would inherit that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def session_env(tmp_path_factory) -> dict[str, str]:
-    """Environment for CLI subprocesses: private PREFECT_HOME, a Prefect server on loopback, quiet logs."""
+    """Environment for CLI subprocesses: private PREFECT_HOME, a Prefect server on loopback, quiet logs, a tracking
+    store. Session-scoped, so one per test process: each xdist worker of `make test` has its own server and store."""
     base = tmp_path_factory.mktemp("env")
     env = {
         **os.environ,
@@ -124,43 +117,12 @@ def session_env(tmp_path_factory) -> dict[str, str]:
     stop(server)
 
 
-def start_prefect_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    """The Prefect server of `make server` (flows/servers.py) on 127.0.0.1:`port`, once its API answers."""
-    server = start_prefect(env, port, log, ROOT)
-    if server is None:
-        pytest.fail(f"prefect server did not start; see {log}")
-    return server
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
-def solrl(env: dict[str, str], *args: str, cwd: Path | None = None, check: bool = True, timeout: float = 600):
-    """Run the `solrl` CLI in a subprocess; return the CompletedProcess."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=env, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"solrl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc
-
-
 @pytest.fixture
 def run_cli(session_env):
     def _run(*args: str, **kwargs):
         return solrl(session_env, *args, **kwargs)
 
     return _run
-
-
-def tracking_set(env: dict[str, str]) -> list[str]:
-    return ["--set", f"tracking.uri={env['SOLRL_TEST_TRACKING_URI']}"]
 
 
 @pytest.fixture(scope="module")

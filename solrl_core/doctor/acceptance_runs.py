@@ -44,7 +44,7 @@ def tiny_overrides(model: str, directory: Path) -> list[str]:
     """``--set`` items running a config on the tiny ``model`` written in ``directory``: model.path and the tiny
     model's own run overrides, less TINY_KEYS_LEFT_OUT."""
     from solrl_core.models.backbones.tiny import tiny_spec
-    from solrl_core.models.models.backbones.tiny.bundle import tiny_run_overrides
+    from solrl_core.models.backbones.tiny.bundle import tiny_run_overrides
 
     data = tiny_run_overrides(tiny_spec(model).kind, {}, directory / "prompts.txt")
     for keys in TINY_KEYS_LEFT_OUT:

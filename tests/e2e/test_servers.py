@@ -1,0 +1,71 @@
+"""`make server`: the Prefect UI calls the API on the port the server was started on, not Prefect's default, and a
+server given a database keeps its runs there (which database it is given: tests/unit/cli/test_server_database.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from cli_processes import free_port, start_prefect_server, stop
+from repo_paths import ROOT
+from flows.servers import DATABASE_URL_SETTINGS
+
+
+@pytest.mark.e2e
+def test_make_server_starts_prefect_through_flows_servers():
+    port = free_port()
+    plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    assert f'{sys.prefix}/bin/python -m flows.servers prefect {port} --database "{ROOT}/.prefect/prefect.db" &' in plan
+    assert "prefect server start" not in plan  # one command line, in flows/servers.py
+    plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}", "PREFECT_DB=/x/p.db"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert f'flows.servers prefect {port} --database "/x/p.db" &' in plan
+
+
+@pytest.mark.e2e
+def test_a_server_given_a_database_keeps_its_runs_there(tmp_path):
+    from flows.servers import start_prefect
+
+    home, database = tmp_path / "home", tmp_path / "checkout" / ".prefect" / "prefect.db"
+    env = {**os.environ, "PREFECT_HOME": str(home)}
+    for name in ("PREFECT_API_URL", *DATABASE_URL_SETTINGS):
+        env.pop(name, None)
+    port = free_port()
+    server = start_prefect(env, port, tmp_path / "server.log", ROOT, database=database)
+    assert server is not None, (tmp_path / "server.log").read_text()
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/flows/", method="POST",
+                                         data=json.dumps({"name": "kept-here"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=30).close()
+    finally:
+        stop(server)
+    assert database.is_file() and not (home / "prefect.db").exists()
+    assert b"kept-here" in database.read_bytes() or any(  # SQLite may still hold the row in its write-ahead log
+        b"kept-here" in p.read_bytes() for p in database.parent.glob("prefect.db-*"))
+    assert f"Prefect database: {database}" in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.e2e
+def test_prefect_ui_calls_the_api_of_its_own_port(tmp_path):
+    port = free_port()
+    assert port != 4200
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_UI_API_URL", None)
+    server = start_prefect_server(env, port, tmp_path / "server.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        settings = json.loads(urllib.request.urlopen(f"{base}/ui-settings", timeout=10).read())
+        assert settings["api_url"] == f"{base}/api"
+        # the page the browser loads comes from the same server
+        page = urllib.request.urlopen(urllib.request.Request(base + "/", headers={"Accept": "text/html"}), timeout=10)
+        assert "<html" in page.read().decode().lower()
+    finally:
+        stop(server)

@@ -1,0 +1,204 @@
+"""The official presets: generated from the parts, every one valid, carrying the official values of docs/method.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repo_paths import ROOT
+from solrl_core.config import presets
+from solrl_core.config.loading import load_config
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.lab.quant_coverage import SANA_NATIVE_TO_DIFFUSERS
+
+PRESETS = ROOT / "configs" / "presets"
+
+# docs/method.md, "Official settings per backbone" (SD3.5-M has none: SD3.5-L's, min width = its width 1536 and
+# micro-batch 8 are this project's choices, stated in configs/parts/models/sd35m.yaml).
+SD35_SKIP = ["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"]
+SANA_NATIVE_SKIP = ["t_embedder", "t_block", "cfg_embedder", "y_embedder", "x_embedder", "final_layer",
+                    "logvar_linear", "attn.qkv"]
+OFFICIAL_MODEL = {
+    "flux1": dict(kind="flux1", resolution=512, sampler="dpmpp_2m", micro_batch=12, timestep_fraction=0.4,
+                  skip=["x_embedder", "context_embedder", "time_text_embed", "norm_out"], min_width=1000,
+                  eval_steps=28),
+    "sd35l": dict(kind="sd35", resolution=1024, sampler="dpmpp_2m", micro_batch=4, timestep_fraction=0.6,
+                  skip=SD35_SKIP, min_width=2432, eval_steps=40),
+    "sd35m": dict(kind="sd35", resolution=1024, sampler="dpmpp_2m", micro_batch=8, timestep_fraction=0.6,
+                  skip=SD35_SKIP, min_width=1536, eval_steps=40),
+    "sana": dict(kind="sana", resolution=1024, sampler="euler", micro_batch=16, timestep_fraction=0.6,
+                 skip=[d for n in SANA_NATIVE_SKIP for d in SANA_NATIVE_TO_DIFFUSERS[n]], min_width=2240,
+                 eval_steps=40),
+    # Qwen-Image has no official setting: FLUX.1's rule in its module names (configs/parts/models/qwenimage.yaml)
+    "qwenimage": dict(kind="qwenimage", resolution=512, sampler="euler", micro_batch=8, timestep_fraction=0.4,
+                      skip=["img_in", "txt_in", "time_text_embed", "norm_out"], min_width=1000, eval_steps=50),
+}
+# Text length and gradient-norm clip as the reference runs each model (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN of
+# train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
+# configs/sol_rl/{flux1,sd3,sana}.py, where sd3.py keeps configs/sol_rl/base.py's 0.002. SD3.5-M: SD3.5-L's.
+REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0),
+                      "qwenimage": (128, 1.0)}  # Qwen-Image (no reference): FLUX.1's
+# docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
+OFFICIAL_FAMILY = {
+    "diffusionnft": ("fp32", 10, 24, "all", 24, False),
+    "naive_scaling": ("fp32", 10, 96, "best_worst", 24, False),
+    "naive_quant": ("auto", 10, 96, "best_worst", 24, False),
+    "sol_rl": ("auto", 6, 96, "best_worst", 24, True),
+}
+ALL_REWARDS = {"pickscore", "clipscore", "hpsv2", "imagereward"}
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def test_checked_in_presets_equal_the_generator_output(tmp_path):
+    expected = presets.expected_presets()
+    assert len(expected) == 16 * len(presets.MODELS) == 80
+    assert sorted(p.name for p in PRESETS.glob("*.yaml")) == sorted(expected)
+    assert presets.differences(PRESETS) == []
+    # the generator run into an empty directory writes exactly the checked-in files
+    presets.write_presets(tmp_path)
+    assert {p.name: p.read_text() for p in tmp_path.glob("*.yaml")} == {
+        p.name: p.read_text() for p in PRESETS.glob("*.yaml")
+    }
+
+
+def test_check_mode_reports_stale_and_missing_presets(tmp_path, capsys):
+    presets.write_presets(tmp_path)
+    assert presets.main(["--check", "--dir", str(tmp_path)]) == 0
+    (tmp_path / "sana_sol_rl_hpsv2.yaml").write_text("extends: ../parts/official.yaml\n")
+    (tmp_path / "flux1_diffusionnft_clipscore.yaml").unlink()
+    (tmp_path / "old_preset.yaml").write_text("{}\n")
+    assert presets.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert presets.differences(tmp_path) == [
+        "flux1_diffusionnft_clipscore.yaml", "old_preset.yaml", "sana_sol_rl_hpsv2.yaml"]
+    assert presets.main(["--dir", str(tmp_path)]) == 0  # regenerating repairs all three
+    assert presets.differences(tmp_path) == []
+    capsys.readouterr()
+
+
+def test_presets_are_three_parts_deep_not_copies():
+    text = (PRESETS / "sd35l_naive_quant_imagereward.yaml").read_text()
+    keys = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert keys == ["extends: [../parts/official.yaml, ../parts/models/sd35l.yaml, ../parts/families/naive_quant.yaml, "
+                    "../parts/rewards/imagereward.yaml]"]
+
+
+@pytest.mark.parametrize("model", presets.MODELS)
+def test_every_preset_validates_with_the_official_values(model):
+    want = OFFICIAL_MODEL[model]
+    for family in presets.FAMILIES:
+        for reward in presets.REWARDS:
+            name = f"{model}_{family}_{reward}"
+            cfg = load_config(PRESETS / f"{name}.yaml")
+            assert cfg.name == name and cfg.family == family
+            # per model
+            assert (cfg.model.kind, cfg.model.resolution, cfg.model.sampler) == (
+                want["kind"], want["resolution"], want["sampler"])
+            assert (cfg.model.device, cfg.model.dtype, cfg.model.allow_downloads) == ("cuda", "bfloat16", False)
+            assert cfg.train.micro_batch == want["micro_batch"]
+            assert cfg.train.timestep_fraction == want["timestep_fraction"]
+            assert cfg.quant.skip_names == want["skip"] and cfg.quant.min_width == want["min_width"]
+            assert cfg.eval.steps == want["eval_steps"]
+            assert (cfg.model.max_sequence_length, cfg.train.optimizer.grad_clip) == REFERENCE_TRAINING[model]
+            assert cfg.train.lora_targets is None  # the backbone's default (the official list)
+            # per family
+            precision, steps, n, mode, k, regen = OFFICIAL_FAMILY[family]
+            assert (cfg.explore.precision, cfg.explore.steps, cfg.explore.seeds_per_prompt) == (precision, steps, n)
+            assert (cfg.select.mode, cfg.select.k, cfg.regenerate.enabled) == (mode, k, regen)
+            assert cfg.regenerate.steps == 10
+            # per reward: trained alone with weight 1, evaluated on all four (the trained one is the total)
+            assert cfg.rewards == {reward: 1.0}
+            assert set(cfg.eval.rewards) == ALL_REWARDS
+            assert {r: w for r, w in cfg.eval.rewards.items() if w} == {reward: 1.0}
+            # shared (docs/method.md, "One RL iteration")
+            assert cfg.prompts.per_iteration == 48
+            assert (cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.beta, cfg.train.adv_clip) == (32, 64, 1, 5)
+            assert (cfg.train.kl_weight, cfg.train.optimizer_steps) == (1e-4, 1)
+            assert (cfg.train.processes, cfg.train.dist_backend) == (8, "nccl")  # micro-batch per GPU, 8 GPUs
+            opt = cfg.train.optimizer
+            assert (opt.lr, opt.betas, opt.weight_decay, opt.eps) == (3e-4, (0.9, 0.999), 1e-4, 1e-8)
+            assert (cfg.train.old_eta_rate, cfg.train.old_eta_max, cfg.train.ema_max_decay) == (0.001, 0.5, 0.9)
+            assert cfg.eval.every == 20
+            assert (cfg.guidance.rollout, cfg.guidance.train) == (1.0, 1.0)  # no CFG in rollouts
+            assert (cfg.quant.weight_format, cfg.quant.act_format) == ("nvfp4_2d", "nvfp4")
+            assert cfg.prompts.train == "data/pickscore/train.txt" and cfg.eval.prompts == "data/pickscore/test.txt"
+
+
+def test_list_extends_merges_in_order_and_the_file_wins(tmp_path):
+    write(tmp_path, "base.yaml", "explore: {steps: 3, seeds_per_prompt: 8, batch_size: 4}\nselect: {k: 2}\n")
+    write(tmp_path, "a.yaml", "extends: base.yaml\nexplore: {steps: 4}\ntrain: {lora_rank: 8, micro_batch: 2}\n")
+    write(tmp_path, "b.yaml", "extends: base.yaml\nexplore: {steps: 5}\ntrain: {lora_rank: 16}\n")
+    child = write(tmp_path, "child.yaml", "extends: [a.yaml, b.yaml]\nexplore: {batch_size: 6}\n")
+    cfg = load_config(child)  # base.yaml reached twice (a diamond) is not a cycle
+    assert cfg.explore.steps == 5  # b after a
+    assert (cfg.train.lora_rank, cfg.train.micro_batch) == (16, 2)  # key by key: a's micro_batch survives
+    assert (cfg.explore.seeds_per_prompt, cfg.select.k, cfg.explore.batch_size) == (8, 2, 6)  # the file itself wins
+    flipped = write(tmp_path, "flipped.yaml", "extends: [b.yaml, a.yaml]\n")
+    assert load_config(flipped).explore.steps == 4
+    assert load_config(child, ["explore.steps=7"]).explore.steps == 7  # --set over everything
+    write(tmp_path, "loop.yaml", "extends: [base.yaml, child2.yaml]\n")
+    write(tmp_path, "child2.yaml", "extends: [loop.yaml]\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "loop.yaml")
+    with pytest.raises(ConfigError, match="'extends' must be a file name or a list"):
+        load_config(write(tmp_path, "bad.yaml", "extends: {a: 1}\n"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(write(tmp_path, "missing.yaml", "extends: [base.yaml, nope.yaml]\n"))
+
+
+def test_missing_official_prompt_set_says_where_to_get_it(tmp_path, monkeypatch):
+    from solrl_core.prompts import train_prompt_set
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(PRESETS / "sana_sol_rl_pickscore.yaml")
+    with pytest.raises(SolrlError) as err:
+        train_prompt_set(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("prompts.train: file not found: data/pickscore/train.txt")
+    assert "not shipped" in message and "data/pickscore/" in message
+    prompts = tmp_path / "data" / "pickscore"
+    prompts.mkdir(parents=True)
+    (prompts / "train.txt").write_text("a cat\na dog\n")
+    assert train_prompt_set(cfg) == ["a cat", "a dog"]
+    # another missing file gets no pickscore hint
+    other = load_config(PRESETS / "sana_sol_rl_pickscore.yaml", ["prompts.train=mine.txt"])
+    with pytest.raises(SolrlError, match=r"^prompts.train: file not found: mine.txt$"):
+        train_prompt_set(other)
+
+
+# The official LoRA targets (docs/method.md); SANA's native attn.qkv / attn.proj / cross_attn.q_linear / kv_linear /
+# proj in diffusers' module names (attn1 = self-attention, attn2 = cross-attention).
+OFFICIAL_LORA = {
+    "flux1": ["to_q", "to_k", "to_v", "to_out.0"],
+    "sd35l": ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
+    "sana": ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+             "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"],
+}
+OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
+OFFICIAL_LORA["qwenimage"] = OFFICIAL_LORA["flux1"]  # no official setting: FLUX.1's rule
+
+
+@pytest.mark.parametrize("model", presets.MODELS)
+def test_the_backbone_defaults_are_the_reference_text_length_and_clip(model):
+    """A run config that leaves them null gets the same values as the presets."""
+    from solrl_core.models.backbones.registry import adapter_class
+
+    defaults = adapter_class(OFFICIAL_MODEL[model]["kind"]).defaults
+    assert (defaults.max_sequence_length, defaults.grad_clip) == REFERENCE_TRAINING[model]
+
+
+@pytest.mark.parametrize("model", presets.MODELS)
+def test_null_lora_targets_mean_the_official_ones(model):
+    from solrl_core.models.backbones.registry import adapter_class
+    from solrl_core.planner.memory import lora_targets
+
+    cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")
+    assert cfg.train.lora_targets is None
+    assert adapter_class(cfg.model.kind).defaults.lora_targets == OFFICIAL_LORA[model]
+    assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts

@@ -1,0 +1,103 @@
+"""`solrl plan CONFIG`: a run config's backbone and sizes priced for every family (solrl_core/planner/config_plan.py;
+the command itself: tests/e2e/test_plan_config_cli.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from solrl_core.config.loading import load_config
+from solrl_core.planner.config_plan import family_shapes, plan_config
+from solrl_core.planner.flops import planner_model
+from solrl_core.planner.flops import count_flops
+from solrl_core.planner.cost_model import FAMILIES, Shapes, Throughput, iteration_cost, plan, shapes_from_config
+from solrl_core.planner.gpus import get_gpu
+from repo_paths import ROOT
+
+PRESETS = ROOT / "configs" / "presets"
+
+
+@pytest.mark.parametrize("preset, model", [("flux1_sol_rl_pickscore", "flux1"), ("sd35l_sol_rl_hpsv2", "sd35l"),
+                                           ("sd35m_sol_rl_clipscore", "sd35m"), ("sana_sol_rl_imagereward", "sana")])
+def test_an_official_preset_plans_like_its_model_at_official_shapes(preset, model):
+    cfg = load_config(PRESETS / f"{preset}.yaml")
+    assert planner_model(cfg) == model
+    from_config = plan_config(cfg, "b200")
+    official = plan(model, "b200")
+    assert from_config["config_family"] == "sol_rl" and list(from_config["families"]) == list(FAMILIES)
+    for family in FAMILIES:
+        assert from_config["families"][family]["seconds"] == pytest.approx(official["families"][family]["seconds"])
+
+
+def test_the_demo_config_prices_its_own_shapes_and_the_other_families_at_its_sizes():
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    shapes = family_shapes(cfg)
+    own = shapes["sol_rl"]
+    assert own == shapes_from_config(cfg) and own.optimizer_steps == cfg.train.optimizer_steps == 2
+    for family, s in shapes.items():
+        assert (s.prompts, s.k, s.optimizer_steps) == (cfg.prompts.per_iteration, cfg.select.k, 2)
+        assert s.seeds == (cfg.select.k if family == "diffusionnft" else cfg.explore.seeds_per_prompt)
+    assert (shapes["naive_scaling"].explore_steps, shapes["naive_quant"].explore_precision) == (10, "nvfp4")
+    assert shapes["diffusionnft"].seeds == cfg.select.k  # samples K and trains on all of them
+    # a diffusionnft config has no N: the others explore 4 K (the official 96 / 24)
+    nft = family_shapes(load_config(ROOT / "configs" / "families" / "diffusionnft.yaml"))
+    assert nft["sol_rl"].seeds == 4 * nft["diffusionnft"].k and nft["sol_rl"].explore_steps == 6
+
+
+def test_optimizer_steps_multiply_the_update_only():
+    from solrl_core.planner.flops import forward_flops
+
+    fwd = forward_flops("sana")
+    tp = Throughput(get_gpu("h100"), 1, 0.4)
+    one = iteration_cost(fwd, Shapes("sol_rl", explore_precision="nvfp4", explore_steps=6, regenerate=True), tp, 1e12)
+    two = iteration_cost(fwd, replace(Shapes("sol_rl", explore_precision="nvfp4", explore_steps=6, regenerate=True),
+                                      optimizer_steps=2), tp, 1e12)
+    assert two["seconds"]["update"] == pytest.approx(2 * one["seconds"]["update"])
+    assert two["seconds"]["rollout"] == one["seconds"]["rollout"]
+
+
+def test_embedded_forward_counts_attention_on_cpu():
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    result = plan_config(cfg, "b200", gpus=1)
+    f = result["forward"]
+    # 4 joint blocks over 64 image + 8 text tokens at width 128: q k^T and attn v, 2 FLOPs per multiply-add
+    assert f["attention"] == pytest.approx(4 * 4 * (64 + 8) ** 2 * 128)
+    assert f["image_tokens"] == 64 and f["text_tokens"] == 8
+    assert 0.4 < f["low_precision_share"] < 0.7  # the feed-forward in 4 bits, attention kept (min width 128)
+
+
+def test_count_flops_counts_sdpa_of_real_cpu_tensors():
+    class Attend(torch.nn.Module):
+        def forward(self, q):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    q = torch.randn(2, 3, 10, 16)
+    breakdown = count_flops(Attend(), lambda: Attend()(q))
+    assert breakdown.attention == 2 * 3 * 2 * (2 * 10 * 10 * 16)
+
+
+def test_a_config_plan_states_its_memory_per_stage_and_what_it_writes_to_disk():
+    from solrl_core.planner.disk import _size, run_disk
+    from solrl_core.planner.explore_copy import ExploreBackend
+    from solrl_core.planner.fits import stage_memory
+    from solrl_core.planner.cost_model import format_plan
+
+    cfg = load_config(PRESETS / "flux1_sol_rl_pickscore.yaml")
+    result = plan_config(cfg, "h100")
+    disk = run_disk(cfg)
+    assert result["disk"]["run_bytes"] == disk.run_bytes and result["disk"]["per_iteration"] == disk.per_iteration
+    memory = result["memory"]
+    assert memory["explore_backend"] == {"name": "fp8", "impl": "transformer_engine"}  # auto on Hopper, with TE
+    priced = {s.stage: s.gib for s in stage_memory(cfg, ExploreBackend("fp8", "transformer_engine"))}
+    assert {stage: s["gib"] for stage, s in memory["stages"].items()} == pytest.approx(priced)
+    without_te = stage_memory(cfg, ExploreBackend("fp8", "torch._scaled_mm"))[0].gib
+    assert memory["explore_without_te"]["gib"] == pytest.approx(without_te) and without_te < priced["explore"]
+    text = format_plan(result)
+    assert f"run directory: ~{_size(disk.iteration_bytes)} per iteration (explore pool" in text
+    assert f"~{_size(disk.run_bytes)} over the run's 300 iterations" in text
+    assert f"explore {priced['explore']:.1f}, regenerate {priced['regenerate']:.1f}" in text
+    blackwell = plan_config(cfg, "b200")["memory"]
+    assert blackwell["explore_backend"] == {"name": "nvfp4", "impl": "transformer_engine"}
+    assert plan_config(load_config(ROOT / "configs" / "demo.yaml"), "h100", gpus=1)["memory"] is None  # embedded

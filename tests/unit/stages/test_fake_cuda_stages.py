@@ -1,0 +1,132 @@
+"""The GPU paths without a GPU: every stage of an iteration and the evaluation, for the embedded model and each real
+backbone (tiny random weights), with the model in bf16 on a CUDA device faked by solrl_core/testing/fake_cuda.py.
+
+On a CPU every tensor lives on one device, so a CPU tensor meeting the model's weights (noise drawn on the CPU and
+never moved, conditioning pulled to the input's device, a constant made without a device) goes unnoticed; here it
+raises as it does on a GPU. Host syncs are counted: the sampling loop and the update's micro-batch loop must have
+none (a sync per step stalls the GPU every step), which shows as a count that does not grow with the steps.
+
+What the fake device cannot do is compute: values read back are placeholders (zeros), so these tests check where
+tensors live and what syncs, not numbers (the CPU tests check those). Prompts are encoded on the CPU first (the
+text cache), because Qwen-Image's prompt encoding needs `nonzero`, an op whose output shape depends on data.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from solrl_core.models.backbones.registry import load_backbone
+from solrl_core.config.loading import load_config
+from solrl_core.evaluate import run_eval
+from solrl_core.run.rundir import RunDir
+from solrl_core.runs import prepare_run
+from solrl_core.models.sampler import sample
+from solrl_core.stages.runner import run_stage
+from solrl_core.run.stage_table import STAGES
+from solrl_core.testing.fake_cuda import fake_cuda
+from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
+
+from repo_paths import ROOT, TINY
+
+BACKBONES = ("embedded", "flux1", "sd35l", "sana", "qwenimage")
+# one prompt, four seeds, two steps: what the fake device costs is per op, so fewer ops are what makes this fast
+SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1", "explore.seeds_per_prompt=4",
+         "explore.batch_size=2", "explore.steps=2", "select.k=2", "regenerate.steps=2", "regenerate.batch_size=2",
+         "train.micro_batch=4", "eval.num_prompts=1", "eval.seeds_per_prompt=2", "eval.steps=2", "eval.batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """model -> the directory `solrl make-tiny` writes (tiny model, rewards, prompts, run overrides), made when first
+    asked for."""
+    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+
+    made: dict[str, str] = {}
+
+    def get(model: str) -> str:
+        if model not in made:
+            made[model] = str(make_tiny_bundle(model, tmp_path_factory.mktemp(model))["dir"])
+        return made[model]
+
+    return get
+
+
+def _config(model: str, tiny_models, *overrides):
+    if model == "embedded":
+        return load_config(TINY, [*SMALL, "eval.every=1", *overrides])
+    preset = ROOT / "configs" / "presets" / f"{model}_sol_rl_pickscore.yaml"
+    return load_config(preset, [f"model.path={tiny_models(model)}", *SMALL, "eval.every=1", "train.processes=1",
+                                "train.dist_backend=gloo", *overrides])
+
+
+def _cpu_backbone(cfg):
+    return load_backbone(cfg.model.model_copy(update={"device": "cpu"}))
+
+
+def _run(path, cfg) -> RunDir:
+    """A run directory of `cfg` whose prompts are already encoded (on the CPU) into its text cache."""
+    run = RunDir(path)
+    prepare_run(run, cfg)
+    cpu = _cpu_backbone(cfg)
+    TextCache(run.root / CACHE_DIR, cpu, cfg.model).ensure(run_prompts(cfg, cpu))
+    return run
+
+
+@pytest.mark.parametrize("model", BACKBONES)
+def test_an_iteration_and_its_evaluation_run_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+    """quantize (its calibration forward), explore, both score stages (the preset's reward), select, regenerate, the
+    update (its three forwards, the loss, the optimizer step) and the evaluation: no CPU/CUDA mix; θ stays fp32
+    over the bf16 base."""
+    cfg = _config(model, tiny_models)
+    run = _run(tmp_path / "run", cfg)
+    with fake_cuda():
+        for stage in STAGES:
+            run_stage(run, cfg, 0, stage, progress=False)
+        evaluation = run_eval(run, cfg, 1)
+    assert all(run.is_complete(0, stage) for stage in STAGES)
+    assert evaluation["samples"] == 2
+    adapters = load_file(str(run.checkpoint_dir(0) / "adapters.safetensors"))
+    assert adapters and {t.dtype for t in adapters.values()} == {torch.float32}
+
+
+@pytest.mark.parametrize("model", BACKBONES)
+def test_the_sampling_loop_never_syncs(model, tiny_models, one_torch_thread):
+    """The whole ODE solve on the device, whatever the step count: no sync at all, and the same host-to-device
+    copies (the noise, the schedule) for 2 steps as for 4, for either solver."""
+    cfg = _config(model, tiny_models)
+    cond = _cpu_backbone(cfg).encode_prompts(["a red circle", "a blue square"])
+    with fake_cuda() as gpu:
+        backbone = load_backbone(cfg.model)
+        on_device = {k: v.to("cuda") for k, v in cond.items()}
+        for sampler in ("euler", "dpmpp_2m"):
+            uploads = []
+            for steps in (2, 2, 4):  # the first one fills the adapters' caches; Qwen-Image needs 2 steps at least
+                before = len(gpu.uploads)
+                result = sample(backbone, backbone.transformer, on_device, backbone.initial_noise([1, 2]), steps,
+                                sampler=sampler)
+                assert result.x0.device.type == "cuda"
+                # copies made inside a model's forward are diffusers' own (Qwen-Image uploads its text length)
+                uploads.append([str(u) for u in gpu.uploads[before:] if not u.origin.startswith("diffusers/models/")])
+            assert uploads[1] == uploads[2], f"{sampler}: a host-to-device copy per step"
+    assert gpu.syncs == []
+
+
+def test_the_update_syncs_once_per_step_not_per_micro_batch(tiny_models, tmp_path, one_torch_thread):
+    """The update with 1 and with 4 micro-batches per optimizer step: the same host syncs (the loss terms are read
+    once per step, the gradient norm once) and host-to-device copies, so none happens per micro-batch."""
+    cfg = _config("embedded", tiny_models)
+    run = _run(tmp_path / "run", cfg)
+    counts = {}
+    with fake_cuda() as gpu:
+        for stage in STAGES[:-1]:
+            run_stage(run, cfg, 0, stage, progress=False)
+        for micro_batch in (4, 1):  # 2 samples x 2 of their 2 times = 4 (sample, time) pairs: 1 or 4 micro-batches
+            smaller = cfg.model_copy(update={"train": cfg.train.model_copy(update={"micro_batch": micro_batch})})
+            before = len(gpu.syncs), len(gpu.uploads)
+            summary = run_stage(run, smaller, 0, "update", force=True, progress=False)["summary"]
+            counts[micro_batch] = [str(s) for s in gpu.syncs[before[0]:]], [str(u) for u in gpu.uploads[before[1]:]]
+    assert summary["step"] == cfg.train.optimizer_steps
+    for one, four in zip(counts[4], counts[1]):  # syncs, then host-to-device copies
+        assert len(one) == len(four), set(four) - set(one)
