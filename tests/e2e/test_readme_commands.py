@@ -302,8 +302,9 @@ def check_solrl(command: str) -> str:
 
 @cache
 def _make_plan(target: str, *variables: str) -> str:
-    proc = subprocess.run(["make", "-n", target, *variables, f"VENV={sys.prefix}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    # --no-print-directory: under `make test` this make is a sub-make, which would add "Leaving directory" lines
+    proc = subprocess.run(["make", "-n", "--no-print-directory", target, *variables, f"VENV={sys.prefix}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"make -n {target}: {proc.stderr}"
     return proc.stdout
 
