@@ -45,12 +45,6 @@ class Step:
     def name(self) -> str:
         return self.stage.name
 
-    @property
-    def reads(self) -> tuple[str, ...]:
-        """What it reads, in words: the previous checkpoint and the same-iteration steps (stage table)."""
-        previous = ("the previous checkpoint (θ, θ_old)",) if self.stage.needs_previous_checkpoint else ()
-        return previous + self.stage.reads
-
 
 def _step(name: str, run: Callable[..., dict], writes: str, *work: Callable) -> Step:
     return Step(TABLE_BY_NAME[name], run, writes, work)

@@ -271,7 +271,7 @@ class _BlockReuse:
     its outputs are shape-only stand-ins (this block's inputs where the first one returned an input). A diffusers
     transformer's blocks are repeats of one or two kinds, so the 60 blocks of Qwen-Image cost one block's forward
     (the whole forward on the meta device took ~1.5 s); ``_activation_bytes(..., reuse_blocks=False)`` runs every
-    block and gives the same counts (tests/test_planner_memory_fits.py)."""
+    block and gives the same counts (tests/unit/planner/test_planner_memory_fits.py)."""
 
     def __init__(self):
         self.done: dict[tuple, dict] = {}  # key -> what the first such block saved and returned

@@ -27,13 +27,12 @@ import numpy as np
 
 from solrl_core.config.schema import RunConfig
 from solrl_core.run.pool import read_table, write_table
-from solrl_core.run.rundir import RunDir, write_json_atomic
+from solrl_core.run.rundir import write_json_atomic
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.old_policy import old_policy_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
-from solrl_core.run.stage_table import BY_NAME
 from solrl_core.rl.selection import kept_per_prompt
 
 AUDIT = "audit"
@@ -151,7 +150,3 @@ def run_audit(ctx: StageContext) -> dict:
         )
         write_json_atomic(out / "summary.json", summary)
     return {**summary, "shards": sample_shards, "score_shards": score_shards}
-
-
-def audit_missing_inputs(run: RunDir, iteration: int) -> list[str]:
-    return [stage for stage in BY_NAME[AUDIT].requires if not run.is_complete(iteration, stage)]

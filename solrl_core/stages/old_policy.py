@@ -3,7 +3,7 @@
 The regenerate stage and the audit sample with θ_old. Rather than a second full transformer holding W0 + ΔW (what
 `LoraPolicy.merged_state_dict` gives), peft's LoRA layers wrap a module tree whose weights ARE the cached backbone's
 (`stages.context.attach_policy`), with the ``old`` adapter active: each targeted Linear computes W0·x + B·A·x·(α/r).
-The samples equal the merged copy's up to float rounding (tests/test_old_policy_branch.py); the memory is W0 once
+The samples equal the merged copy's up to float rounding (tests/unit/stages/test_old_policy_branch.py); the memory is W0 once
 plus the adapters.
 """
 

@@ -212,7 +212,7 @@ CASES: tuple[Case, ...] = (
     Case("forced-update-bad-input", "force", "forced update whose input (final rewards) is damaged",
          _stage("update", LAST, "--force"), (("flip", {"path": f"{_FINAL_SCORES}/reward/c.*"}),), repair=True),
     # a forced re-run whose files are bit for bit the old ones keeps its id (#28): the later stages stay fresh, and
-    # the resume ends identical to the reference (recomputing them: tests/test_stale.py, with other bytes)
+    # the resume ends identical to the reference (recomputing them: tests/unit/run/test_stale.py, with other bytes)
     Case("forced-stage-identical-keeps-later", "force", "explore forced again, bit-identical: nothing becomes stale",
          _stage("explore", LAST, "--force"), expect="success", then=TRAIN),
     # ---- signals: train stopped while iteration 1 runs; then resumed ----------------------------------------------

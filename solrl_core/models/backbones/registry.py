@@ -97,7 +97,7 @@ def resolution_problem(model) -> str | None:
     resolution = model.resolution
     if resolution is None:
         return None
-    for spec in specs_of_kind(model.kind)[:1]:  # the specs of one kind agree (tests/test_backbone_specs.py)
+    for spec in specs_of_kind(model.kind)[:1]:  # the specs of one kind agree (tests/unit/models/backbones/test_backbone_specs.py)
         native = spec.defaults.resolution
         if spec.fixed_resolution and model.path is None and resolution != native:
             return (f"model.resolution {resolution}: the {spec.title} model's shipped weights generate {native} px "

@@ -12,7 +12,7 @@ This module imports neither torch nor an adapter: adapters and tiny makers are n
 The preset part and the spec. The part is a run config a user reads and edits; the spec is what Python reads where
 no config exists (the adapters' defaults, the planner, the coverage report) and must work in an installed package
 without configs/. The spec is the source: `part_disagreements` lists every key of the part that says something else
-than the spec, and tests/test_backbone_specs.py fails on any.
+than the spec, and tests/unit/models/backbones/test_backbone_specs.py fails on any.
 """
 
 from __future__ import annotations
