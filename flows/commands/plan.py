@@ -132,9 +132,11 @@ def register(sub) -> None:
                        "and report.json, and log them to MLflow: held-out eval reward against iterations, measured "
                        "CPU seconds and modeled GPU cost; time to reach the baseline's final reward and the speed-ups; "
                        "final rewards with their spread over seeds; ranking fidelity per iteration and the "
-                       "full-fidelity audits; 95% bootstrap intervals over training seeds, paired differences "
-                       "and a verdict per claim of the method. configs/bench.yaml is sized for about 60 minutes "
-                       "on 2 CPU cores; --quick runs its smaller protocol (under 15 minutes).")
+                       "full-fidelity audits; 95% intervals over training seeds (Student t, Hall's skewness-corrected "
+                       "t, Fieller's for ratios: closed-form, no resampling), paired differences, the per-seed "
+                       "numbers, a verdict per claim of the method and each interval's simulated coverage. "
+                       "configs/bench.yaml is sized for about 75 minutes on 2 CPU cores; --quick runs its smaller "
+                       "protocol (under 15 minutes).")
     p.add_argument("config", help="bench YAML: a file, or a packaged bench config's name, e.g. bench")
     p.add_argument("--run-dir", help="where the runs and the report go (default: the config's run_root, runs/bench)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",

@@ -12,7 +12,8 @@ import math
 from itertools import combinations
 
 from solrl_core.bench.stats import (
-    Estimate, bootstrap_mean, paired_difference, paired_ratio, seed_time_to_target, verdict_above, verdict_at_least,
+    Estimate, mean_interval, paired_difference, paired_ratio, seed_time_to_target, skewed_mean_interval, verdict_above,
+    verdict_at_least,
 )
 
 AXES = ("iteration", "cpu", "gpu")
@@ -40,14 +41,15 @@ def seed_times(curve: dict, target: float, axis: str) -> tuple[dict[int, float],
 
 
 def family_statistics(curve: dict, target: float) -> dict:
-    """Final evaluation value and time to target (three axes) of one family, each with its bootstrap interval."""
+    """Final evaluation value (t interval) and time to target on three axes (Hall's skewness-corrected interval) of
+    one family."""
     finals = seed_finals(curve)
-    out = {"final_reward": bootstrap_mean(list(finals.values())).as_dict(), "final_reward_per_seed": finals,
+    out = {"final_reward": mean_interval(list(finals.values())).as_dict(), "final_reward_per_seed": finals,
            "time_to_target": {}}
     for axis in AXES:
         times, cens = seed_times(curve, target, axis) if math.isfinite(target) else ({}, {})
         seeds = sorted(times)
-        est = bootstrap_mean([times[s] for s in seeds], censored=[cens[s] for s in seeds])
+        est = skewed_mean_interval([times[s] for s in seeds], censored=[cens[s] for s in seeds])
         out["time_to_target"][axis] = {**est.as_dict(),
                                        "per_seed": {s: {"value": times[s], "censored": cens[s]} for s in seeds}}
     return out
@@ -142,8 +144,8 @@ def claims(stats: dict[str, dict], pairs: list[dict], baseline: str, margin: flo
         if fam is None:
             break
         per_seed = fidelity[fam]
-        within = bootstrap_mean([v.get(f"{key}_within_prompt", math.nan) for v in per_seed.values()]).as_dict()
-        pooled = bootstrap_mean([v.get(f"{key}_pooled", math.nan) for v in per_seed.values()]).as_dict()
+        within = mean_interval([v.get(f"{key}_within_prompt", math.nan) for v in per_seed.values()]).as_dict()
+        pooled = mean_interval([v.get(f"{key}_pooled", math.nan) for v in per_seed.values()]).as_dict()
         out.append(_claim(
             f"{fam}'s 4-bit explore ranks whole prompt groups like full precision: {key} >= {bar} (paper)",
             f"audit {key} within prompt, mean over audits per seed: CI low >= {bar}",

@@ -3,8 +3,10 @@
 Each preset is a short generated file whose one key, `extends`, lists the shared parts in configs/parts/
 (official.yaml, then one file each of models/, families/ and rewards/; later files win), so a value lives in exactly
 one place. The models are the backbone specs with a part in parts/models/, the rewards the registered rewards with a
-part in parts/rewards/. Regenerate after changing the families below or adding a part (a test checks the checked-in
-files equal this output):
+part in parts/rewards/. Each preset's header says what its settings are: the official ones (docs/method.md) or, for
+a model without an official Sol-RL setting (SD3.5-Medium, Qwen-Image), what they are instead (the backbone spec's
+`settings`; its part names each value's source). Regenerate after changing the families below or adding a part (a
+test checks the checked-in files equal this output):
 
     python -m solrl_core.config.presets            # rewrite configs/presets/
     python -m solrl_core.config.presets --check    # exit 1 if a preset differs or is missing (or one is left over)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from solrl_core.models.backbones.registry import backbone_specs
@@ -22,6 +25,7 @@ from solrl_core.config.packaged import CONFIGS_DIR, PRESETS_SUBDIR
 from solrl_core.rewards.registry import REWARDS as REGISTERED_REWARDS
 
 PRESETS_DIR = CONFIGS_DIR / PRESETS_SUBDIR
+HEADER_WIDTH = 120  # the header's comment lines are wrapped to this
 
 MODEL_SPECS = {s.key: s for s in backbone_specs() if s.part.is_file()}  # models with a part in parts/models/
 MODELS = tuple(MODEL_SPECS)
@@ -44,13 +48,21 @@ def preset_models() -> dict[str, str]:
     return {preset_name(m, f, r): m for m in MODELS for f in FAMILIES for r in REWARDS}
 
 
+def preset_header(model: str, family: str, reward: str) -> str:
+    """The comment lines heading one preset: what it is and what its settings are (its backbone spec's `settings`:
+    official, or where a model has no official setting, what they are instead), wrapped to 120 columns."""
+    what = f"{TITLES[model]}, {family}, trained on {TITLES[reward]}: {MODEL_SPECS[model].settings}."
+    lines = textwrap.wrap(what, HEADER_WIDTH - 2, break_on_hyphens=False, break_long_words=False)
+    return "".join(f"# {line}\n" for line in lines)
+
+
 def preset_text(model: str, family: str, reward: str) -> str:
     """The YAML of one preset: a header and one `extends:` list of the parts."""
     parts = ["../parts/official.yaml", f"../parts/models/{model}.yaml", f"../parts/families/{family}.yaml",
              f"../parts/rewards/{reward}.yaml"]
     return (
-        f"# {TITLES[model]}, {family}, trained on {TITLES[reward]}: official settings (docs/method.md).\n"
-        "# Generated from configs/parts/ by `python -m solrl_core.config.presets`; edit the parts, not this file.\n"
+        preset_header(model, family, reward)
+        + "# Generated from configs/parts/ by `python -m solrl_core.config.presets`; edit the parts, not this file.\n"
         f"extends: [{', '.join(parts)}]\n"
     )
 

@@ -9,7 +9,8 @@ The memory estimate is rough. Per GPU, during the update, in GiB:
 
 * ``weights``       — the transformer in bf16, once: the policy's LoRA layers wrap a copy of the module tree whose
                       weights are the cached base W0 (``stages.transformer_copies.weight_sharing_transformer``);
-* ``lora``          — the official LoRA targets at rank 32 in fp32: θ with its gradient and AdamW's two moments,
+* ``lora``          — the official LoRA targets at the model's rank (``official_rank``: 32 but where the model's
+                      preset part sets its own) in fp32: θ with its gradient and AdamW's two moments,
                       θ_old and the EMA of θ (6 × 4 bytes per LoRA parameter);
 * ``text_encoders`` — bf16, resident (``model.release_text_encoders`` frees them once every prompt is cached);
 * ``vae``           — the whole autoencoder in bf16;
@@ -72,7 +73,7 @@ LORA_BYTES_PER_PARAM = 6 * 4  # fp32: θ, its gradient, AdamW m and v, θ_old, E
 ADAPTER_BYTES_PER_PARAM = 2 * 4  # fp32: θ and θ_old, the adapters a sampling process attaches (no training state)
 # fp32: θ, θ_old, the EMA and the copy of θ that `EmaWeights.swapped_in` keeps while the evaluation merges the EMA
 EVALUATION_ADAPTER_BYTES_PER_PARAM = 4 * 4
-LORA_RANK = 32
+LORA_RANK = 32  # the shared recipe's rank (configs/parts/official.yaml)
 
 # Published config values (hub config.json of the released checkpoints), only what differs from the class defaults:
 # name -> (transformers model class, config class, values).
@@ -175,12 +176,12 @@ def plain_transformer(model: str) -> nn.Module:
 @lru_cache(maxsize=None)
 def _training_module(model: str) -> nn.Module:
     """The full-size transformer of ``model`` as the update trains it (meta device): the base in bf16, frozen, and
-    the LoRA at ``LORA_RANK`` on the official targets in the policy's ``MASTER_DTYPE`` (fp32), as ``LoraPolicy.attach``
-    keeps θ whatever the base's dtype. Built once (the fit check runs before every run)."""
+    the LoRA at the model's ``official_rank`` on the official targets in the policy's ``MASTER_DTYPE`` (fp32), as
+    ``LoraPolicy.attach`` keeps θ whatever the base's dtype. Built once (the fit check runs before every run)."""
     from solrl_core.rl.policy import MASTER_DTYPE
 
     module = meta_transformer(model)
-    _attach_meta_lora(module, lora_targets(model), LORA_RANK)
+    _attach_meta_lora(module, lora_targets(model), official_rank(model))
     module = module.to(torch.bfloat16)
     for name, p in module.named_parameters():
         if "lora_" in name:
@@ -192,6 +193,12 @@ def _training_module(model: str) -> nn.Module:
 def transformer_params(model: str) -> int:
     """Parameters of the full-size transformer of ``model`` (counted on the meta device)."""
     return count_params(plain_transformer(model))
+
+
+def official_rank(model: str) -> int:
+    """The LoRA rank of ``model``'s presets: its spec's own (Qwen-Image) or the shared recipe's ``LORA_RANK``."""
+    rank = SPECS[model].lora_rank
+    return LORA_RANK if rank is None else rank
 
 
 def lora_targets(model: str) -> tuple[str, ...]:
@@ -523,16 +530,17 @@ def _copy_bytes(model: str, copy: ExploreCopy, targets: tuple[str, ...], dtype: 
 
 
 def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_resident: bool = True, *,
-                    lora_rank: int = LORA_RANK, lora_targets: tuple[str, ...] | None = None,
+                    lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
                     gradient_checkpointing: bool = True, image_tokens: int | None = None,
                     text_tokens: int | None = None, dtype: str = "bfloat16",
                     explore: ExploreCopy | None = None) -> MemoryEstimate:
     """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted), by default
-    as the official recipe runs it; the keywords describe another run: the rank and targets of θ and θ_old, the
-    update without gradient checkpointing, one sample's image and text tokens (another resolution or text length:
-    the activations are measured at those), ``model.dtype`` (float32: 4 bytes per value of the transformer, text
-    encoders and VAE; the activations are then counted at the same width), and the explore copy (default:
-    ``official_explore_copy``). The activations are measured with the official targets at any rank or targets."""
+    as the model's presets run it; the keywords describe another run: the rank (None: ``official_rank``) and
+    targets of θ and θ_old, the update without gradient checkpointing, one sample's image and text tokens (another
+    resolution or text length: the activations are measured at those), ``model.dtype`` (float32: 4 bytes per value
+    of the transformer, text encoders and VAE; the activations are then counted at the same width), and the explore
+    copy (default: ``official_explore_copy``). The activations are measured with the official targets at the
+    official rank, at any rank or targets."""
     m = get_model(model)
     key = m.key
     if key not in SPECS:
@@ -541,6 +549,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         raise SolrlError(f"no memory estimate for '{model}' (known: {', '.join(SPECS)})")
     spec = SPECS[key]
     micro_batch = spec.micro_batch if micro_batch is None else micro_batch
+    lora_rank = official_rank(key) if lora_rank is None else lora_rank
     explore = official_explore_copy() if explore is None else explore
     targets = tuple(lora_targets) if lora_targets else tuple(spec.defaults.lora_targets)
     weight_bytes = DTYPES[dtype].itemsize
@@ -573,7 +582,7 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
     """The estimate as a markdown table (GiB per GPU; parameters in billions / millions); the explore stage with
     each row's explore copy (default: ``official_explore_copy``)."""
     lines = [
-        "| model | transformer | LoRA r 32 | text encoders | GiB: W0 | LoRA state | text encoders "
+        "| model | transformer | LoRA (r 32 unless noted) | text encoders | GiB: W0 | LoRA state | text encoders "
         "(resident) | VAE + reward | activations (micro-batch × per pair) | **total** | one pair without "
         "checkpointing | explore stage | regenerate stage | evaluation |",
         "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
@@ -581,8 +590,9 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
     for r in rows:
         g = r.gib
         encoders = " + ".join(f"{n} {p / 1e9:.2f} B" for n, p in r.text_encoder_params.items())
+        rank = "" if r.lora_rank == LORA_RANK else f" (r {r.lora_rank})"
         lines.append(
-            f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M | {encoders} | "
+            f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M{rank} | {encoders} | "
             f"{g['weights']:.1f} | {g['lora']:.1f} | {g['text_encoders']:.1f} | {g['vae'] + g['reward']:.1f} | "
             f"{g['activations']:.1f} ({r.micro_batch} × {r.activation_per_pair / GIB:.2f}) | **{r.total_gib:.0f}** | "
             f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} | {r.regenerate_gib:.0f} | "

@@ -99,6 +99,12 @@ class BackboneSpec:
     aliases: tuple[str, ...] = ()  # other names the planner accepts
     text_encoders: dict[str, str] = field(default_factory=dict)  # title -> solrl_core.planner.memory.HF_MODELS name
     micro_batch: int = 8  # the official train.micro_batch per GPU
+    # train.lora_rank / train.lora_alpha where the model's part sets its own; None: the shared recipe's
+    # (configs/parts/official.yaml: 32 / 64, planner.memory.LORA_RANK)
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    # what the settings of the model's presets are: the header of configs/presets/<key>_*.yaml says it
+    settings: str = "official settings (docs/method.md)"
     tiny_maker: str | None = None  # "module:function" writing a tiny diffusers directory (`solrl make-tiny`)
     # the weights generate at defaults.resolution only (the embedded model: the adapter takes the side from its
     # weights, whose positional embeddings are that size), so model.resolution may be nothing else
@@ -133,6 +139,9 @@ class BackboneSpec:
             "train.timestep_fraction": self.timestep_fraction,
             "train.micro_batch": self.micro_batch,
             "train.optimizer.grad_clip": d.grad_clip,
+            # only a model with its own rank sets it in its part (the others take official.yaml's)
+            **({"train.lora_rank": self.lora_rank} if self.lora_rank is not None else {}),
+            **({"train.lora_alpha": self.lora_alpha} if self.lora_alpha is not None else {}),
         }
 
 

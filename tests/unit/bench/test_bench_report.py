@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scipy import optimize, stats as scipy_stats
 
 from repo_paths import ROOT
 from solrl_core.bench.bench_config import BenchRun, bench_runs, load_bench_config
@@ -42,7 +43,7 @@ def fake_pricer(cfg, precision, steps):
 fake_pricer.title = "fake pricer"
 
 
-def make_run(root: Path, family: str, seed: int) -> BenchRun:
+def make_run(root: Path, family: str, seed: int, rewards: dict | None = None) -> BenchRun:
     cfg = load_config(FAMILIES / f"{family}.yaml", [f"seed={seed}", "iterations=4"])
     run = RunDir(root / f"{family}-s{seed}")
     run.root.mkdir(parents=True)
@@ -68,7 +69,7 @@ def make_run(root: Path, family: str, seed: int) -> BenchRun:
                                       "spearman_pooled": 0.9, "kendall_pooled": 0.75, "topk_overlap": 0.5,
                                       "bottomk_overlap": 1.0, "explore_precision": "nvfp4_emulated",
                                       "explore_steps": 6, "seconds": 3.0})
-    for step, reward in enumerate(REWARDS[family][seed]):
+    for step, reward in enumerate((rewards or REWARDS)[family][seed]):
         write_json_atomic(run.root / "eval" / f"step_{step:04d}" / "metrics.json",
                           {"step": step, "metrics": {"reward": reward, "embedded": reward}})
     return BenchRun(cfg.name, seed, cfg, run.root)
@@ -163,7 +164,9 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
                     "## Verdicts", "## Runs"):
         assert section in md, section
     assert "| sol_rl | 2 | " in md and "2.50×" in md and "7.50×" in md
-    assert "| diffusionnft | 2 | 0.5200 [0.5000, 0.5400] | > 4.0 [4.0, > 4.0] (1/2 censored) |" in md
+    half = scipy_stats.t.ppf(0.975, 1) * np.std([0.50, 0.54], ddof=1) / math.sqrt(2)  # t interval of 2 seeds
+    assert (f"| diffusionnft | 2 | 0.5200 [{0.52 - half:.4f}, {0.52 + half:.4f}] | > 4.0 [4.0, > 4.0] (1/2 censored) |"
+            in md)  # both seeds at 4 iterations: no spread, a point interval
     assert "| alt | 1.00×, 1.00× | 4.00×, 0.33× | 2.00×, – | 1.60×, 1.25× |" in md
     assert json.loads((tmp_path / "bench" / "report.json").read_text())["target"] == pytest.approx(0.52)
     pngs = sorted((tmp_path / "bench" / "plots").glob("*.png"))
@@ -283,3 +286,84 @@ def test_families_are_ranked_on_the_gold_evaluator_when_runs_have_one(tmp_path, 
     assert report["target"] == pytest.approx(0.52 - 0.1)
     assert report["families"]["sol_rl"]["statistics"]["final_reward"]["value"] == pytest.approx(0.63 - 0.1)
     assert "value compared: `gold`" in (tmp_path / "bench" / "report.md").read_text()
+
+
+# Five seeds, so that the verdicts decide: eval reward after s = 0..4 iterations per family and seed.
+FIVE_SEEDS = {
+    "diffusionnft": {s: [0.10, 0.20, 0.30, 0.50 + 0.02 * s, 0.54 + 0.005 * (s - 2)] for s in range(5)},
+    "naive_scaling": {s: [0.10, 0.25, 0.45, 0.55, f] for s, f in enumerate([0.60, 0.615, 0.62, 0.625, 0.64])},
+    "naive_quant": {s: [0.10, 0.15, 0.20, 0.25, f] for s, f in enumerate([0.70, 0.71, 0.72, 0.74, 0.75])},
+    "sol_rl": {s: [0.10, 0.50 if s == 4 else 0.55, 0.60, 0.60, 0.61 + 0.01 * s] for s in range(5)},
+}
+
+
+def _per_seed_tables(md: str) -> dict[str, dict[int, list[str]]]:
+    """The report's per-seed tables: family -> seed -> the row's cells after the seed."""
+    section = md.split("## Per-seed numbers", 1)[1].split("\n## ", 1)[0]
+    tables, family = {}, None
+    for line in section.splitlines():
+        if line.startswith("**") and line.endswith("**"):
+            family = line.strip("*")
+            tables[family] = {}
+        elif family and line.startswith("| ") and line[2].isdigit():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            tables[family][int(cells[0])] = cells[1:]
+    return tables
+
+
+def _t_interval(values):
+    v = np.asarray(values, dtype=float)
+    if np.std(v) == 0:
+        return float(v.mean()), float(v.mean())
+    return scipy_stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=scipy_stats.sem(v))
+
+
+def _fieller_by_root_finding(x, y):
+    """The ends of {theta : the paired t-test of x - theta y does not reject at 5%}, found numerically."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    centre = x.mean() / y.mean()
+    gap = lambda th: scipy_stats.ttest_1samp(x - th * y, 0.0).pvalue - 0.05  # noqa: E731
+    return optimize.brentq(gap, 1e-6, centre), optimize.brentq(gap, centre, 1e3 * centre)
+
+
+def test_verdicts_recompute_from_the_per_seed_table_alone(tmp_path):
+    """Item 3 of the protocol: every verdict of report.md follows from its per-seed table, recomputed here with
+    scipy (t intervals; Fieller's interval by root-finding the paired t-test), without the report's code."""
+    runs = [make_run(tmp_path / "bench", f, s, FIVE_SEEDS) for s in range(5) for f in FIVE_SEEDS]
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump({"families": [str(FAMILIES / f"{f}.yaml") for f in FIVE_SEEDS],
+                                    "iterations": 4, "seeds": 5, "eval_every": 1, "audit_every": 2}))
+    build_report(runs, load_bench_config(path)[0], tmp_path / "bench", pricer=fake_pricer)
+    md = (tmp_path / "bench" / "report.md").read_text()
+    table = _per_seed_tables(md)
+    assert set(table) == set(FIVE_SEEDS) and all(len(rows) == 5 for rows in table.values())
+    final = {f: [float(rows[s][0]) for s in range(5)] for f, rows in table.items()}
+    assert final["sol_rl"] == pytest.approx([0.61, 0.62, 0.63, 0.64, 0.65])
+
+    def gpu(f):  # GPU-s to target per seed and whether any seed is censored ("> ")
+        cells = [table[f][s][3] for s in range(5)]
+        return [float(c.lstrip("> ")) for c in cells], any(c.startswith(">") for c in cells)
+
+    recomputed = {}
+    (num, num_censored), (den, den_censored) = gpu("diffusionnft"), gpu("sol_rl")
+    lo, hi = _fieller_by_root_finding(num, den)
+    recomputed["3x"] = ("holds" if lo >= 3 and not den_censored else
+                        "does not hold" if hi < 3 and not num_censored else "cannot tell at this power")
+    for key, other, bar, strict in (("naive_scaling", "naive_scaling", -0.01, False),
+                                    ("naive_quant", "naive_quant", 0.0, True),
+                                    ("above diffusionnft", "diffusionnft", 0.0, True)):
+        lo, hi = _t_interval(np.subtract(final["sol_rl"], final[other]))
+        yes, no = (lo > bar, hi <= bar) if strict else (lo >= bar, hi < bar)
+        recomputed[key] = "holds" if yes else "does not hold" if no else "cannot tell at this power"
+    for key, column, bar in (("spearman", 4, 0.93), ("kendall", 5, 0.80)):
+        lo, hi = _t_interval([float(table["sol_rl"][s][column]) for s in range(5)])
+        recomputed[key] = "holds" if lo >= bar else "does not hold" if hi < bar else "cannot tell at this power"
+
+    verdicts = {}
+    for line in md.split("## Verdicts", 1)[1].splitlines():
+        if line.startswith("| ") and "**" in line:
+            claim, verdict = line.split("|")[1], line.rsplit("**", 2)[1]
+            key = next(k for k in recomputed if k in claim)
+            verdicts[key] = verdict
+    assert verdicts == recomputed
+    assert {"holds", "does not hold"} <= set(verdicts.values())  # the constructed seeds decide both ways

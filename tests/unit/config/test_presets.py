@@ -1,4 +1,5 @@
-"""The official presets: generated from the parts, every one valid, carrying the official values of docs/method.md."""
+"""The presets: generated from the parts, every one valid, carrying the official values of docs/method.md (or, for a
+model without an official setting, the values its part names a source for), and headed by what they are."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ OFFICIAL_MODEL = {
     "sana": dict(kind="sana", resolution=1024, sampler="euler", micro_batch=16, timestep_fraction=0.6,
                  skip=[d for n in SANA_NATIVE_SKIP for d in SANA_NATIVE_TO_DIFFUSERS[n]], min_width=2240,
                  eval_steps=40),
-    # Qwen-Image has no official setting: FLUX.1's rule in its module names (configs/parts/models/qwenimage.yaml)
+    # Qwen-Image has no official setting: peers' published values where they agree (512 px, eval 50 steps as
+    # flow_grpo), FLUX.1's quantization rule and timestep fraction (configs/parts/models/qwenimage.yaml)
     "qwenimage": dict(kind="qwenimage", resolution=512, sampler="euler", micro_batch=8, timestep_fraction=0.4,
                       skip=["img_in", "txt_in", "time_text_embed", "norm_out"], min_width=1000, eval_steps=50),
 }
@@ -38,7 +40,10 @@ OFFICIAL_MODEL = {
 # train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
 # configs/sol_rl/{flux1,sd3,sana}.py, where sd3.py keeps configs/sol_rl/base.py's 0.002. SD3.5-M: SD3.5-L's.
 REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0),
-                      "qwenimage": (128, 1.0)}  # Qwen-Image (no reference): FLUX.1's
+                      "qwenimage": (256, 1.0)}  # Qwen-Image (no reference): verl-omni's 256 tokens, the peers' 1.0
+# LoRA (rank, alpha): the shared recipe's (docs/method.md, "One RL iteration"), but Qwen-Image's, which follows the
+# peers' published Qwen-Image configs (Flow-Factory, verl-omni: rank 64 / alpha 128)
+LORA_RANK_ALPHA = {"flux1": (32, 64), "sd35l": (32, 64), "sd35m": (32, 64), "sana": (32, 64), "qwenimage": (64, 128)}
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "diffusionnft": ("fp32", 10, 24, "all", 24, False),
@@ -88,6 +93,27 @@ def test_presets_are_three_parts_deep_not_copies():
                     "../parts/rewards/imagereward.yaml]"]
 
 
+def test_each_header_says_what_the_settings_are():
+    """Official settings only where docs/method.md has them; SD3.5-M and Qwen-Image say what theirs are instead."""
+    official = "official settings (docs/method.md)."
+    for model in presets.MODELS:
+        for family in presets.FAMILIES:
+            for reward in presets.REWARDS:
+                text = (PRESETS / f"{model}_{family}_{reward}.yaml").read_text()
+                header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
+                title = f"{presets.TITLES[model]}, {family}, trained on {presets.TITLES[reward]}: "
+                assert header.startswith(title)
+                assert all(len(line) <= presets.HEADER_WIDTH for line in text.splitlines() if line.startswith("#"))
+                if model in ("sd35m", "qwenimage"):
+                    assert official not in header
+                    assert "no official Sol-RL setting" in header
+                    assert f"configs/parts/models/{model}.yaml" in header
+                else:
+                    assert header.startswith(title + official)
+                if model == "qwenimage":
+                    assert "settings from peers' published Qwen-Image configs and choices made here" in header
+
+
 @pytest.mark.parametrize("model", presets.MODELS)
 def test_every_preset_validates_with_the_official_values(model):
     want = OFFICIAL_MODEL[model]
@@ -117,7 +143,8 @@ def test_every_preset_validates_with_the_official_values(model):
             assert {r: w for r, w in cfg.eval.rewards.items() if w} == {reward: 1.0}
             # shared (docs/method.md, "One RL iteration")
             assert cfg.prompts.per_iteration == 48
-            assert (cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.beta, cfg.train.adv_clip) == (32, 64, 1, 5)
+            assert (cfg.train.lora_rank, cfg.train.lora_alpha) == LORA_RANK_ALPHA[model]
+            assert (cfg.train.beta, cfg.train.adv_clip) == (1, 5)
             assert (cfg.train.kl_weight, cfg.train.optimizer_steps) == (1e-4, 1)
             assert (cfg.train.processes, cfg.train.dist_backend) == (8, "nccl")  # micro-batch per GPU, 8 GPUs
             opt = cfg.train.optimizer
@@ -181,7 +208,9 @@ OFFICIAL_LORA = {
              "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"],
 }
 OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
-OFFICIAL_LORA["qwenimage"] = OFFICIAL_LORA["flux1"]  # no official setting: FLUX.1's rule
+# no official setting: verl-omni's 12 targets (the attention projections of both streams and both MLP Linears of each)
+OFFICIAL_LORA["qwenimage"] = [*OFFICIAL_LORA["sd35l"], "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj",
+                              "txt_mlp.net.2"]
 
 
 @pytest.mark.parametrize("model", presets.MODELS)

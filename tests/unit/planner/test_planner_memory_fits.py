@@ -50,7 +50,12 @@ def explore_gib(est: memory.MemoryEstimate) -> float:
 
 
 def test_the_qwenimage_preset_is_refused_on_an_80_gib_gpu_with_te_fp8():
-    cfg = preset("qwenimage_sol_rl_pickscore")
+    shipped = preset("qwenimage_sol_rl_pickscore")  # text encoders released: still over with TE's bf16 copies
+    over = explore_gib(reference("qwenimage", shipped.train.micro_batch, text_encoders_resident=False))
+    with fake_cuda(device_count=8, memory_gib=80), pytest.raises(SolrlError) as err:
+        fits.check_memory_fits(shipped, explore_backend=TE_FP8)
+    assert str(err.value).startswith(f"Qwen-Image's explore stage needs ~{over:.1f} GiB per GPU")
+    cfg = preset("qwenimage_sol_rl_pickscore", "model.release_text_encoders=false")
     est = reference("qwenimage", cfg.train.micro_batch)
     need = explore_gib(est)
     released = need - est.gib["text_encoders"]
@@ -62,24 +67,41 @@ def test_the_qwenimage_preset_is_refused_on_an_80_gib_gpu_with_te_fp8():
     assert "layers in fp8 (transformer_engine)" in message  # te.Linear holds the bf16 weight: as large as W0's layer
     assert "cuda:0 (NVIDIA H100 80GB HBM3 (faked)) has 80.0 GiB" in message
     assert f"{need + fits.MARGIN_GIB - 80:.1f} GiB over" in message
-    assert "also over" not in message  # the evaluation's policy shares W0: only its merged targeted layers are new
+    # the evaluation's policy shares W0, but its merged targeted layers (the 12 targets: 25 GiB) put it over too
+    assert f"(also over: evaluation ~{est.evaluation_gib:.1f} GiB)" in message
     # releasing the text encoders is the only key for explore, and it is not enough on this card
     assert f"even with model.release_text_encoders: true it needs ~{released:.1f} GiB" in message
     assert f"at least {math.ceil(released + fits.MARGIN_GIB)} GiB" in message
 
 
-def test_the_qwenimage_preset_fits_an_80_gib_gpu_with_fp8_through_torch(monkeypatch):
-    """Without transformer-engine, auto is FP8 through torch._scaled_mm: the replaced layers hold 1 byte per weight."""
+def test_the_qwenimage_preset_fits_an_80_gib_gpu_with_fp8_through_torch_and_the_text_encoders_released(monkeypatch):
+    """Without transformer-engine, auto is FP8 through torch._scaled_mm: the replaced layers hold 1 byte per weight.
+    The explore stage then fits; the evaluation (the merged copies of the 12 targeted layers) needs the text encoders
+    released, which the refusal says."""
     import solrl_core.models.quant.backends as backends
 
     monkeypatch.setattr(backends, "te_support", lambda kind: (False, "transformer-engine is not installed"))
+    assert preset("qwenimage_sol_rl_pickscore").model.release_text_encoders  # the preset releases them
+    resident = preset("qwenimage_sol_rl_pickscore", "model.release_text_encoders=false")
+    est = reference("qwenimage", resident.train.micro_batch, SCALED_MM_FP8)
+    with fake_cuda(device_count=8, memory_gib=80), pytest.raises(SolrlError) as err:
+        fits.check_memory_fits(resident)
+    message = str(err.value)
+    assert message.startswith(f"Qwen-Image's evaluation stage needs ~{est.evaluation_gib:.1f} GiB per GPU")
+    assert "also over" not in message  # the explore stage fits with the text encoders resident
+    released_eval = est.evaluation_gib - est.gib["text_encoders"]
+    assert message.endswith(f"set model.release_text_encoders: true (~{released_eval:.1f} GiB)")
+    assert explore_gib(est) + fits.MARGIN_GIB <= 80
     cfg = preset("qwenimage_sol_rl_pickscore")
     with fake_cuda(device_count=8, memory_gib=80):
         stages = {s.stage: s for s in fits.check_memory_fits(cfg)}  # auto resolved on the (faked) Hopper GPU
     explore = stages["explore"]
     assert explore.precision == "fp8 (torch._scaled_mm)"
-    assert explore.gib == pytest.approx(explore_gib(reference("qwenimage", cfg.train.micro_batch, SCALED_MM_FP8)))
-    assert explore.gib + fits.MARGIN_GIB <= 80 < explore_gib(reference("qwenimage", cfg.train.micro_batch))
+    released = reference("qwenimage", cfg.train.micro_batch, SCALED_MM_FP8, text_encoders_resident=False)
+    assert explore.gib == pytest.approx(explore_gib(released))
+    assert stages["evaluation"].gib == pytest.approx(released.evaluation_gib)
+    assert max(s.gib for s in stages.values()) + fits.MARGIN_GIB <= 80
+    assert 80 < explore_gib(reference("qwenimage", cfg.train.micro_batch, text_encoders_resident=False))  # TE: over
 
 
 def test_an_h200_runs_the_qwenimage_preset_an_80_gib_gpu_cannot():
@@ -251,7 +273,9 @@ def test_the_presets_micro_batches_are_what_the_check_prices():
     for model in ("flux1", "sd35l", "sana", "qwenimage"):
         cfg = preset(f"{model}_sol_rl_pickscore")
         update = next(s for s in fits.stage_memory(cfg, TE_FP8) if s.stage == "update")
-        assert update.gib == pytest.approx(reference(model, cfg.train.micro_batch).total_gib)
+        resident = not cfg.model.release_text_encoders
+        assert update.gib == pytest.approx(
+            reference(model, cfg.train.micro_batch, text_encoders_resident=resident).total_gib)
 
 
 def test_the_fidelity_guardrail_prices_the_largest_rung_of_its_ladder():

@@ -50,15 +50,15 @@ def test_latents_noise_and_defaults(backbone):
     assert backbone.image_seq_len == (RES // 16) ** 2
     checks.assert_noise_is_per_seed(backbone)
     d = backbone.defaults
-    assert (d.sampler, d.resolution, d.distilled_guidance, backbone.max_sequence_length) == ("euler", 512, False, 128)
+    assert (d.sampler, d.resolution, d.distilled_guidance, backbone.max_sequence_length) == ("euler", 512, False, 256)
 
 
 def test_encode_prompts_is_the_pipelines_padded(backbone):
     checks.assert_encoding_deterministic_and_batch_first(
-        backbone, {"encoder_hidden_states": (2, 128, 32), "encoder_hidden_states_mask": (2, 128)}
+        backbone, {"encoder_hidden_states": (2, 256, 32), "encoder_hidden_states_mask": (2, 256)}
     )
     cond = backbone.encode_prompts(PROMPTS)
-    embeds, mask = backbone.pipe.encode_prompt(PROMPTS, device="cpu", max_sequence_length=128)
+    embeds, mask = backbone.pipe.encode_prompt(PROMPTS, device="cpu", max_sequence_length=256)
     n = embeds.shape[1]
     assert mask is not None and mask[0].sum() < mask[1].sum() == n  # two prompts of different lengths
     torch.testing.assert_close(cond["encoder_hidden_states"][:, :n], embeds)
