@@ -1,0 +1,100 @@
+"""Flow-GRPO's formulas (Liu et al. 2025; yifan123/flow_grpo): the SDE step with its log-probability and the clipped
+policy loss with a KL term to the reference policy.
+
+The SDE step, `flow_grpo/diffusers_patch/sd3_sde_with_logprob.py` `sde_step_with_logprob` (sde_type "sde"): from x at
+sigma σ to σ' (dt = σ' - σ < 0), with velocity v and noise level a,
+
+    s      = a · sqrt(σ / (1 - σ̃)),  σ̃ = σ except at σ = 1, where it is the schedule's second sigma
+    mean   = x · (1 + s² dt / (2σ)) + v · (1 + s² (1 - σ) / (2σ)) · dt
+    x'     = mean + s · sqrt(-dt) · ε
+    log p  = mean over a sample's elements of the Gaussian log-density of x' under N(mean, (s · sqrt(-dt))²)
+
+computed in float32 whatever the model's dtype (the reference casts too: bf16 overflows). At a = 0 it is the Euler
+ODE step and has no density (the caller keeps log p only on the SDE steps).
+
+The loss, `scripts/train_sd3.py`: A clipped to ±adv_clip, ratio = exp(log p_θ - log p_old),
+policy = mean(max(-A · ratio, -A · clip(ratio, 1 - ε, 1 + ε))), kl = mean over samples of
+mean_elements((mean_θ - mean_ref)²) / (2 s²), loss = policy + β · kl.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class SdeStep:
+    prev_sample: torch.Tensor  # x' (float32)
+    log_prob: torch.Tensor  # (B,) mean log-density of x' per sample (NaN where the step has no noise)
+    mean: torch.Tensor  # the step's mean (float32), the KL term's input
+    std: torch.Tensor  # (B,): s, the noise level's scale at σ (the KL term divides by 2 s²)
+
+
+def sde_std(sigma: float, sigma_max: float, noise_level: float) -> float:
+    """s = a · sqrt(σ / (1 - σ̃)): σ̃ = σ, except at σ = 1 (no finite value), where σ̃ = `sigma_max`, the schedule's
+    second sigma (the reference's choice)."""
+    denominator = 1.0 - (sigma_max if sigma >= 1.0 else sigma)
+    return noise_level * math.sqrt(sigma / denominator)
+
+
+def _column(value, like: torch.Tensor) -> torch.Tensor:
+    """A float or a (B,) tensor as float32 of shape (B, 1, ..., 1) on `like`'s device."""
+    t = torch.as_tensor(value, dtype=torch.float32, device=like.device)
+    if t.ndim == 0:
+        t = t.expand(like.shape[0])
+    return t.reshape(-1, *([1] * (like.ndim - 1)))
+
+
+def _per_sample_mean(x: torch.Tensor) -> torch.Tensor:
+    return x.mean(dim=tuple(range(1, x.ndim)))
+
+
+def sde_step(x: torch.Tensor, v: torch.Tensor, sigma, sigma_next, sigma_max: float, noise_level: float,
+             noise: torch.Tensor | None = None, prev_sample: torch.Tensor | None = None) -> SdeStep:
+    """One step of Flow-GRPO's SDE from σ to σ' with its log-probability; σ and σ' are floats or per-sample (B,)
+    tensors. `noise` draws x' (the sampler's step); `prev_sample` is a stored x' whose log-probability under this
+    (x, v) is wanted (the update's step). One of them."""
+    if (noise is None) == (prev_sample is None):
+        raise ValueError("sde_step takes the noise to draw x' with, or a stored x' (prev_sample), not both")
+    x, v = x.float(), v.float()
+    sig, sig_next = _column(sigma, x), _column(sigma_next, x)
+    dt = sig_next - sig
+    s = noise_level * torch.sqrt(sig / (1.0 - torch.where(sig >= 1.0, torch.full_like(sig, sigma_max), sig)))
+    mean = x * (1 + s * s * dt / (2 * sig)) + v * (1 + s * s * (1 - sig) / (2 * sig)) * dt
+    scale = s * torch.sqrt(-dt)
+    prev_sample = mean + scale * noise.float() if prev_sample is None else prev_sample.float()
+    density = -((prev_sample.detach() - mean) ** 2) / (2 * scale * scale) - torch.log(scale) - LOG_SQRT_2PI
+    log_prob = torch.where(scale.reshape(-1) > 0, _per_sample_mean(density), float("nan"))  # ODE step: no density
+    return SdeStep(prev_sample, log_prob, mean, s.reshape(-1))
+
+
+def grpo_loss(log_prob: torch.Tensor, log_prob_old: torch.Tensor, advantages: torch.Tensor, mean: torch.Tensor,
+              mean_ref: torch.Tensor | None, std: torch.Tensor, clip_range: float, adv_clip: float,
+              kl_weight: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Flow-GRPO's loss for one micro-batch of (sample, SDE step) pairs; returns (loss, terms) with the terms as
+    detached 0-dim tensors (read once per optimizer step). `mean_ref` None: no KL term (kl_weight must be 0)."""
+    adv = advantages.float().clamp(-adv_clip, adv_clip)
+    ratio = torch.exp(log_prob.float() - log_prob_old.float().detach())
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
+    policy_loss = torch.maximum(unclipped, clipped).mean()
+    if mean_ref is None:
+        if kl_weight:
+            raise ValueError("a KL weight needs the reference policy's step means (mean_ref)")
+        kl = torch.zeros((), device=policy_loss.device)
+    else:
+        kl = (_per_sample_mean((mean.float() - mean_ref.float().detach()) ** 2) / (2 * std.float() ** 2)).mean()
+    loss = policy_loss + kl_weight * kl
+    terms = {
+        "loss": loss.detach(),
+        "policy_loss": policy_loss.detach(),
+        "kl": kl.detach(),
+        "ratio_mean": ratio.detach().mean(),
+        "clip_fraction": ((ratio.detach() - 1.0).abs() > clip_range).float().mean(),
+    }
+    return loss, terms

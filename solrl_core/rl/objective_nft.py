@@ -1,0 +1,80 @@
+"""DiffusionNFT as an objective (the method's reference loss; docs/method.md): it trains on the final clean samples,
+noised again at random times of their schedule, with three forwards per (sample, time) pair (θ, θ_old, W0). Any
+sampler can make its samples (the decoupled paradigm). θ_old follows θ by the soft update of `train.old_eta_*`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from solrl_core.models.seeds import randn_rows
+from solrl_core.rl.advantages import group_advantages, optimality
+from solrl_core.rl.nft_loss import forward_noise, nft_loss
+from solrl_core.rl.objective_base import Forward, Objective, ObjectiveStep, TrainingData
+from solrl_core.rl.policy import old_policy_eta
+
+
+def training_pairs(n_samples: int, n_times: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
+    """(sample, time-index) pairs: each sample trains on its own random subset of the schedule's times."""
+    per_sample = max(1, math.ceil(fraction * n_times - 1e-9))
+    rows = [
+        torch.stack([torch.full((per_sample,), i), torch.randperm(n_times, generator=generator)[:per_sample]], 1)
+        for i in range(n_samples)
+    ]
+    return torch.cat(rows)
+
+
+class NftStep(ObjectiveStep):
+    def __init__(self, objective: DiffusionNFT, data: TrainingData, prepared: dict, pairs: torch.Tensor,
+                 eps: torch.Tensor, n_pairs: int):
+        self.objective, self.data, self.prepared = objective, data, prepared
+        self.pairs, self.eps, self.n_pairs = pairs, eps, n_pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def loss(self, start: int, stop: int, forward: Forward):
+        s = self.objective.settings
+        idx, tix = self.pairs[start:stop].unbind(1)
+        x0, t = self.data.latents[idx], self.prepared["times"][tix]
+        x_t = forward_noise(x0, t, self.eps[start:stop])
+        with torch.no_grad():
+            v_old = forward("old", x_t, t, idx)
+            v_ref = forward("reference", x_t, t, idx)
+        v = forward("default", x_t, t, idx)
+        return nft_loss(v, v_old, v_ref, x_t, x0, t, self.prepared["r"][idx], beta=s.beta, adv_clip=s.adv_clip,
+                        kl_weight=s.kl_weight)
+
+
+class DiffusionNFT(Objective):
+    name = "diffusionnft"
+    summary = "DiffusionNFT: implicit positive / negative policies around θ_old on the final samples (official)"
+    section = "diffusionnft"
+    forwards = ("old", "reference", "default")
+
+    def prepare(self, data: TrainingData) -> dict:
+        device = data.latents.device
+        adv = group_advantages(data.rewards, data.prompt_index, clip=self.settings.adv_clip)
+        return {
+            "adv": adv,
+            "r": torch.as_tensor(optimality(adv, clip=self.settings.adv_clip), dtype=torch.float32).to(device),
+            "times": torch.tensor(data.sigmas[:-1], dtype=torch.float32).to(device),  # terminal 0 excluded
+        }
+
+    def step(self, data, prepared, generators, shard):
+        gen_t, gen_eps = generators
+        pairs = training_pairs(len(data.latents), len(prepared["times"]), self.train.timestep_fraction, gen_t)
+        n_pairs = len(pairs)
+        start, stop = shard(n_pairs)
+        device = data.latents.device
+        # rows [start, stop) of randn((n_pairs, *latent), generator=gen_eps), drawing only those rows
+        eps = randn_rows(gen_eps, n_pairs, data.latents.shape[1:], start, stop).to(device)
+        return NftStep(self, data, prepared, pairs[start:stop].to(device), eps, n_pairs)
+
+    def old_policy_eta(self, step: int) -> float:
+        return old_policy_eta(step, rate=self.train.old_eta_rate, max_eta=self.train.old_eta_max)
+
+    def summary_metrics(self, prepared: dict) -> dict[str, float]:
+        return {"advantage_abs_mean": float(np.abs(prepared["adv"]).mean())}
