@@ -135,7 +135,7 @@ def register(sub) -> None:
                        "full-fidelity audits; 95% intervals over training seeds (Student t, Hall's skewness-corrected "
                        "t, Fieller's for ratios: closed-form, no resampling), paired differences, the per-seed "
                        "numbers, a verdict per claim of the method and each interval's simulated coverage. "
-                       "configs/bench.yaml is sized for about 75 minutes on 2 CPU cores; --quick runs its smaller "
+                       "configs/bench.yaml takes about 55 minutes on 2 CPU cores; --quick runs its smaller "
                        "protocol (under 15 minutes).")
     p.add_argument("config", help="bench YAML: a file, or a packaged bench config's name, e.g. bench")
     p.add_argument("--run-dir", help="where the runs and the report go (default: the config's run_root, runs/bench)")

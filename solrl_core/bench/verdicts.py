@@ -12,7 +12,7 @@ import math
 from itertools import combinations
 
 from solrl_core.bench.stats import (
-    Estimate, mean_interval, paired_difference, paired_ratio, seed_time_to_target, skewed_mean_interval, verdict_above,
+    NO_ESTIMATE, UNKNOWN, Estimate, mean_interval, paired_difference, paired_ratio, seed_time_to_target, skewed_mean_interval, verdict_above,
     verdict_at_least,
 )
 
@@ -44,8 +44,10 @@ def family_statistics(curve: dict, target: float) -> dict:
     """Final evaluation value (t interval) and time to target on three axes (Hall's skewness-corrected interval) of
     one family."""
     finals = seed_finals(curve)
+    starts = [d["reward"][d["steps"].index(0)] for d in curve["per_seed"].values() if 0 in d["steps"]]
+    initial = sum(starts) / len(starts) if starts else math.nan  # the seed mean before training
     out = {"final_reward": mean_interval(list(finals.values())).as_dict(), "final_reward_per_seed": finals,
-           "time_to_target": {}}
+           "initial_reward": initial, "time_to_target": {}}
     for axis in AXES:
         times, cens = seed_times(curve, target, axis) if math.isfinite(target) else ({}, {})
         seeds = sorted(times)
@@ -82,6 +84,13 @@ def _fmt_ci(est: dict, digits: int = 3, unit: str = "") -> str:
     return f"{est['value']:.{digits}f}{unit} [{est['lo']:.{digits}f}, {est['hi']:.{digits}f}]"
 
 
+def target_below_start(stats: dict[str, dict], baseline: str, target: float) -> float | None:
+    """The baseline's value before training when the target (its own final value) is not above it: then every seed
+    of every family is at the target before training and no time to target means anything. Else None."""
+    initial = stats.get(baseline, {}).get("initial_reward", math.nan)
+    return initial if math.isfinite(initial) and math.isfinite(target) and target <= initial else None
+
+
 def _claim(claim: str, test: str, est: dict, verdict: str, detail: str) -> dict:
     return {"claim": claim, "test": test, "estimate": est, "verdict": verdict, "detail": detail}
 
@@ -91,9 +100,10 @@ def _as_estimate(d: dict) -> Estimate:
 
 
 def claims(stats: dict[str, dict], pairs: list[dict], baseline: str, margin: float,
-           fidelity: dict[str, dict[int, dict]]) -> list[dict]:
+           fidelity: dict[str, dict[int, dict]], target: float = math.nan) -> list[dict]:
     """The method's claims, each with its test and verdict from the intervals (see `stats.verdict_*`). Claims
-    whose families are not in the benchmark are left out. `fidelity`: family -> seed -> audit means."""
+    whose families are not in the benchmark are left out. `fidelity`: family -> seed -> audit means; `target`: the
+    time-to-target target (the baseline's final value), checked against the baseline's start."""
     out = []
 
     def pair(a: str, b: str) -> tuple[dict, float] | None:
@@ -119,11 +129,16 @@ def claims(stats: dict[str, dict], pairs: list[dict], baseline: str, margin: flo
         lower, upper = any(cb.values()), any(ca.values())
         note = ("; " + baseline + " censored: the ratio is a lower bound") if lower else ""
         note += "; sol_rl censored: the ratio is an upper bound" if upper else ""
+        verdict, detail = (verdict_at_least(est, SPEEDUP_BAR, lower_bound=lower, upper_bound=upper),
+                           _fmt_ci(est.as_dict(), 2, "x") + note)
+        if (start := target_below_start(stats, baseline, target)) is not None:
+            est, verdict = NO_ESTIMATE, UNKNOWN
+            detail = (f"untestable: {baseline}'s final value {target:.4f} is not above its value before training "
+                      f"({start:.4f}), so every seed is at the target before it trains")
         out.append(_claim(
             f"sol_rl reaches {baseline}'s final reward at >= {SPEEDUP_BAR:g}x lower modeled GPU cost",
             f"paired ratio of mean GPU-s to target ({baseline} / sol_rl): CI low >= {SPEEDUP_BAR:g}",
-            est.as_dict(), verdict_at_least(est, SPEEDUP_BAR, lower_bound=lower, upper_bound=upper),
-            _fmt_ci(est.as_dict(), 2, "x") + note))
+            est.as_dict(), verdict, detail))
     if (d := diff("sol_rl", "naive_scaling")) is not None:
         out.append(_claim(
             "sol_rl's final reward is not below naive_scaling's (matches full-precision scaling)",

@@ -257,3 +257,18 @@ def test_solrl_bench_quick_errors_are_one_line(tmp_path, capsys):
                  "--run-dir", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bench.yaml --quick" in err
+
+
+def test_a_baseline_that_ends_below_its_start_makes_the_speedup_untestable():
+    """Target = the baseline's final value; at or below its value before training every seed is 'at target' at
+    step 0: no time to target means anything, the claim says so instead of a ratio of zeros."""
+    seeds = range(MIN_SEEDS)
+    curves = {"diffusionnft": _curve({s: [0.50, 0.52, 0.49 - 0.01 * (s % 2)] for s in seeds}, 10.0),
+              "sol_rl": _curve({s: [0.50, 0.55, 0.56] for s in seeds}, 8.0)}
+    target = float(np.mean([0.49 - 0.01 * (s % 2) for s in seeds]))
+    stats = {f: family_statistics(c, target) for f, c in curves.items()}
+    assert stats["diffusionnft"]["initial_reward"] == pytest.approx(0.50)
+    speed = next(c for c in claims(stats, pair_statistics(stats), "diffusionnft", 0.01, {}, target)
+                 if "3x" in c["claim"])
+    assert speed["verdict"] == UNKNOWN and speed["detail"].startswith("untestable: diffusionnft's final value")
+    assert speed["estimate"]["n"] == 0
