@@ -108,6 +108,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         desc=f"evaluate step {ctx.iteration}",
         model=_policy,
         guidance=cfg.guidance.eval,
+        sde=False,  # the ODE, whatever the objective's rollouts (flow_grpo evaluates with noise level 0 too)
     )
 
 

@@ -4,12 +4,15 @@ An iteration takes the policy of the previous one (the LoRA θ and θ_old on the
 i-1's `update`, or the run's `init/` for iteration 0) and a fresh draw of prompts, and trains it once:
 
     quantize       the explore copy: W0 + θ_old with its Linear layers in the explore precision (NVFP4, FP8)
-    explore        N seeds per prompt sampled by that cheap copy, into the candidate pool
+    explore        N seeds per prompt sampled by that cheap copy, into the candidate pool (the ODE, or the objective's
+                   SDE: Flow-GRPO)
     score_explore  the proxy reward of every candidate (the reward models on the cheap samples)
     select         per prompt, the K most contrastive seeds (best and worst by proxy reward)
-    regenerate     those seeds again from the same initial noise, at full precision and the full step budget
+    regenerate     those seeds again from the same initial noise, at full precision and the full step budget (with
+                   the SDE's trajectory and log-probabilities when the objective trains on them)
     score_final    the final reward R of every regenerated sample
-    update         DiffusionNFT optimizer steps on the regenerated samples, then θ_old and the EMA follow θ
+    update         optimizer steps of the objective (`objective.name`: DiffusionNFT, Flow-GRPO; solrl_core/rl/
+                   objectives.py) on the regenerated samples, then θ_old and the EMA follow θ
 
 and, every `audit.every` iterations, the `audit` after score_final: the whole explore pool regenerated at full
 precision, to measure how well the cheap explore ranks seeds (nothing downstream reads it).

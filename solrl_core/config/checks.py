@@ -1,4 +1,4 @@
-"""The run config checked against the registries: the names it gives (backbone kind, selection rule, rewards, devices)
+"""The run config checked against the registries: the names it gives (backbone kind, selection rule, objective, rewards, devices)
 exist, the family's settings agree, the resolution suits the backbone. The schema (solrl_core/config/schema.py)
 checks values alone; this is what needs the pieces themselves, so it sits above them."""
 
@@ -10,6 +10,7 @@ from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.models.backbones.registry import check_kind, resolution_problem
 from solrl_core.placement import check_device_list
 from solrl_core.rewards.registry import check_reward_names, parse_reward_models
+from solrl_core.rl.objectives import check_objective_name
 from solrl_core.rl.selection import selection_rule
 
 
@@ -18,6 +19,7 @@ def registry_problem(cfg: RunConfig) -> str | None:
     try:
         check_kind(cfg.model.kind)
         rule = selection_rule(cfg.select.mode)
+        check_objective_name(cfg.objective.name)
     except ConfigError as exc:
         return str(exc)
     if isinstance(cfg.orchestration.devices, list):

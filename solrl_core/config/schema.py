@@ -273,17 +273,8 @@ class TrainConfig(_Strict):
         "these); null = the backbone's official list (docs/backbones.md)"
     )
     timestep_fraction: float = _real(
-        0.6, "share of the sampling schedule's times trained per sample, drawn at random (official 0.6 SANA / SD3.5, "
-        "0.4 FLUX)", gt=0, le=1)
-    beta: float = _real(
-        1.0, "β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) "
-        "step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)", gt=0)
-    adv_clip: float = _real(
-        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = "
-        "clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)", gt=0)
-    kl_weight: float = _real(
-        1e-4, "weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = "
-        "none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)", ge=0)
+        0.6, "DiffusionNFT: share of the sampling schedule's times trained per sample, drawn at random (official 0.6 "
+        "SANA / SD3.5, 0.4 FLUX)", gt=0, le=1)
     micro_batch: int = _count(8, 1, MAX_BATCH, "(sample, time) pairs per forward/backward, per process")
     processes: int = _count(1, 1, MAX_PROCESSES, "update processes per node (torchrun --nproc-per-node, data "
                             "parallel); official 8 GPUs")
@@ -314,6 +305,55 @@ class TrainConfig(_Strict):
                 raise ValueError(f"train.rdzv_endpoint: with train.nodes = {self.nodes} give HOST:PORT where the "
                                  f"nodes meet (e.g. 10.0.0.1:29400), got {excerpt(self.rdzv_endpoint)}")
         return self
+
+
+class DiffusionNFTSettings(_Strict):
+    """The DiffusionNFT loss (solrl_core/rl/nft_loss.py): the method's reference objective."""
+
+    beta: float = _real(
+        1.0, "β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) "
+        "step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)", gt=0)
+    adv_clip: float = _real(
+        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = "
+        "clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)", gt=0)
+    kl_weight: float = _real(
+        1e-4, "weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = "
+        "none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)", ge=0)
+
+
+class FlowGRPOSettings(_Strict):
+    """Flow-GRPO (solrl_core/rl/flow_grpo.py): rollouts on an SDE, the clipped-ratio loss on its log-probabilities.
+    Defaults from yifan123/flow_grpo config/base.py and config/grpo.py (`pickscore_sd3`)."""
+
+    noise_level: float = _real(
+        0.7, "a of the SDE's scale a·sqrt(σ / (1 − σ)) on the window's steps (flow_grpo config/base.py "
+        "sample.noise_level 0.7)", gt=0)
+    clip_range: float = _real(
+        1e-4, "ε of the clipped ratio clip(exp(log p_θ − log p_old), 1 − ε, 1 + ε) (flow_grpo config/base.py "
+        "train.clip_range 1e-4)", gt=0, lt=1)
+    adv_clip: float = _real(
+        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this (flow_grpo "
+        "config/base.py train.adv_clip_max 5)", gt=0)
+    kl_weight: float = _real(
+        0.01, "β of the KL term mean‖μ_θ − μ_ref‖² / (2 s²) to the reference policy (adapters off); 0 = none and no "
+        "reference forward (flow_grpo config/grpo.py pickscore_sd3 train.beta 0.01)", ge=0)
+    window_start: int = _count(0, 0, MAX_STEPS, "first SDE step of a rollout; the steps before it are ODE steps "
+                               "(Flow-GRPO-Fast / MixGRPO windows; flow_grpo: 0)")
+    window_size: int | None = _count(None, 1, MAX_STEPS, "SDE steps from window_start, ODE after them; null = to the "
+                                     "last step (flow_grpo config/base.py: every step; its Fast configs 2 or 3)")
+    timestep_fraction: float = _real(
+        0.99, "the window's first int(steps·this) steps are trained, in order (flow_grpo config/grpo.py 0.99: 9 of 10 "
+        "steps)", gt=0, le=1)
+
+
+class ObjectiveConfig(_Strict):
+    """The RL objective the update trains (solrl_core/rl/objectives.py) and each one's settings."""
+
+    name: str = Field("diffusionnft", description="diffusionnft (the method's), flow_grpo, or a plug-in "
+                      "package.module:Class (a subclass of solrl_core.rl.objective_base.Objective)")
+    diffusionnft: DiffusionNFTSettings = Field(DiffusionNFTSettings(), description="the DiffusionNFT loss")
+    flow_grpo: FlowGRPOSettings = Field(FlowGRPOSettings(), description="Flow-GRPO's SDE and loss")
+    options: dict[str, Any] = Field(default_factory=dict, description="a plug-in objective's settings")
 
 
 class EvalConfig(_Strict):
@@ -433,7 +473,8 @@ class RunConfig(_Strict):
     reward_models: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-reward weights location etc., e.g. {pickscore: {path: ...}}"
     )
-    train: TrainConfig = Field(TrainConfig(), description="the update: LoRA, DiffusionNFT loss, optimizer, processes")
+    objective: ObjectiveConfig = Field(ObjectiveConfig(), description="the RL objective and its settings")
+    train: TrainConfig = Field(TrainConfig(), description="the update: LoRA, optimizer, processes")
     eval: EvalConfig = Field(EvalConfig(), description="held-out evaluation with the EMA weights")
     audit: AuditConfig = Field(AuditConfig(), description="full-fidelity audit of the explore's ranking")
     tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking")
@@ -611,12 +652,17 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+# keys that moved: an old config names the new place in its error
+MOVED_KEYS = {f"train.{key}": f"objective.diffusionnft.{key}" for key in ("beta", "adv_clip", "kl_weight")}
+
+
 def format_validation_error(exc: ValidationError) -> str:
     """The first error of a pydantic validation, as one line naming the key."""
     err = exc.errors()[0]
     key = cut(".".join(str(p) for p in err["loc"]) or "config")
     if err["type"] == "extra_forbidden":
-        return f"unknown key '{key}'"
+        moved = MOVED_KEYS.get(key)
+        return f"'{key}' is now '{moved}'" if moved else f"unknown key '{key}'"
     if err["type"] == "value_error":
         return one_line(err["msg"].removeprefix("Value error, "))
     return f"'{key}': {cut(err['msg'])} (got {excerpt(err.get('input'))})"

@@ -57,14 +57,17 @@ def sample_sde(backbone: Backbone, transformer: torch.nn.Module, cond: Condition
     # the model's time input: the schedule's sigmas themselves, the values the update feeds the model when it
     # recomputes these steps' log-probabilities (so that on policy the ratio is exactly 1)
     model_sigmas = torch.tensor(sigmas, dtype=torch.float32).to(device=device, dtype=x.dtype)
+    step_sigmas = torch.tensor(sigmas, dtype=torch.float32).to(device)  # the SDE's σ, σ' (float32, as the update's)
+    # every window step's noise drawn on the CPU and moved at once (a copy per step would stall the loop)
+    noise = torch.stack([step_noise(seeds, i, x.shape[1:]) for i in range(start, stop)], dim=1).to(device)
     latents, log_probs = [], []
     for i in range(steps):
         v = guided_velocity(backbone, transformer, x, model_sigmas[i].expand(batch), cond, guidance, uncond)
         if start <= i < stop:
             if i == start:
                 latents.append(x.float())
-            noise = step_noise(seeds, i, x.shape[1:]).to(device)
-            step = sde_step(x, v, sigmas[i], sigmas[i + 1], sigma_max, noise_level, noise=noise)
+            step = sde_step(x, v, step_sigmas[i], step_sigmas[i + 1], sigma_max, noise_level,
+                            noise=noise[:, i - start])
             x = step.prev_sample.to(x.dtype)
             latents.append(step.prev_sample)
             log_probs.append(step.log_prob)

@@ -10,10 +10,12 @@ FLOPs of VAE decode + reward scoring (``flops.decode_and_score_flops``), R(p) = 
 * explore    = P·N·S_explore·[F_low/R(p) + (F − F_low)/R(bf16)]  +  P·N·D/R(bf16)
                (p = the explore precision; for a full-precision explore F_low counts at R(bf16));
 * regenerate = P·K·S_regen·F/R(bf16) + P·K·D/R(bf16)              (sol_rl only);
-* update     = P·K·T·O·(3 + b)·F/R(bf16), T = round(timestep fraction × sampling steps) training timesteps per
-               sample, O optimizer steps (passes over the samples; official 1), 3 forwards (v under θ with grad, v_old and v_ref without, as in the DiffusionNFT loss of
-               docs/method.md) and one backward costing b forwards (default 2: the usual 2× rule; with a frozen base the
-               weight-gradient GEMMs are skipped, ~1×, but gradient checkpointing recomputes the forward, +1×).
+* update     = P·K·T·O·(f + b)·F/R(bf16), T training pairs per sample (the objective's: DiffusionNFT's
+               round(timestep fraction × sampling steps) times, Flow-GRPO's trained SDE steps), O optimizer steps
+               (passes over the samples; official 1), f forwards per pair (the objective's: DiffusionNFT 3, v under θ
+               with grad, v_old and v_ref without; Flow-GRPO 2, or 1 without its KL term) and one backward costing b
+               forwards (default 2: the usual 2× rule; with a frozen base the weight-gradient GEMMs are skipped, ~1×,
+               but gradient checkpointing recomputes the forward, +1×).
 * rollout = explore + regenerate; iteration = rollout + update. Quantizing the explore copy (once per
   iteration), text encoding (once per prompt), LoRA's own FLOPs (rank 32: < 1% of a forward) and the optimizer
   step are left out: each is well under a second at these sizes.
@@ -36,6 +38,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.config.families import FAMILIES
 from solrl_core.planner.flops import ForwardFlops
 from solrl_core.planner.gpus import DEFAULT_UTILISATION, GPU
+from solrl_core.rl.objectives import objective_for
 from solrl_core.rl.selection import kept_per_prompt
 
 FORWARDS_PER_TRAIN_STEP = 3
@@ -105,6 +108,7 @@ def shapes_from_config(cfg) -> Shapes:
     sampling_steps = cfg.regenerate.steps if regen else cfg.explore.steps
     seeds = cfg.explore.seeds_per_prompt
     k = kept_per_prompt(cfg.select, seeds)
+    objective = objective_for(cfg)
     return Shapes(
         family=cfg.family,
         prompts=cfg.prompts.per_iteration,
@@ -114,8 +118,9 @@ def shapes_from_config(cfg) -> Shapes:
         explore_precision=_CONFIG_PRECISION[cfg.explore.precision],
         regenerate=regen,
         regenerate_steps=cfg.regenerate.steps,
-        train_timesteps=max(1, round(cfg.train.timestep_fraction * sampling_steps)),
+        train_timesteps=objective.trained_times(sampling_steps),
         optimizer_steps=cfg.train.optimizer_steps,
+        forwards_per_train_step=len(objective.forwards),
     )
 
 

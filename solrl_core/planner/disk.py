@@ -9,7 +9,9 @@ Per iteration (``solrl_core/stages``):
                     off, its final latent (float32); one ``batch_done`` byte per sampling batch;
 * regenerate      — ``regenerate/samples.zarr``: per selected candidate its image and latent, ``prompt_index``,
                     ``seed`` and ``candidate_index`` (int64), regenerated or, with regenerate off, copied from the
-                    pool;
+                    pool; for an objective that trains on SDE trajectories (Flow-GRPO) also the window's latents
+                    (W + 1 float32 latents for a window of W steps) and W float32 log-probabilities (then the
+                    explore pool keeps them too when regenerate is off);
 * rewards         — ``score_explore`` / ``score_final`` ``rewards.zarr`` (float32 per row: the weighted reward, each
                     training reward, and the proxy beside the final one), ``select/selection.zarr`` (int64 per
                     selected, bool per candidate) and, with ``score.overlap``, the ``scores.zarr`` beside the pools
@@ -121,11 +123,15 @@ def sample_shapes(cfg, model: str | None = None) -> SampleShapes:
 
 
 def pool_bytes(rows: int, shapes: SampleShapes, latents: bool, batch_size: int | None,
-               candidate_index: bool = False) -> int:
-    """A sampled pool (``pool.CandidateWriter``; ``batch_size`` None: written whole, no batch markers)."""
+               candidate_index: bool = False, sde_steps: int = 0) -> int:
+    """A sampled pool (``pool.CandidateWriter``; ``batch_size`` None: written whole, no batch markers). `sde_steps`:
+    the length of the SDE window whose latents (one more than its steps) and log-probabilities each row keeps (an
+    objective that trains on trajectories, Flow-GRPO)."""
     per_row = IMAGE * math.prod(shapes.image) + INDEX + SEED + (CANDIDATE if candidate_index else 0)
     if latents:
         per_row += LATENT * math.prod(shapes.latent)
+    if sde_steps:
+        per_row += LATENT * (sde_steps + 1) * math.prod(shapes.latent) + LATENT * sde_steps
     return rows * per_row + (DONE * -(-rows // batch_size) if batch_size else 0)
 
 
@@ -196,6 +202,7 @@ def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
 def disk_estimate(cfg, shapes: SampleShapes, distilled_guidance: bool = False) -> DiskEstimate:
     """Bytes ``cfg`` writes to its run directory (module docstring); ``distilled_guidance``: the backbone takes the
     guidance scale as an input (FLUX.1-dev), so it never encodes the empty prompt."""
+    from solrl_core.rl.objectives import objective_for
     from solrl_core.rl.selection import kept_per_prompt
 
     n = cfg.prompts.per_iteration * cfg.explore.seeds_per_prompt
@@ -204,13 +211,18 @@ def disk_estimate(cfg, shapes: SampleShapes, distilled_guidance: bool = False) -
     rewards = len(cfg.rewards)
     regen = cfg.regenerate.enabled
     keep_latents = cfg.explore.keep_latents or not regen
+    objective = objective_for(cfg)
+    steps = cfg.regenerate.steps if regen else cfg.explore.steps
+    window = objective.sde_window(steps) if objective.trajectory else None
+    sde_steps = window[1] - window[0] if window else 0  # what the update's samples keep per row
     tables = (n * REWARD * (1 + rewards) + kept * CANDIDATE + n * SELECTED
               + kept * REWARD * (2 + (rewards if regen else 0)))
     if cfg.score.overlap:  # scored while sampled (one device): scores.zarr beside the explore and regenerate pools
         tables += SCORE * rewards * (n + (kept if regen else 0))
     per_iteration = {
-        "explore pool": pool_bytes(n, shapes, keep_latents, cfg.explore.batch_size),
-        "regenerate samples": pool_bytes(kept, shapes, True, cfg.regenerate.batch_size if regen else None, True),
+        "explore pool": pool_bytes(n, shapes, keep_latents, cfg.explore.batch_size, sde_steps=0 if regen else sde_steps),
+        "regenerate samples": pool_bytes(kept, shapes, True, cfg.regenerate.batch_size if regen else None, True,
+                                         sde_steps),
         "rewards and selection": tables,
         "checkpoint": sum(checkpoint_bytes(shapes).values()),
     }

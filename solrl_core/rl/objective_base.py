@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-Forward = Callable[[str, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (adapter, x, t, rows) -> v
+if TYPE_CHECKING:  # config validation reads the registry (rl/objectives.py) without importing torch
+    import torch
+
+Forward = Callable[[str, "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (adapter, x, t, rows) -> v
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class Objective:
     def sde_window(self, steps: int) -> tuple[int, int] | None:
         """The SDE steps of a `steps`-step rollout ([start, stop)), None when it samples with the ODE."""
         return None
+
+    def trained_times(self, steps: int) -> int:
+        """Training pairs per sample of a `steps`-step rollout (what the planner prices, with `forwards`)."""
+        raise NotImplementedError
 
     def prepare(self, data: TrainingData) -> dict:
         """What every optimizer step of the iteration reuses (advantages...), computed once."""

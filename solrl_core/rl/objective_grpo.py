@@ -67,6 +67,9 @@ class FlowGRPO(Objective):
         """The window's first steps trained, in order (flow_grpo: int(steps · timestep_fraction), at least 1)."""
         return max(1, int((window[1] - window[0]) * self.settings.timestep_fraction))
 
+    def trained_times(self, steps: int) -> int:
+        return self.trained_steps(self.sde_window(steps))
+
     def prepare(self, data: TrainingData) -> dict:
         if data.trajectory is None or data.log_probs is None or data.window is None:
             raise ValueError("flow_grpo trains on SDE trajectories: the regenerate stage's samples have none (a run "

@@ -16,9 +16,14 @@ from solrl_core.rl.objective_base import Forward, Objective, ObjectiveStep, Trai
 from solrl_core.rl.policy import old_policy_eta
 
 
+def times_per_sample(n_times: int, fraction: float) -> int:
+    """How many of the schedule's `n_times` times each sample trains on: ceil(fraction · n_times), at least 1."""
+    return max(1, math.ceil(fraction * n_times - 1e-9))
+
+
 def training_pairs(n_samples: int, n_times: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
     """(sample, time-index) pairs: each sample trains on its own random subset of the schedule's times."""
-    per_sample = max(1, math.ceil(fraction * n_times - 1e-9))
+    per_sample = times_per_sample(n_times, fraction)
     rows = [
         torch.stack([torch.full((per_sample,), i), torch.randperm(n_times, generator=generator)[:per_sample]], 1)
         for i in range(n_samples)
@@ -53,6 +58,9 @@ class DiffusionNFT(Objective):
     summary = "DiffusionNFT: implicit positive / negative policies around θ_old on the final samples (official)"
     section = "diffusionnft"
     forwards = ("old", "reference", "default")
+
+    def trained_times(self, steps: int) -> int:
+        return times_per_sample(steps, self.train.timestep_fraction)
 
     def prepare(self, data: TrainingData) -> dict:
         device = data.latents.device

@@ -59,9 +59,11 @@ class CandidateWriter:
         extra_dtypes: dict[str, str] | None = None,
         batch_size: int = 1,
         create: bool = True,
+        row_arrays: dict[str, tuple[tuple[int, ...], str]] | None = None,
     ) -> CandidateWriter:
         """Open the pool at `path` to continue it, or create it when absent or made for other shapes or batches.
 
+        `row_arrays`: more per-row arrays, name -> (shape of one row, dtype), one chunk per row (an SDE trajectory).
         `create=False` (a shard joining a pool made for it): a missing or different pool is an error instead.
         """
         if path.exists():
@@ -74,6 +76,8 @@ class CandidateWriter:
                     and tuple(group["image"].shape[1:]) == tuple(image_shape)
                     and ("latent" in group) == (latent_shape is not None)
                     and all(name in group for name in (extra_dtypes or {}))
+                    and all(name in group and tuple(group[name].shape[1:]) == tuple(shape)
+                            for name, (shape, _) in (row_arrays or {}).items())
                 )
                 if same:
                     return cls(group)
@@ -92,6 +96,8 @@ class CandidateWriter:
             create_array(group, name, shape=(n_rows,), dtype=dtype, chunks=rows, fill_value=-1)
         if latent_shape is not None:
             create_array(group, "latent", shape=(n_rows, *latent_shape), dtype="float32", chunks=(1, *latent_shape))
+        for name, (shape, dtype) in (row_arrays or {}).items():
+            create_array(group, name, shape=(n_rows, *shape), dtype=dtype, chunks=(1, *shape))
         create_array(group, DONE, shape=(batch_count(n_rows, batch_size),), dtype="uint8", chunks=(1,), fill_value=0)
         return cls(group)
 
@@ -172,6 +178,11 @@ def read_table(path: Path, names: list[str] | None = None) -> tuple[dict[str, np
     group = zarr.open_group(zarr_store(path), mode="r")
     keys = names if names is not None else sorted(k for k, _ in group.arrays())
     return {k: np.asarray(group[k][...]) for k in keys}, dict(group.attrs)
+
+
+def column_names(path: Path) -> set[str]:
+    """The columns (arrays) of a zarr group written by this module."""
+    return {name for name, _ in zarr.open_group(zarr_store(path), mode="r").arrays()}
 
 
 def read_rows(path: Path, name: str, rows: np.ndarray) -> np.ndarray:

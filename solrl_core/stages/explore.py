@@ -17,6 +17,7 @@ from solrl_core.stages.draws import candidate_seed, iteration_prompts
 from solrl_core.stages.explore_setting import explore_setting
 from solrl_core.stages.quantize import explore_copy
 from solrl_core.stages.sampling import PoolSampling
+from solrl_core.rl.objectives import objective_for
 from solrl_core.stages.shards import sample_pool
 
 
@@ -38,6 +39,8 @@ def sampling(ctx: StageContext) -> PoolSampling:
         steps=setting.steps,
         batch_size=cfg.explore.batch_size,
         keep_latents=cfg.explore.keep_latents or not cfg.regenerate.enabled,
+        # without a regenerate stage the update trains on these samples: the objective's trajectories with them
+        keep_trajectory=objective_for(cfg).trajectory and not cfg.regenerate.enabled,
         attrs={"precision": setting.precision, "iteration": ctx.iteration},
         desc=f"explore it{ctx.iteration} ({setting.precision}, {setting.steps} steps)",
         model=_model,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from solrl_core.run.pool import read_rows, read_table, write_table
+from solrl_core.rl.objectives import objective_for
+from solrl_core.run.pool import column_names, read_rows, read_table, write_table
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.old_policy import old_policy_transformer
-from solrl_core.stages.sampling import PoolSampling
+from solrl_core.stages.sampling import TRAJECTORY_COLUMNS, PoolSampling
 from solrl_core.stages.shards import sample_pool
 
 
@@ -38,6 +39,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         steps=cfg.regenerate.steps,
         batch_size=cfg.regenerate.batch_size,
         keep_latents=True,
+        keep_trajectory=objective_for(cfg).trajectory,
         attrs={"precision": "fp32", "iteration": ctx.iteration, "regenerated": True},
         desc=f"regenerate it{ctx.iteration} (fp32, {cfg.regenerate.steps} steps)",
         model=old_policy_transformer,
@@ -63,6 +65,8 @@ def run_regenerate(ctx: StageContext) -> dict:
                     "seed": seeds,
                     "image": read_rows(pool_path, "image", chosen),
                     "latent": read_rows(pool_path, "latent", chosen),
+                    **{name: read_rows(pool_path, name, chosen) for name in TRAJECTORY_COLUMNS
+                       if name in column_names(pool_path)},
                 },
                 attrs={**pool_attrs, "regenerated": False, "committed": len(chosen), "n_rows": len(chosen)},
             )

@@ -1,7 +1,10 @@
 """Batched, resumable sampling of candidates into a zarr pool (shared by explore, regenerate and the audit).
 
 The run's sampling settings come from the stage context: the solver (`model.sampler`, else the backbone's default),
-the rollout guidance (`guidance.rollout`) and the conditioning from the run's text-embedding cache.
+the rollout guidance (`guidance.rollout`), the conditioning from the run's text-embedding cache, and the objective's
+SDE (`objective.name`: Flow-GRPO samples its rollouts on an SDE, solrl_core/models/sde_sampler.py; the evaluation
+always integrates the ODE). A pool that keeps trajectories stores, per row, the SDE window's latents and the
+sampling policy's log-probabilities (columns `trajectory` and `log_prob`; attribute `sde_window`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from tqdm.auto import tqdm
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import CandidateWriter
 from solrl_core.models.sampler import resolve_sampler, sample, schedule_sigmas
+from solrl_core.models.sde_sampler import sample_sde
+from solrl_core.rl.objectives import objective_for
 from solrl_core.run.storage import zarr_store
+
+
+TRAJECTORY_COLUMNS = ("trajectory", "log_prob")  # what a pool that keeps trajectories holds per row, beside `latent`
 
 
 @dataclass(frozen=True)
@@ -27,16 +35,23 @@ class SamplingSettings:
     guidance: float
     encode: Callable  # prompts -> batch-first conditioning
     uncond: dict | None  # the empty prompt's conditioning when classifier-free guidance is on
+    noise_level: float = 0.0  # the rollouts' SDE (0: the ODE solver `sampler`)
+    sde_window: Callable[[int], tuple[int, int] | None] = lambda steps: None  # steps -> the SDE steps [start, stop)
 
 
-def sampling_settings(ctx, backbone, guidance: float | None = None) -> SamplingSettings:
-    """The run's solver, guidance (default `guidance.rollout`) and text cache; `ctx` None = the backbone's default
-    solver, no guidance, its own text encoders."""
+def sampling_settings(ctx, backbone, guidance: float | None = None, sde: bool = True) -> SamplingSettings:
+    """The run's solver, guidance (default `guidance.rollout`), text cache and, for rollouts (`sde`), the objective's
+    SDE; `ctx` None = the backbone's default solver, no guidance, its own text encoders."""
     if ctx is None:
         return SamplingSettings(resolve_sampler(None, backbone), 1.0, backbone.encode_prompts, None)
     g = ctx.cfg.guidance.rollout if guidance is None else guidance
     uncond = ctx.encode([""]) if g != 1.0 and not backbone.defaults.distilled_guidance else None
-    return SamplingSettings(resolve_sampler(ctx.cfg.model.sampler, backbone), g, ctx.encode, uncond)
+    settings = SamplingSettings(resolve_sampler(ctx.cfg.model.sampler, backbone), g, ctx.encode, uncond)
+    objective = objective_for(ctx.cfg)
+    if sde and objective.sampling_noise_level() > 0:
+        return SamplingSettings(settings.sampler, g, ctx.encode, uncond, objective.sampling_noise_level(),
+                                objective.sde_window)
+    return settings
 
 
 def open_pool(
@@ -52,6 +67,8 @@ def open_pool(
     ctx=None,
     create: bool = True,
     guidance: float | None = None,
+    sde: bool = True,
+    keep_trajectory: bool = False,
 ) -> CandidateWriter:
     """The pool `sample_into_pool` fills (created when absent or made for other shapes, unless `create` is false).
 
@@ -59,19 +76,31 @@ def open_pool(
     cached conditioning does not depend on how the pool's batches are later split across processes.
     """
     image_shape = backbone.decode(torch.zeros(1, *backbone.latent_shape)).shape[1:]
-    settings = sampling_settings(ctx, backbone, guidance)
+    settings = sampling_settings(ctx, backbone, guidance, sde)
     if ctx is not None:
         ctx.encode(list(dict.fromkeys(prompts)))
+    window = settings.sde_window(steps) if settings.noise_level > 0 else None
+    row_arrays = {}
+    if keep_trajectory:
+        if window is None:
+            raise SolrlError("a pool that keeps SDE trajectories needs an objective that samples on an SDE "
+                             "(objective.name: flow_grpo)")
+        width = window[1] - window[0]
+        row_arrays = dict(zip(TRAJECTORY_COLUMNS, (((width + 1, *backbone.latent_shape), "float32"),
+                                                   ((width,), "float32"))))
+    sde_attrs = {"noise_level": settings.noise_level, "sde_window": list(window)} if window is not None else {}
     return CandidateWriter.open(
         path,
         n_rows,
         tuple(image_shape),
         tuple(backbone.latent_shape) if keep_latents else None,
         {**attrs, "prompts": prompts, "steps": steps, "sigmas": schedule_sigmas(backbone, steps),
-         "batch_size": batch_size, "sampler": settings.sampler, "guidance": settings.guidance},
+         "batch_size": batch_size, "sampler": "sde" if window is not None else settings.sampler,
+         "guidance": settings.guidance, **sde_attrs},
         extra_dtypes={name: str(values.dtype) for name, values in (extra_columns or {}).items()},
         batch_size=batch_size,
         create=create,
+        row_arrays=row_arrays,
     )
 
 
@@ -93,6 +122,8 @@ def sample_into_pool(
     ctx=None,
     batches: range | None = None,
     guidance: float | None = None,
+    sde: bool = True,
+    keep_trajectory: bool = False,
 ) -> CandidateWriter:
     """Sample row i from seed `seeds[i]` with prompt `prompts[prompt_index[i]]`, batch by batch, committing each.
 
@@ -103,11 +134,12 @@ def sample_into_pool(
     `on_commit(start, columns)` is called after each batch is committed (e.g. to score it while the next samples).
     `ctx` (the stage's context) gives the run's sampling settings (`sampling_settings`); the pool's attributes
     record the solver, the guidance and the sigmas (the update trains on those times). `guidance`: the scale
-    (default: the run's `guidance.rollout`).
+    (default: the run's `guidance.rollout`). `sde`: rollouts of the objective's SDE (false: the ODE, as the
+    evaluation); `keep_trajectory`: store the SDE window's latents and log-probabilities per row.
     """
     writer = open_pool(path, backbone, prompts, len(seeds), steps, batch_size, keep_latents, attrs, extra_columns,
-                       ctx, create=batches is None, guidance=guidance)
-    settings = sampling_settings(ctx, backbone, guidance)
+                       ctx, create=batches is None, guidance=guidance, sde=sde, keep_trajectory=keep_trajectory)
+    settings = sampling_settings(ctx, backbone, guidance, sde)
     todo = writer.pending(batches)
     mine = batches if batches is not None else range(writer.n_batches)
     total, left = writer.rows_in(mine), writer.rows_in(todo)
@@ -116,9 +148,13 @@ def sample_into_pool(
         rows = writer.batch_rows(k)
         batch_prompts = [prompts[i] for i in prompt_index[rows]]
         cond = settings.encode(batch_prompts)
-        noise = backbone.initial_noise(seeds[rows].tolist())
-        result = sample(backbone, transformer, cond, noise, steps, sampler=settings.sampler,
-                        guidance=settings.guidance, uncond=settings.uncond)
+        if settings.noise_level > 0:
+            result = sample_sde(backbone, transformer, cond, seeds[rows].tolist(), steps, settings.noise_level,
+                                settings.sde_window(steps), guidance=settings.guidance, uncond=settings.uncond)
+        else:
+            noise = backbone.initial_noise(seeds[rows].tolist())
+            result = sample(backbone, transformer, cond, noise, steps, sampler=settings.sampler,
+                            guidance=settings.guidance, uncond=settings.uncond)
         if not bool(torch.isfinite(result.x0).all()):  # one read per batch (none per step): NaN would decode silently
             raise SolrlError(f"{desc}: rows {rows.start} to {rows.stop - 1} sampled to NaN or infinite latents (the "
                              "model overflowed at this precision, or its weights are damaged); nothing of the batch "
@@ -130,6 +166,8 @@ def sample_into_pool(
         }
         if keep_latents:
             columns["latent"] = result.x0.float().cpu().numpy()
+        if keep_trajectory:
+            columns.update(zip(TRAJECTORY_COLUMNS, (result.latents.cpu().numpy(), result.log_probs.cpu().numpy())))
         for name, values in (extra_columns or {}).items():
             columns[name] = values[rows]
         writer.write_batch(rows.start, columns, in_order=batches is None)
@@ -157,6 +195,8 @@ class PoolSampling:
     model: Callable  # (ctx, backbone) -> the transformer that samples
     extra_columns: dict[str, np.ndarray] | None = None
     guidance: float | None = None  # None = guidance.rollout
+    sde: bool = True  # a rollout: the objective's SDE when it has one (the evaluation: false, the ODE)
+    keep_trajectory: bool = False  # store the SDE window's latents and log-probabilities per row
 
     @property
     def n_rows(self) -> int:
@@ -168,14 +208,15 @@ class PoolSampling:
 
     def open(self, ctx, backbone, create: bool = True) -> CandidateWriter:
         return open_pool(self.path, backbone, self.prompts, self.n_rows, self.steps, self.batch_size,
-                         self.keep_latents, self.attrs, self.extra_columns, ctx, create=create, guidance=self.guidance)
+                         self.keep_latents, self.attrs, self.extra_columns, ctx, create=create, guidance=self.guidance,
+                         sde=self.sde, keep_trajectory=self.keep_trajectory)
 
     def sample(self, ctx, backbone, batches: range | None = None, on_commit=None, desc: str | None = None):
         """`sample_into_pool` with these settings: every batch not done yet, or those of `batches` (a shard)."""
         return sample_into_pool(self.path, backbone, self.model(ctx, backbone), self.prompts, self.prompt_index,
                                 self.seeds, self.steps, self.batch_size, self.keep_latents, self.attrs,
                                 ctx.progress, desc or self.desc, self.extra_columns, on_commit, ctx, batches,
-                                self.guidance)
+                                self.guidance, self.sde, self.keep_trajectory)
 
     # ---- split over devices (solrl_core/stages/shards.py) ------------------------------------------------------
     bar_unit = "img"

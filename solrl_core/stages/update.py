@@ -1,7 +1,11 @@
-"""update: DiffusionNFT optimizer step(s) on the training samples, then the soft θ_old update and the EMA.
+"""update: the run's objective (`objective.name`: DiffusionNFT, Flow-GRPO, a plug-in) trained for
+`train.optimizer_steps` optimizer steps on the regenerated samples, then θ_old follows θ as the objective says and
+the EMA moves.
 
-Randomness (which schedule times each sample trains on, and the forward-process noise) is drawn from generators
-derived from (run seed, iteration, optimizer step), so a resumed run repeats it exactly without saved RNG state.
+This stage owns what is common to every objective (solrl_core/rl/objective_base.py): the model and its adapters,
+the data on the device, the sharding of each step's training pairs over ranks, gradient sync, clipping, AdamW and
+the checkpoint. Randomness (the pairs' times and noise) is drawn from generators derived from (run seed, iteration,
+optimizer step), so a resumed run repeats it exactly without saved RNG state.
 """
 
 from __future__ import annotations
@@ -11,19 +15,18 @@ import json
 import math
 import time
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
-from solrl_core.run.pool import read_table
-from solrl_core.rl.advantages import group_advantages, optimality
+from solrl_core.run.pool import column_names, read_table
 from solrl_core.rl.distributed import GradientSync, process_group
-from solrl_core.rl.nft_loss import forward_noise, nft_loss
+from solrl_core.rl.objective_base import TrainingData
+from solrl_core.rl.objectives import objective_for
 from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
-from solrl_core.rl.policy import EmaWeights, old_policy_eta
+from solrl_core.rl.policy import EmaWeights, LoraPolicy
 from solrl_core.run.rundir import write_json_atomic
-from solrl_core.models.seeds import derived_generator, randn_rows
+from solrl_core.models.seeds import derived_generator
 from solrl_core.run.storage import load_tensors, save_tensors
 from solrl_core.models.backbones.base import module_device
 from solrl_core.models.backbones.cache import load_backbone
@@ -40,16 +43,6 @@ from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE, PURPOSE_TRAIN_T
 from solrl_core.stages.shards import process_record, records, run_ranks
 from solrl_core.stages.update_launch import launch_update
-
-
-def training_pairs(n_samples: int, n_times: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
-    """(sample, time-index) pairs: each sample trains on its own random subset of the schedule's times."""
-    per_sample = max(1, math.ceil(fraction * n_times - 1e-9))
-    rows = [
-        torch.stack([torch.full((per_sample,), i), torch.randperm(n_times, generator=generator)[:per_sample]], 1)
-        for i in range(n_samples)
-    ]
-    return torch.cat(rows)
 
 
 def read_back(values: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -85,6 +78,41 @@ def train_guidance(cfg, backbone) -> float:
         raise SolrlError(f"guidance.train = {scale} needs a backbone with distilled guidance (FLUX.1-dev); set it "
                          "to 1.0")
     return scale
+
+
+def training_data(ctx: StageContext, trajectory: bool, device: torch.device) -> tuple[TrainingData, list[str]]:
+    """The regenerate stage's samples and score_final's rewards on `device` (with the SDE trajectories and their
+    log-probabilities when the objective trains on them), and the pool's prompts."""
+    names = ["latent", "prompt_index"] + (["trajectory", "log_prob"] if trajectory else [])
+    path = ctx.artifact("regenerate", "samples.zarr")
+    missing = [name for name in names if name not in column_names(path)]
+    if missing:
+        raise SolrlError(f"update of iteration {ctx.iteration}: the regenerated samples have no {missing[0]} column, "
+                         f"which objective '{ctx.cfg.objective.name}' trains on (were they sampled under another "
+                         "objective?); run the iteration again from explore")
+    samples, attrs = read_table(path, names)
+    reward = read_table(ctx.artifact("score_final", "rewards.zarr"), ["reward"])[0]["reward"]
+
+    def on_device(name: str) -> torch.Tensor | None:
+        return torch.from_numpy(samples[name]).float().to(device) if name in samples else None
+
+    window = tuple(attrs["sde_window"]) if trajectory else None
+    data = TrainingData(latents=on_device("latent"), sigmas=list(attrs["sigmas"]), rewards=reward,
+                        prompt_index=samples["prompt_index"], trajectory=on_device("trajectory"),
+                        log_probs=on_device("log_prob"), window=window)
+    return data, list(attrs["prompts"])
+
+
+def velocity_under(policy: LoraPolicy, backbone, cond_all: dict, row_prompt: torch.Tensor, guidance: float):
+    """The objectives' `forward(adapter, x, t, rows)`: the velocity under θ ("default"), θ_old ("old") or the base W0
+    ("reference"), on the conditioning of sample rows `rows`."""
+
+    def forward(adapter: str, x_t: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        cond = {key: value[row_prompt[rows]] for key, value in cond_all.items()}
+        with policy.reference() if adapter == "reference" else policy.adapter(adapter):
+            return backbone.velocity(policy.transformer, x_t, t, cond, guidance)
+
+    return forward
 
 
 def run_update(ctx: StageContext) -> dict:
@@ -131,28 +159,20 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     step = _load_optimizer_state(optimizer, ema, ckpt)
 
     device = module_device(policy.transformer)  # every tensor of the loop lives there (moved once per step)
-    samples, attrs = read_table(ctx.artifact("regenerate", "samples.zarr"), ["latent", "prompt_index"])
-    reward = read_table(ctx.artifact("score_final", "rewards.zarr"), ["reward"])[0]["reward"]
-    x0_all = torch.from_numpy(samples["latent"]).float().to(device)
-    prompt_index = samples["prompt_index"]
-    adv = group_advantages(reward, prompt_index, clip=tc.adv_clip)
-    r_all = torch.as_tensor(optimality(adv, clip=tc.adv_clip), dtype=torch.float32).to(device)
-    times = torch.tensor(attrs["sigmas"][:-1], dtype=torch.float32).to(device)  # the schedule's times, terminal 0 excluded
+    objective = objective_for(cfg)
+    data, prompts = training_data(ctx, objective.trajectory, device)
+    prepared = objective.prepare(data)
     # the conditioning of the pool's prompts from the run's text cache, once; each row takes its prompt's
-    cond_all = ctx.encode(list(attrs["prompts"]))
-    row_prompt = torch.as_tensor(prompt_index, dtype=torch.long).to(device)
+    cond_all = ctx.encode(prompts)
+    row_prompt = torch.as_tensor(data.prompt_index, dtype=torch.long).to(device)
+    forward = velocity_under(policy, backbone, cond_all, row_prompt, guidance)
 
     history = []
     bar = None  # one bar for all optimizer steps (their micro-batches), made once the count is known
     for inner in range(tc.optimizer_steps):
-        gen_t = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_T, inner)
-        gen_eps = derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_NOISE, inner)
-        pairs = training_pairs(len(x0_all), len(times), tc.timestep_fraction, gen_t)
-        n_pairs = len(pairs)
-        start, stop = sync.shard_range(n_pairs)  # this rank's pairs (all of them in one process)
-        pairs = pairs[start:stop].to(device)
-        # rows [start, stop) of randn((n_pairs, *latent), generator=gen_eps), drawing only those rows
-        eps_all = randn_rows(gen_eps, n_pairs, x0_all.shape[1:], start, stop).to(device)
+        generators = (derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_T, inner),
+                      derived_generator(cfg.seed, ctx.iteration, PURPOSE_TRAIN_NOISE, inner))
+        pairs = objective.step(data, prepared, generators, sync.shard_range)  # this rank's share of the pairs
         optimizer.zero_grad(set_to_none=True)
         totals: dict[str, torch.Tensor] = {}  # weighted loss terms, summed on the device in float64
         chunks = range(0, len(pairs), tc.micro_batch)
@@ -160,21 +180,9 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
             bar = tqdm(total=tc.optimizer_steps * len(chunks), desc=f"update it{ctx.iteration}", unit="batch",
                        leave=False, disable=not ctx.progress)
         for start in chunks:
-            idx, tix = pairs[start : start + tc.micro_batch].unbind(1)
-            x0, t = x0_all[idx], times[tix]
-            x_t = forward_noise(x0, t, eps_all[start : start + tc.micro_batch])
-            cond = {key: value[row_prompt[idx]] for key, value in cond_all.items()}
-            with torch.no_grad():
-                with policy.adapter("old"):
-                    v_old = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
-                with policy.reference():
-                    v_ref = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
-            with policy.adapter("default"):
-                v = backbone.velocity(policy.transformer, x_t, t, cond, guidance)
-            loss, terms = nft_loss(
-                v, v_old, v_ref, x_t, x0, t, r_all[idx], beta=tc.beta, adv_clip=tc.adv_clip, kl_weight=tc.kl_weight
-            )
-            weight = len(idx) / n_pairs
+            stop = min(start + tc.micro_batch, len(pairs))
+            loss, terms = pairs.loss(start, stop, forward)
+            weight = (stop - start) / pairs.n_pairs
             (loss * weight).backward()
             for key, value in terms.items():
                 totals[key] = totals.get(key, 0.0) + value.double() * weight
@@ -186,10 +194,10 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
             raise FloatingPointError(f"update it{ctx.iteration}: non-finite gradient norm; nothing was saved")
         optimizer.step()
         step += 1
-        eta = old_policy_eta(step, rate=tc.old_eta_rate, max_eta=tc.old_eta_max)
+        eta = objective.old_policy_eta(step)
         policy.soft_update_old(eta)
         ema.update(policy, step)
-        history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(n_pairs)})
+        history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(pairs.n_pairs)})
     bar.close()
 
     if sync.is_writer:
@@ -203,7 +211,8 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         "grad_norm": last["grad_norm"],
         "old_eta": last["old_eta"],
         "grad_clip": grad_clip,
-        "advantage_abs_mean": float(np.abs(adv).mean()),
+        "objective": objective.name,
+        **objective.summary_metrics(prepared),
     }
 
 

@@ -32,7 +32,7 @@ def _float_fields():
 def test_every_float_setting_is_finite_bounded_and_says_so():
     fields = dict(_float_fields())
     assert {"train.optimizer.lr", "train.optimizer.eps", "guidance.rollout", "explore.guardrail.floor",
-            "train.kl_weight", "bench.margin", "bench.cost.utilisation"} <= set(fields)
+            "objective.diffusionnft.kl_weight", "bench.margin", "bench.cost.utilisation"} <= set(fields)
     for key, field in fields.items():
         assert any(isinstance(m, AllowInfNan) and not m.allow_inf_nan for m in field.metadata), key
         assert any(isinstance(m, (annotated_types.Ge, annotated_types.Gt)) for m in field.metadata), key
@@ -48,9 +48,12 @@ def test_every_float_setting_is_finite_bounded_and_says_so():
     ("train.optimizer.weight_decay", "0", "-1e-4", "greater than or equal to 0"),
     ("train.optimizer.grad_clip", "null", "0", "greater than 0"),
     ("train.optimizer.grad_clip", "1.0", ".inf", "finite number"),
-    ("train.beta", "0.1", "0", "greater than 0"),
-    ("train.adv_clip", "5", "-.inf", "finite number"),
-    ("train.kl_weight", "0", "-1", "greater than or equal to 0"),
+    ("objective.diffusionnft.beta", "0.1", "0", "greater than 0"),
+    ("objective.diffusionnft.adv_clip", "5", "-.inf", "finite number"),
+    ("objective.diffusionnft.kl_weight", "0", "-1", "greater than or equal to 0"),
+    ("objective.flow_grpo.noise_level", "0.8", "0", "greater than 0"),
+    ("objective.flow_grpo.clip_range", "0.2", "1", "less than 1"),
+    ("objective.flow_grpo.timestep_fraction", "1", "1.5", "less than or equal to 1"),
     ("train.timestep_fraction", "1", "1.5", "less than or equal to 1"),
     ("train.timestep_fraction", "0.4", "0", "greater than 0"),
     ("train.lora_alpha", "8", ".inf", "finite number"),
@@ -223,3 +226,9 @@ def test_defaults_are_finite():
     for key, field in _float_fields():
         default = field.get_default(call_default_factory=True)
         assert default is None or math.isfinite(default), key
+
+
+def test_the_loss_settings_that_moved_name_their_new_place():
+    for key in ("beta", "adv_clip", "kl_weight"):
+        with pytest.raises(ConfigError, match=rf"'train.{key}' is now 'objective.diffusionnft.{key}'"):
+            load_config(TINY, [f"train.{key}=1"])

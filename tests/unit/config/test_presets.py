@@ -144,8 +144,9 @@ def test_every_preset_validates_with_the_official_values(model):
             # shared (docs/method.md, "One RL iteration")
             assert cfg.prompts.per_iteration == 48
             assert (cfg.train.lora_rank, cfg.train.lora_alpha) == LORA_RANK_ALPHA[model]
-            assert (cfg.train.beta, cfg.train.adv_clip) == (1, 5)
-            assert (cfg.train.kl_weight, cfg.train.optimizer_steps) == (1e-4, 1)
+            nft = cfg.objective.diffusionnft
+            assert (cfg.objective.name, nft.beta, nft.adv_clip) == ("diffusionnft", 1, 5)
+            assert (nft.kl_weight, cfg.train.optimizer_steps) == (1e-4, 1)
             assert (cfg.train.processes, cfg.train.dist_backend) == (8, "nccl")  # micro-batch per GPU, 8 GPUs
             opt = cfg.train.optimizer
             assert (opt.lr, opt.betas, opt.weight_decay, opt.eps) == (3e-4, (0.9, 0.999), 1e-4, 1e-8)

@@ -191,6 +191,24 @@ def test_shapes_from_demo_config():
                                    cfg.select.k, cfg.explore.steps, "nvfp4", True, 6)
     nft = shapes_from_config(load_config(ROOT / "configs" / "families" / "diffusionnft.yaml"))
     assert (nft.explore_precision, nft.seeds, nft.k, nft.regenerate) == ("bf16", 6, 6, False)
+    assert s.forwards_per_train_step == 3  # DiffusionNFT: θ, θ_old, W0
+
+
+def test_the_update_is_priced_with_the_objectives_forwards_and_pairs():
+    from solrl_core.config.loading import load_config
+
+    demo = ROOT / "configs" / "demo.yaml"
+    grpo = shapes_from_config(load_config(demo, ["objective.name=flow_grpo"]))
+    assert (grpo.forwards_per_train_step, grpo.train_timesteps) == (2, 9)  # θ and W0; int(10 · 0.99) SDE steps
+    no_kl = shapes_from_config(load_config(demo, ["objective.name=flow_grpo", "objective.flow_grpo.kl_weight=0"]))
+    assert no_kl.forwards_per_train_step == 1
+    fast = shapes_from_config(load_config(demo, ["objective.name=flow_grpo", "objective.flow_grpo.window_size=3",
+                                                 "objective.flow_grpo.timestep_fraction=1"]))
+    assert fast.train_timesteps == 3  # Flow-GRPO-Fast: the window's steps
+    tp = Throughput(TOY_GPU, gpus=1, utilisation=1.0)
+    update = {f: iteration_cost(_toy_forward(10e12, 0.0), s, tp, 0.0)["seconds"]["update"] / s.train_timesteps
+              for f, s in ((2, grpo), (1, no_kl))}
+    assert update[2] / update[1] == pytest.approx((2 + 2.0) / (1 + 2.0))  # (f + b) forward costs per pair
 
 
 @pytest.mark.parametrize(

@@ -148,3 +148,19 @@ def test_a_config_priced_from_its_loaded_backbone_or_the_full_size_model(tiny_ru
 
 
 FLUX = ROOT / "configs" / "presets" / "flux1_sol_rl_pickscore.yaml"
+
+
+@pytest.mark.parametrize("family", [[], ["family=naive_scaling", "explore.precision=fp32", "regenerate.enabled=false"]],
+                         ids=["sol_rl", "naive_scaling"])
+def test_a_flow_grpo_runs_trajectories_are_priced(family, tmp_path, one_torch_thread):
+    """Flow-GRPO's samples keep the SDE window's latents and log-probabilities: the bytes written are the estimate
+    (in the regenerate samples, and in the explore pool when the update trains on it)."""
+    run = RunDir(tmp_path / "run")
+    cfg = prepare_run(run, load_config(TINY, [*SMALL, "objective.name=flow_grpo", *family]))
+    for stage in ("quantize", "explore", "score_explore", "select", "regenerate"):
+        run_stage(run, cfg, 0, stage, progress=False)
+    est, it = run_disk(cfg), run.iteration_dir(0)
+    assert zarr_bytes(it / "explore" / "pool.zarr") == est.per_iteration["explore pool"]
+    assert zarr_bytes(it / "regenerate" / "samples.zarr") == est.per_iteration["regenerate samples"]
+    nft = run_disk(load_config(TINY, [*SMALL, *family]))
+    assert est.per_iteration["regenerate samples"] > nft.per_iteration["regenerate samples"]

@@ -24,8 +24,8 @@ TRAIN = SimpleNamespace(timestep_fraction=0.6, old_eta_rate=0.001, old_eta_max=0
 
 
 def test_registry_names_and_plugins():
-    assert OBJECTIVES == {"diffusionnft": DiffusionNFT, "flow_grpo": FlowGRPO}
-    assert objective_class("flow_grpo") is FlowGRPO
+    assert {name: objective_class(name) for name in OBJECTIVES} == {"diffusionnft": DiffusionNFT,
+                                                                     "flow_grpo": FlowGRPO}
     assert objective_class("solrl_core.rl.objective_nft:DiffusionNFT") is DiffusionNFT
     with pytest.raises(ConfigError, match="objective.name 'grpo' is not an objective"):
         objective_class("grpo")

@@ -91,6 +91,39 @@ def test_an_iteration_and_its_evaluation_run_on_a_faked_gpu(model, tiny_models, 
     assert adapters and {t.dtype for t in adapters.values()} == {torch.float32}
 
 
+@pytest.mark.parametrize("model", ["embedded", "flux1"])
+def test_a_flow_grpo_iteration_runs_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+    """Flow-GRPO's path: SDE rollouts with their trajectories and log-probabilities, and its update (θ with the
+    gradient, the reference forward of its KL term, the clipped-ratio loss), all on the device."""
+    cfg = _config(model, tiny_models, "objective.name=flow_grpo")
+    run = _run(tmp_path / "run", cfg)
+    with fake_cuda():
+        for stage in STAGES:
+            run_stage(run, cfg, 0, stage, progress=False)
+    assert all(run.is_complete(0, stage) for stage in STAGES)
+    assert run.manifest(0, "update")["summary"]["objective"] == "flow_grpo"
+
+
+def test_the_sde_sampling_loop_never_syncs(tiny_models, one_torch_thread):
+    """Flow-GRPO's rollouts on the device: no sync, and as many host-to-device copies for 2 steps as for 4 (the
+    window's noise goes up once)."""
+    from solrl_core.models.sde_sampler import sample_sde
+
+    cfg = _config("embedded", tiny_models)
+    cond = _cpu_backbone(cfg).encode_prompts(["a red circle", "a blue square"])
+    with fake_cuda() as gpu:
+        backbone = load_backbone(cfg.model)
+        on_device = {k: v.to("cuda") for k, v in cond.items()}
+        uploads = []
+        for steps in (2, 2, 4):
+            before = len(gpu.uploads)
+            result = sample_sde(backbone, backbone.transformer, on_device, [1, 2], steps, noise_level=0.7)
+            assert result.x0.device.type == "cuda" and result.log_probs.device.type == "cuda"
+            uploads.append([str(u) for u in gpu.uploads[before:] if not u.origin.startswith("diffusers/models/")])
+        assert uploads[1] == uploads[2], "a host-to-device copy per step"
+    assert gpu.syncs == []
+
+
 @pytest.mark.parametrize("model", BACKBONES)
 def test_the_sampling_loop_never_syncs(model, tiny_models, one_torch_thread):
     """The whole ODE solve on the device, whatever the step count: no sync at all, and the same host-to-device
