@@ -104,6 +104,8 @@ SOLRL_CONCRETE = {
     "solrl update-node --run-dir s3://bucket/runs/NAME": NODES,
     "solrl bench configs/bench.yaml": BENCH,
     "solrl bench configs/bench.yaml --quick": "tests/unit/bench/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line",
+    "solrl bench configs/bench_flow_grpo.yaml": "tests/unit/bench/test_bench_stats.py::"
+                                                "test_the_flow_grpo_bench_trains_plain_and_cheap_explore_with_flow_grpo_under_the_same_protocol",
     # the real backbones: the same presets on tiny random-weight models of each architecture
     "solrl rewards check --config configs/presets/flux1_sol_rl_pickscore.yaml": REWARDS_CHECK,
     "solrl train configs/presets/flux1_sol_rl_pickscore.yaml --set model.path=/models/FLUX.1-dev": BACKBONES,

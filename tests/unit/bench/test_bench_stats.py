@@ -272,3 +272,17 @@ def test_a_baseline_that_ends_below_its_start_makes_the_speedup_untestable():
                  if "3x" in c["claim"])
     assert speed["verdict"] == UNKNOWN and speed["detail"].startswith("untestable: diffusionnft's final value")
     assert speed["estimate"]["n"] == 0
+
+
+def test_the_flow_grpo_bench_trains_plain_and_cheap_explore_with_flow_grpo_under_the_same_protocol():
+    from solrl_core.bench.bench_config import bench_runs
+
+    path = ROOT / "configs" / "bench_flow_grpo.yaml"
+    grpo, _ = load_bench_config(path)
+    full, _ = load_bench_config(ROOT / "configs" / "bench.yaml")
+    runs = bench_runs(grpo, path.parent)
+    assert {r.label for r in runs} == {"diffusionnft", "sol_rl"} and len(runs) == 2 * grpo.seeds
+    assert {r.cfg.objective.name for r in runs} == {"flow_grpo"}
+    same = ("iterations", "seeds", "eval_every", "audit_every", "margin")
+    assert [getattr(grpo, k) for k in same] == [getattr(full, k) for k in same]
+    assert {k: v for k, v in grpo.overrides.items() if k != "objective.name"} == full.overrides
