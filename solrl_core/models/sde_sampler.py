@@ -17,7 +17,7 @@ import torch
 from solrl_core.models.backbones.base import Backbone, Conditioning, module_device
 from solrl_core.models.sampler import guided_velocity, make_scheduler
 from solrl_core.models.seeds import derived_generator
-from solrl_core.rl.flow_grpo import sde_step
+from solrl_core.rl.flow_grpo import schedule_sigma_max, sde_step
 
 PURPOSE_SDE_NOISE = 7  # a stream of its own among a seed's draws (the initial noise is the seed's own generator)
 
@@ -50,7 +50,7 @@ def sample_sde(backbone: Backbone, transformer: torch.nn.Module, cond: Condition
         raise ValueError(f"the SDE window [{start}, {stop}) must lie within the {steps} steps")
     scheduler = make_scheduler(backbone.sigmas(steps))
     sigmas = [float(s) for s in scheduler.sigmas]
-    sigma_max = sigmas[1] if len(sigmas) > 2 else sigmas[0] / 2  # the reference's stand-in for 1 - σ at σ = 1
+    sigma_max = schedule_sigma_max(sigmas)
     device = module_device(transformer)
     x = backbone.initial_noise(list(seeds)).to(device)
     batch = x.shape[0]

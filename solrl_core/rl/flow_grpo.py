@@ -35,6 +35,12 @@ class SdeStep:
     std: torch.Tensor  # (B,): s, the noise level's scale at σ (the KL term divides by 2 s²)
 
 
+def schedule_sigma_max(sigmas: list[float]) -> float:
+    """The σ that stands in for σ in 1 - σ at σ = 1: the schedule's second sigma (the reference's choice; a one-step
+    schedule, [1, 0], has none, so half of the first)."""
+    return sigmas[1] if len(sigmas) > 2 else sigmas[0] / 2
+
+
 def sde_std(sigma: float, sigma_max: float, noise_level: float) -> float:
     """s = a · sqrt(σ / (1 - σ̃)): σ̃ = σ, except at σ = 1 (no finite value), where σ̃ = `sigma_max`, the schedule's
     second sigma (the reference's choice)."""

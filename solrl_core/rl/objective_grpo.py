@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from solrl_core.rl.advantages import group_advantages
-from solrl_core.rl.flow_grpo import grpo_loss, sde_step
+from solrl_core.rl.flow_grpo import grpo_loss, schedule_sigma_max, sde_step
 from solrl_core.rl.objective_base import Forward, Objective, ObjectiveStep, TrainingData
 
 
@@ -79,7 +79,7 @@ class FlowGRPO(Objective):
         sigmas = data.sigmas
         return {"adv_np": adv, "adv": torch.as_tensor(adv, dtype=torch.float32).to(device),
                 "sigmas": torch.tensor(sigmas, dtype=torch.float32).to(device),
-                "sigma_max": sigmas[1] if len(sigmas) > 2 else sigmas[0] / 2}
+                "sigma_max": schedule_sigma_max(sigmas)}
 
     def step(self, data, prepared, generators, shard):
         n_steps = self.trained_steps(data.window)

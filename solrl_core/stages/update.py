@@ -85,7 +85,8 @@ def training_data(ctx: StageContext, trajectory: bool, device: torch.device) -> 
     log-probabilities when the objective trains on them), and the pool's prompts."""
     names = ["latent", "prompt_index"] + (["trajectory", "log_prob"] if trajectory else [])
     path = ctx.artifact("regenerate", "samples.zarr")
-    missing = [name for name in names if name not in column_names(path)]
+    present = column_names(path)
+    missing = [name for name in names if name not in present]
     if missing:
         raise SolrlError(f"update of iteration {ctx.iteration}: the regenerated samples have no {missing[0]} column, "
                          f"which objective '{ctx.cfg.objective.name}' trains on (were they sampled under another "
