@@ -26,7 +26,7 @@ def config_rows() -> tuple[list[dict], list[dict]]:
             continue
         cfg = load_config(path)
         runs.append({"name": name, "model": models.get(name, cfg.model.kind), "family": cfg.family,
-                     "reward": "+".join(r for r, w in cfg.rewards.items() if w)})
+                     "objective": cfg.objective.name, "reward": "+".join(r for r, w in cfg.rewards.items() if w)})
     return runs, benches
 
 
@@ -64,7 +64,7 @@ def cmd_presets(args) -> int:
 
     runs, benches = config_rows()
     print("run configs (solrl train NAME, solrl plan NAME --gpu GPU, solrl config --show NAME, ...):")
-    print(format_table(runs, ["name", "model", "family", "reward"]))
+    print(format_table(runs, ["name", "model", "family", "objective", "reward"]))
     print("\nbench configs:")
     print(format_table(benches, ["name", "families", "run"]))
     print("\na file path works wherever a NAME does (a file that exists wins); to edit one: "
@@ -76,7 +76,8 @@ def register(sub) -> None:
     p = sub.add_parser("presets", help="list the configs shipped with solrl, or write one to an editable file",
                        description="List the configs shipped in the package, by the name every command that takes a "
                        "CONFIG accepts (solrl train, deploy, bench, plan, config --show, rewards check --config): the "
-                       "official presets <model>_<family>_<reward> (docs/method.md), the demo configs, the family "
+                       "official presets <model>_<family>_<reward> (docs/method.md), the same with Flow-GRPO or AWM as "
+                       "<objective>/<model>_<family>_<reward>, the demo configs, the family "
                        "configs of the benchmark and the bench config. --write NAME FILE writes one as resolved "
                        "(every key, defaults filled in, no `extends`), a file to edit that works anywhere.")
     p.add_argument("--write", nargs=2, metavar=("NAME", "FILE"),

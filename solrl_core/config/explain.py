@@ -14,7 +14,7 @@ import sys
 import textwrap
 import types
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
@@ -45,6 +45,8 @@ def type_name(annotation: Any) -> str:
     if _is_section(annotation):
         return "section"
     origin = get_origin(annotation)
+    if origin is Annotated:  # StrictInt and the like: the type they constrain
+        return type_name(get_args(annotation)[0])
     if origin is Literal:
         return " | ".join(str(a) for a in get_args(annotation))
     if origin in (Union, types.UnionType):

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 from solrl_core.errors import ConfigError, SolrlError
@@ -307,6 +308,10 @@ class TrainConfig(_Strict):
         return self
 
 
+# the group-relative advantages every objective clips (solrl_core/rl/advantages.py)
+ADVANTAGES = "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this"
+
+
 class DiffusionNFTSettings(_Strict):
     """The DiffusionNFT loss (solrl_core/rl/nft_loss.py): the method's reference objective."""
 
@@ -314,8 +319,8 @@ class DiffusionNFTSettings(_Strict):
         1.0, "β of the DiffusionNFT loss: how far the implicit positive / negative policies v± = v_old ± β·(v − v_old) "
         "step from θ_old; the loss is divided by it (official 1.0, NVlabs/Sana configs/sol_rl `config.beta`)", gt=0)
     adv_clip: float = _real(
-        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this; the optimality is r = "
-        "clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled by it (official 5)", gt=0)
+        5.0, ADVANTAGES + "; the optimality is r = clip(0.5 + A / (2·adv_clip), 0, 1) and the policy loss is scaled "
+        "by it (official 5)", gt=0)
     kl_weight: float = _real(
         1e-4, "weight of the mean ‖v − v_ref‖² term that keeps the policy near the base model W0 (adapters off); 0 = "
         "none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)", ge=0)
@@ -332,27 +337,70 @@ class FlowGRPOSettings(_Strict):
         1e-4, "ε of the clipped ratio clip(exp(log p_θ − log p_old), 1 − ε, 1 + ε) (flow_grpo config/base.py "
         "train.clip_range 1e-4)", gt=0, lt=1)
     adv_clip: float = _real(
-        5.0, "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this (flow_grpo "
-        "config/base.py train.adv_clip_max 5)", gt=0)
+        5.0, ADVANTAGES + " (flow_grpo config/base.py train.adv_clip_max 5)", gt=0)
     kl_weight: float = _real(
         0.01, "β of the KL term mean‖μ_θ − μ_ref‖² / (2 s²) to the reference policy (adapters off); 0 = none and no "
         "reference forward (flow_grpo config/grpo.py pickscore_sd3 train.beta 0.01)", ge=0)
-    window_start: int = _count(0, 0, MAX_STEPS, "first SDE step of a rollout; the steps before it are ODE steps "
-                               "(Flow-GRPO-Fast / MixGRPO windows; flow_grpo: 0)")
+    window_start: StrictInt | list[StrictInt] = Field(
+        0, description="first SDE step of a rollout, the steps before it are ODE steps; a list = each "
+        "iteration draws one of them from the run seed, explore and regenerate alike (Flow-GRPO-Fast / MixGRPO "
+        f"windows; flow_grpo: 0; Flow-Factory's sde_steps: [1, 2, 3]); 0 to {MAX_STEPS:,}")
     window_size: int | None = _count(None, 1, MAX_STEPS, "SDE steps from window_start, ODE after them; null = to the "
                                      "last step (flow_grpo config/base.py: every step; its Fast configs 2 or 3)")
     timestep_fraction: float = _real(
         0.99, "the window's first int(steps·this) steps are trained, in order (flow_grpo config/grpo.py 0.99: 9 of 10 "
         "steps)", gt=0, le=1)
 
+    @field_validator("window_start")
+    @classmethod
+    def _starts(cls, value: int | list[int]) -> int | list[int]:
+        starts = value if isinstance(value, list) else [value]
+        if not starts or any(not 0 <= v <= MAX_STEPS for v in starts):
+            raise ValueError(f"objective.flow_grpo.window_start: give a step from 0 to {MAX_STEPS:,} or a non-empty "
+                             f"list of them, got {value}")
+        return value
+
+
+class AWMSettings(_Strict):
+    """Advantage-weighted matching (solrl_core/rl/awm_loss.py): the flow-matching error of the final samples as a
+    log-likelihood, weighted by the advantage. Defaults from scxue/advantage_weighted_matching config/dgx_awm.py
+    (`pickscore_sd3_no_cfg_1node`) and config/base_awm.py."""
+
+    times_per_sample: int = _count(6, 1, MAX_STEPS, "times each sample trains on, one in each of as many equal "
+                                   "strata of its schedule's first steps (dgx_awm.py train.train_timesteps 6)")
+    timestep_fraction: float = _real(
+        0.9, "the strata cover the schedule's first int(steps·this) steps (dgx_awm.py train.timestep_fraction 0.9)",
+        gt=0, le=1)
+    ghuber_power: float = _real(
+        0.25, "p of the weighting log p = −((e + 1e-10)^p − 1e-10^p)·t / p of the flow-matching error e (dgx_awm.py "
+        "train.weighting ghuber, train.ghuber_power 0.25)", gt=0)
+    adv_clip: float = _real(
+        5.0, ADVANTAGES + " (base_awm.py train.adv_clip_max 5)", gt=0)
+    advantage_max: float = _real(
+        1.0, "the clipped advantages are rescaled to ±this (dgx_awm.py train.advantage_max 1)", gt=0)
+    clip_range: float = _real(
+        1.0, "ε of the clipped ratio clip(exp(log p_θ − log p_old), 1 − ε, 1 + ε) (dgx_awm.py train.clip_range 1)",
+        gt=0)
+    kl_weight: float = _real(
+        1e-4, "β of mean‖v − v_ref‖² to the base model W0 (adapters off); 0 = none and no reference forward "
+        "(dgx_awm.py pickscore train.beta 1e-4, kl_weight Uniform)", ge=0)
+    old_kl_weight: float = _real(
+        1.0, "weight of mean‖v − v_old‖² to θ_old, AWM's slowly following adapter (dgx_awm.py train.ema_beta 1, "
+        "kl_ema_weight Uniform)", ge=0)
+    old_eta_rate: float = _real(
+        0.001, "θ_old ← η·θ_old + (1 − η)·θ after each optimizer step s, η = min(rate·s, old_eta_max) (dgx_awm.py "
+        "kl_ema_decay_type linear: 0.001·step)", ge=0)
+    old_eta_max: float = _real(0.3, "the cap of η (dgx_awm.py train.kl_ema_decay 0.3)", ge=0, lt=1)
+
 
 class ObjectiveConfig(_Strict):
     """The RL objective the update trains (solrl_core/rl/objectives.py) and each one's settings."""
 
-    name: str = Field("diffusionnft", description="diffusionnft (the method's), flow_grpo, or a plug-in "
+    name: str = Field("diffusionnft", description="diffusionnft (the method's), flow_grpo, awm, or a plug-in "
                       "package.module:Class (a subclass of solrl_core.rl.objective_base.Objective)")
     diffusionnft: DiffusionNFTSettings = Field(DiffusionNFTSettings(), description="the DiffusionNFT loss")
     flow_grpo: FlowGRPOSettings = Field(FlowGRPOSettings(), description="Flow-GRPO's SDE and loss")
+    awm: AWMSettings = Field(AWMSettings(), description="advantage-weighted matching's loss")
     options: dict[str, Any] = Field(default_factory=dict, description="a plug-in objective's settings")
 
 

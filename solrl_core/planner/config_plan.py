@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from solrl_core.planner.flops import ForwardFlops, planner_model
+from solrl_core.rl.objectives import objective_for
 from solrl_core.planner.cost_model import (
     FAMILIES,
     Shapes,
@@ -24,6 +25,7 @@ from solrl_core.planner.cost_model import (
     iteration_cost,
     official_shapes,
     plan_result,
+    update_assumption,
     shapes_from_config,
 )
 
@@ -104,7 +106,8 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
              for family, shapes in family_shapes(cfg).items()}
     result = plan_result(fwd.model, title, note, g, gpus, u, utilisation is not None, cfg.train.timestep_fraction,
                          fwd, per_image, costs, ("families other than the config's own: the config's prompts, N, K "
-                                                 "and step counts (solrl_core/planner/config_plan.py)",))
+                                                 "and step counts (solrl_core/planner/config_plan.py)",),
+                         update_assumption(objective_for(cfg)))
     from solrl_core.planner.disk import run_disk
 
     extra = {"disk": run_disk(cfg, model).to_dict()}

@@ -11,9 +11,11 @@ FLOPs of VAE decode + reward scoring (``flops.decode_and_score_flops``), R(p) = 
                (p = the explore precision; for a full-precision explore F_low counts at R(bf16));
 * regenerate = P·K·S_regen·F/R(bf16) + P·K·D/R(bf16)              (sol_rl only);
 * update     = P·K·T·O·(f + b)·F/R(bf16), T training pairs per sample (the objective's: DiffusionNFT's
-               round(timestep fraction × sampling steps) times, Flow-GRPO's trained SDE steps), O optimizer steps
+               round(timestep fraction × sampling steps) times, Flow-GRPO's trained SDE steps, AWM's stratified
+               times), O optimizer steps
                (passes over the samples; official 1), f forwards per pair (the objective's: DiffusionNFT 3, v under θ
-               with grad, v_old and v_ref without; Flow-GRPO 2, or 1 without its KL term) and one backward costing b
+               with grad, v_old and v_ref without; Flow-GRPO 2, or 1 without its KL term; AWM 3, or 2 without its
+               KL term to W0) and one backward costing b
                forwards (default 2: the usual 2× rule; with a frozen base the weight-gradient GEMMs are skipped, ~1×,
                but gradient checkpointing recomputes the forward, +1×).
 * rollout = explore + regenerate; iteration = rollout + update. Quantizing the explore copy (once per
@@ -220,19 +222,35 @@ def family_costs(fwd: ForwardFlops, timestep_fraction: float, gpu: GPU, gpus: in
 # ---------------------------------------------------------------------------------------------- plan
 
 
-ASSUMPTIONS = (
-    "peak = published dense tensor-core TFLOPS (no sparsity); sustained = peak x utilisation, one number for "
-    "every precision and stage",
-    "FLOPs counted with torch FlopCounterMode on the meta-device diffusers model, one sample at the official "
-    "resolution (matmuls, attention products, convolutions; elementwise work not counted)",
-    "4-bit share = FLOPs of the layers the project's eligibility rule replaces (official skip names and min "
-    "width); attention products and kept layers run in BF16",
-    "update = 3 forwards (v, v_old, v_ref) + 1 backward (= backward_factor forwards) per trained sample and "
-    "training timestep; T = round(timestep fraction x 10)",
-    "decode + reward per sampled image: VAE decoder FLOPs + CLIP ViT-H/14 image tower, in BF16",
-    "not modeled: quantization of the explore copy, text encoding, LoRA FLOPs, optimizer step, communication, "
-    "kernel-launch and host overheads",
-)
+NFT_UPDATE = ("update = 3 forwards (v, v_old, v_ref) + 1 backward (= backward_factor forwards) per trained sample and "
+              "training timestep; T = round(timestep fraction x 10)")
+
+
+def update_assumption(objective) -> str:
+    """The assumptions' line on the update of a run's objective (`rl.objectives`): its forwards and times."""
+    if objective.name == "diffusionnft":
+        return NFT_UPDATE
+    n = len(objective.forwards)
+    under = ", ".join({"default": "θ", "old": "θ_old", "reference": "W0"}.get(f, f) for f in objective.forwards)
+    return (f"update ({objective.name}) = {n} forward{'s' if n != 1 else ''} (under {under}) + 1 backward "
+            "(= backward_factor forwards) per trained sample and training time; T = the objective's training times "
+            "per sample")
+
+
+def assumptions(update: str = NFT_UPDATE) -> list[str]:
+    """The plan's stated assumptions; `update`: the line on the update (`update_assumption` of another objective)."""
+    return [
+        "peak = published dense tensor-core TFLOPS (no sparsity); sustained = peak x utilisation, one number for "
+        "every precision and stage",
+        "FLOPs counted with torch FlopCounterMode on the meta-device diffusers model, one sample at the official "
+        "resolution (matmuls, attention products, convolutions; elementwise work not counted)",
+        "4-bit share = FLOPs of the layers the project's eligibility rule replaces (official skip names and min "
+        "width); attention products and kept layers run in BF16",
+        update,
+        "decode + reward per sampled image: VAE decoder FLOPs + CLIP ViT-H/14 image tower, in BF16",
+        "not modeled: quantization of the explore copy, text encoding, LoRA FLOPs, optimizer step, communication, "
+        "kernel-launch and host overheads",
+    ]
 
 
 def plan(model: str, gpu: str, family: str | None = None, gpus: int = 8, utilisation: float | None = None,
@@ -273,7 +291,7 @@ def calibrated(result: dict, calibration) -> dict:
 
 def plan_result(model: str, title: str, note: str | None, g: GPU, gpus: int, u: float, given: bool,
                 timestep_fraction: float, fwd: ForwardFlops, per_image: dict, costs: dict,
-                extra_assumptions: tuple[str, ...] = ()) -> dict:
+                extra_assumptions: tuple[str, ...] = (), update: str = NFT_UPDATE) -> dict:
     """The plan as a plain dict (what `plan`, `config_plan.plan_config`, `format_plan` and --json share)."""
     return {
         "model": model,
@@ -290,7 +308,7 @@ def plan_result(model: str, title: str, note: str | None, g: GPU, gpus: int, u: 
         "forward": fwd.to_dict(),
         "per_image_flops": per_image,
         "families": costs,
-        "assumptions": [*ASSUMPTIONS, *extra_assumptions],
+        "assumptions": [*assumptions(update), *extra_assumptions],
     }
 
 

@@ -38,8 +38,10 @@ import math
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
-IMAGE, INDEX, SEED, CANDIDATE, LATENT, DONE = 1, 4, 8, 8, 4, 1  # bytes per value: uint8, int32, int64, int64,
-# float32, uint8 (pool.CandidateWriter.open)
+from solrl_core.planner.samples import LATENT, full_size_latent, kept_samples, trained_window_steps
+
+IMAGE, INDEX, SEED, CANDIDATE, DONE = 1, 4, 8, 8, 1  # bytes per value: uint8, int32, int64, int64, uint8
+# (pool.CandidateWriter.open; a latent's float32: samples.LATENT)
 REWARD, SCORE, SELECTED = 4, 8, 1  # float32 rewards tables, float64 scores.zarr, bool selection mask
 TENSOR = 4  # float32: θ, θ_old, the EMA and AdamW's state (rl.policy.MASTER_DTYPE)
 OPTIMIZER_MOMENTS = 2  # AdamW: exp_avg and exp_avg_sq per parameter (and one 0-dim step per tensor)
@@ -73,8 +75,7 @@ def full_size_shapes(cfg, model: str, official: bool = False) -> SampleShapes:
     resolution = d.resolution if official or not cfg.model.resolution else cfg.model.resolution
     text_tokens = None if official else config_tokens(cfg, model)[1]
     targets = tuple(d.lora_targets) if official or not cfg.train.lora_targets else tuple(cfg.train.lora_targets)
-    *channels, height, width = spec.latent_shape
-    latent = (*channels, height * resolution // d.resolution, width * resolution // d.resolution)
+    latent = full_size_latent(model, resolution)
     config = json.loads((config_dir() / spec.config_file).read_text())
     inputs = example_inputs(spec.kind, config, spec.image_tokens, text_tokens or spec.text_tokens)
     size = DTYPES[cfg.model.dtype].itemsize
@@ -202,19 +203,12 @@ def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
 def disk_estimate(cfg, shapes: SampleShapes, distilled_guidance: bool = False) -> DiskEstimate:
     """Bytes ``cfg`` writes to its run directory (module docstring); ``distilled_guidance``: the backbone takes the
     guidance scale as an input (FLUX.1-dev), so it never encodes the empty prompt."""
-    from solrl_core.rl.objectives import objective_for
-    from solrl_core.rl.selection import kept_per_prompt
-
     n = cfg.prompts.per_iteration * cfg.explore.seeds_per_prompt
-    kept = cfg.prompts.per_iteration * min(kept_per_prompt(cfg.select, cfg.explore.seeds_per_prompt),
-                                           cfg.explore.seeds_per_prompt)
+    kept = kept_samples(cfg)
     rewards = len(cfg.rewards)
     regen = cfg.regenerate.enabled
     keep_latents = cfg.explore.keep_latents or not regen
-    objective = objective_for(cfg)
-    steps = cfg.regenerate.steps if regen else cfg.explore.steps
-    window = objective.sde_window(steps) if objective.trajectory else None
-    sde_steps = window[1] - window[0] if window else 0  # what the update's samples keep per row
+    sde_steps = trained_window_steps(cfg)
     tables = (n * REWARD * (1 + rewards) + kept * CANDIDATE + n * SELECTED
               + kept * REWARD * (2 + (rewards if regen else 0)))
     if cfg.score.overlap:  # scored while sampled (one device): scores.zarr beside the explore and regenerate pools

@@ -151,11 +151,13 @@ def explore_copies(cfg, backend: ExploreBackend | None = None) -> list[ExploreCo
 def _estimate(cfg, model: str, explore: ExploreCopy, **changes):
     """The memory model's estimate of ``model`` as ``cfg`` runs it with the explore copy ``explore``; ``changes``
     replace the config's settings (micro_batch, text_encoders_resident, gradient_checkpointing) to price a remedy."""
+    from solrl_core.planner.samples import full_size_latent, update_samples_bytes
     from solrl_core.planner.memory import memory_estimate
 
     image, text = config_tokens(cfg, model)
     settings = dict(micro_batch=cfg.train.micro_batch, text_encoders_resident=not cfg.model.release_text_encoders,
-                    gradient_checkpointing=cfg.model.gradient_checkpointing)
+                    gradient_checkpointing=cfg.model.gradient_checkpointing,
+                    samples_bytes=update_samples_bytes(cfg, full_size_latent(model, cfg.model.resolution)))
     settings.update(changes)
     targets = tuple(cfg.train.lora_targets) if cfg.train.lora_targets else None
     return memory_estimate(model, lora_rank=cfg.train.lora_rank, lora_targets=targets, image_tokens=image,

@@ -37,6 +37,9 @@ The other stages (``MemoryEstimate.stage_parts``), each with the text encoders, 
 * evaluation  — W0 + the merged EMA policy's targeted layers (``evaluate.policy_transformer``: a new tensor per
                 targeted layer, the rest shared), with θ, θ_old, the EMA and θ's copy (fp32) alive while it merges.
 
+The update also holds the iteration's samples on every rank (``samples``: what ``memory_estimate`` is given, from
+the run config; a Flow-GRPO trajectory of 1,152 FLUX.1 samples at 512 px is about 3 GiB).
+
 Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the sampling batches, text embeddings of the
 iteration's samples, and the no-grad forwards of v_old and v_ref (their activations are freed as they go).
 
@@ -533,14 +536,15 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
                     lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
                     gradient_checkpointing: bool = True, image_tokens: int | None = None,
                     text_tokens: int | None = None, dtype: str = "bfloat16",
-                    explore: ExploreCopy | None = None) -> MemoryEstimate:
+                    explore: ExploreCopy | None = None, samples_bytes: int = 0) -> MemoryEstimate:
     """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted), by default
     as the model's presets run it; the keywords describe another run: the rank (None: ``official_rank``) and
     targets of θ and θ_old, the update without gradient checkpointing, one sample's image and text tokens (another
     resolution or text length: the activations are measured at those), ``model.dtype`` (float32: 4 bytes per value
     of the transformer, text encoders and VAE; the activations are then counted at the same width), and the explore
-    copy (default: ``official_explore_copy``). The activations are measured with the official targets at the
-    official rank, at any rank or targets."""
+    copy (default: ``official_explore_copy``), and the bytes of the iteration's samples the update holds on every
+    rank (``planner.disk.update_samples_bytes``: the latents, a Flow-GRPO trajectory; 0 in the official table).
+    The activations are measured with the official targets at the official rank, at any rank or targets."""
     m = get_model(model)
     key = m.key
     if key not in SPECS:
@@ -568,6 +572,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         "vae": vae * weight_bytes / GIB,
         "reward": reward * BF16 / GIB,
         "activations": micro_batch * per_pair * (weight_bytes / BF16) / GIB,
+        "samples": samples_bytes / GIB,
     }
     return MemoryEstimate(
         model=key, title=spec.title, transformer_params=params, lora_params=lora, text_encoder_params=text,

@@ -70,8 +70,10 @@ class Objective:
         """The noise level of the SDE its rollouts are sampled with (0: the ODE sampler)."""
         return 0.0
 
-    def sde_window(self, steps: int) -> tuple[int, int] | None:
-        """The SDE steps of a `steps`-step rollout ([start, stop)), None when it samples with the ODE."""
+    def sde_window(self, steps: int, draw: torch.Generator | None = None) -> tuple[int, int] | None:
+        """The SDE steps of a `steps`-step rollout ([start, stop)), None when it samples with the ODE. `draw`: the
+        iteration's generator for a window drawn per iteration (a fresh one per call, so every stage draws alike;
+        None: the first of the choices, what the planner sizes)."""
         return None
 
     def trained_times(self, steps: int) -> int:

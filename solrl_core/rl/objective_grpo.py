@@ -60,8 +60,11 @@ class FlowGRPO(Objective):
     def sampling_noise_level(self) -> float:
         return self.settings.noise_level
 
-    def sde_window(self, steps: int) -> tuple[int, int]:
-        return sde_window(steps, self.settings.window_start, self.settings.window_size)
+    def sde_window(self, steps: int, draw: torch.Generator | None = None) -> tuple[int, int]:
+        starts = self.settings.window_start
+        if isinstance(starts, list):  # Flow-GRPO-Fast: one of the starts per iteration
+            starts = starts[0 if draw is None else int(torch.randint(len(starts), (1,), generator=draw))]
+        return sde_window(steps, starts, self.settings.window_size)
 
     def trained_steps(self, window: tuple[int, int]) -> int:
         """The window's first steps trained, in order (flow_grpo: int(steps · timestep_fraction), at least 1)."""

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import torch
 
-from solrl_core.models.seeds import randn_rows
 from solrl_core.rl.advantages import group_advantages, optimality
 from solrl_core.rl.nft_loss import forward_noise, nft_loss
-from solrl_core.rl.objective_base import Forward, Objective, ObjectiveStep, TrainingData
+from solrl_core.rl.noised_samples import NoisedSampleStep, shard_with_noise
+from solrl_core.rl.objective_base import Forward, Objective, TrainingData
 from solrl_core.rl.policy import old_policy_eta
 
 
@@ -31,15 +31,7 @@ def training_pairs(n_samples: int, n_times: int, fraction: float, generator: tor
     return torch.cat(rows)
 
 
-class NftStep(ObjectiveStep):
-    def __init__(self, objective: DiffusionNFT, data: TrainingData, prepared: dict, pairs: torch.Tensor,
-                 eps: torch.Tensor, n_pairs: int):
-        self.objective, self.data, self.prepared = objective, data, prepared
-        self.pairs, self.eps, self.n_pairs = pairs, eps, n_pairs
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
+class NftStep(NoisedSampleStep):
     def loss(self, start: int, stop: int, forward: Forward):
         s = self.objective.settings
         idx, tix = self.pairs[start:stop].unbind(1)
@@ -74,12 +66,7 @@ class DiffusionNFT(Objective):
     def step(self, data, prepared, generators, shard):
         gen_t, gen_eps = generators
         pairs = training_pairs(len(data.latents), len(prepared["times"]), self.train.timestep_fraction, gen_t)
-        n_pairs = len(pairs)
-        start, stop = shard(n_pairs)
-        device = data.latents.device
-        # rows [start, stop) of randn((n_pairs, *latent), generator=gen_eps), drawing only those rows
-        eps = randn_rows(gen_eps, n_pairs, data.latents.shape[1:], start, stop).to(device)
-        return NftStep(self, data, prepared, pairs[start:stop].to(device), eps, n_pairs)
+        return NftStep(self, data, prepared, *shard_with_noise(data, pairs, gen_eps, shard))
 
     def old_policy_eta(self, step: int) -> float:
         return old_policy_eta(step, rate=self.train.old_eta_rate, max_eta=self.train.old_eta_max)

@@ -16,6 +16,7 @@ from solrl_core.rl.objective_base import Objective
 OBJECTIVES: dict[str, str] = {
     "diffusionnft": "solrl_core.rl.objective_nft:DiffusionNFT",
     "flow_grpo": "solrl_core.rl.objective_grpo:FlowGRPO",
+    "awm": "solrl_core.rl.objective_awm:AWM",
 }
 
 

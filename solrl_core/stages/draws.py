@@ -9,7 +9,8 @@ from solrl_core.prompts import check_train_prompts
 from solrl_core.models.seeds import derived_generator
 
 # Purposes for derived random generators: each random choice has its own stream.
-PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_LORA_INIT = range(5)
+(PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_LORA_INIT,
+ PURPOSE_SDE_WINDOW) = range(6)
 
 
 def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:

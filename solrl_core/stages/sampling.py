@@ -22,8 +22,10 @@ from solrl_core.errors import SolrlError
 from solrl_core.run.pool import CandidateWriter
 from solrl_core.models.sampler import resolve_sampler, sample, schedule_sigmas
 from solrl_core.models.sde_sampler import sample_sde
+from solrl_core.models.seeds import derived_generator
 from solrl_core.rl.objectives import objective_for
 from solrl_core.run.storage import zarr_store
+from solrl_core.stages.draws import PURPOSE_SDE_WINDOW
 
 
 TRAJECTORY_COLUMNS = ("trajectory", "log_prob")  # what a pool that keeps trajectories holds per row, beside `latent`
@@ -49,8 +51,9 @@ def sampling_settings(ctx, backbone, guidance: float | None = None, sde: bool = 
     settings = SamplingSettings(resolve_sampler(ctx.cfg.model.sampler, backbone), g, ctx.encode, uncond)
     objective = objective_for(ctx.cfg)
     if sde and objective.sampling_noise_level() > 0:
+        keys = (ctx.cfg.seed, ctx.iteration, PURPOSE_SDE_WINDOW)  # the iteration's window, in every stage alike
         return SamplingSettings(settings.sampler, g, ctx.encode, uncond, objective.sampling_noise_level(),
-                                objective.sde_window)
+                                lambda steps: objective.sde_window(steps, derived_generator(*keys)))
     return settings
 
 

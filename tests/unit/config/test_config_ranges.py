@@ -54,6 +54,9 @@ def test_every_float_setting_is_finite_bounded_and_says_so():
     ("objective.flow_grpo.noise_level", "0.8", "0", "greater than 0"),
     ("objective.flow_grpo.clip_range", "0.2", "1", "less than 1"),
     ("objective.flow_grpo.timestep_fraction", "1", "1.5", "less than or equal to 1"),
+    ("objective.awm.timestep_fraction", "1", "1.5", "less than or equal to 1"),
+    ("objective.awm.old_eta_max", "0.5", "1", "less than 1"),
+    ("objective.awm.ghuber_power", "0.5", "0", "greater than 0"),
     ("train.timestep_fraction", "1", "1.5", "less than or equal to 1"),
     ("train.timestep_fraction", "0.4", "0", "greater than 0"),
     ("train.lora_alpha", "8", ".inf", "finite number"),
@@ -67,6 +70,15 @@ def test_a_float_out_of_its_range_is_refused_naming_the_key(key, accepted, refus
     assert value == (None if accepted == "null" else float(accepted))
     with pytest.raises(ConfigError, match=f"'{key}': Input should be .*{message}") as info:
         load_config(TINY, [f"{key}={refused}"])
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["[]", "[1, 20000]", "-1"])
+def test_the_sde_window_start_is_a_step_or_a_list_of_steps(value):
+    assert _get(load_config(TINY, ["objective.flow_grpo.window_start=[1, 2, 3]"]),
+                "objective.flow_grpo.window_start") == [1, 2, 3]
+    with pytest.raises(ConfigError, match="objective.flow_grpo.window_start") as info:
+        load_config(TINY, [f"objective.flow_grpo.window_start={value}"])
     assert "\n" not in str(info.value)
 
 

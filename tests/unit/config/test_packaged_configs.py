@@ -26,8 +26,9 @@ def test_every_config_under_configs_has_a_name_except_the_parts():
     every = {p for p in CONFIGS_DIR.rglob("*.yaml") if "parts" not in p.relative_to(CONFIGS_DIR).parts}
     assert set(known.values()) == every
     assert {"demo", "demo_learned", "bench", "pools", "families/sol_rl"} <= set(known)
-    assert {name for name in known if "/" not in name and name.count("_") >= 2} >= set(presets.preset_models())
-    assert len(presets.preset_models()) == 80
+    assert set(known) >= set(presets.preset_models())
+    assert len(presets.preset_models()) == 240
+    assert {"flux1_sol_rl_pickscore", "flow_grpo/flux1_sol_rl_pickscore", "awm/flux1_sol_rl_pickscore"} <= set(known)
     for name, path in known.items():
         assert packaged_name(path) == name
     assert packaged_name(TINY) is None
@@ -72,12 +73,14 @@ def test_a_config_as_resolved_text_loads_to_the_same_config():
         load_config_text("- a\n- b\n")
 
 
-def test_presets_lists_every_packaged_config_with_model_family_and_reward(capsys):
+def test_presets_lists_every_packaged_config_with_model_family_objective_and_reward(capsys):
     assert main(["presets"]) == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.strip()}
-    assert rows["sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "imagereward"]
-    assert rows["demo_learned"] == ["embedded", "sol_rl", "embedded_learned"]
-    assert rows["families/diffusionnft"] == ["embedded", "diffusionnft", "embedded"]
+    assert rows["sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "diffusionnft", "imagereward"]
+    assert rows["awm/sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "awm", "imagereward"]
+    assert rows["flow_grpo/flux1_sol_rl_hpsv2"] == ["flux1", "sol_rl", "flow_grpo", "hpsv2"]
+    assert rows["demo_learned"] == ["embedded", "sol_rl", "diffusionnft", "embedded_learned"]
+    assert rows["families/diffusionnft"] == ["embedded", "diffusionnft", "diffusionnft", "embedded"]
     assert rows["bench"][:4] == ["diffusionnft,", "naive_scaling,", "naive_quant,", "sol_rl"]
     assert set(packaged_configs()) <= set(rows)
 

@@ -62,14 +62,17 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 def test_checked_in_presets_equal_the_generator_output(tmp_path):
     expected = presets.expected_presets()
-    assert len(expected) == 16 * len(presets.MODELS) == 80
-    assert sorted(p.name for p in PRESETS.glob("*.yaml")) == sorted(expected)
+    assert presets.PRESET_OBJECTIVES == ("flow_grpo", "awm")
+    assert len(expected) == 16 * len(presets.MODELS) * 3 == 240  # DiffusionNFT's, then Flow-GRPO's and AWM's
+
+    def files(directory):
+        return {p.relative_to(directory).as_posix(): p.read_text() for p in directory.rglob("*.yaml")}
+
+    assert sorted(files(PRESETS)) == sorted(expected)
     assert presets.differences(PRESETS) == []
     # the generator run into an empty directory writes exactly the checked-in files
     presets.write_presets(tmp_path)
-    assert {p.name: p.read_text() for p in tmp_path.glob("*.yaml")} == {
-        p.name: p.read_text() for p in PRESETS.glob("*.yaml")
-    }
+    assert files(tmp_path) == files(PRESETS)
 
 
 def test_check_mode_reports_stale_and_missing_presets(tmp_path, capsys):
@@ -78,9 +81,11 @@ def test_check_mode_reports_stale_and_missing_presets(tmp_path, capsys):
     (tmp_path / "sana_sol_rl_hpsv2.yaml").write_text("extends: ../parts/official.yaml\n")
     (tmp_path / "flux1_diffusionnft_clipscore.yaml").unlink()
     (tmp_path / "old_preset.yaml").write_text("{}\n")
+    (tmp_path / "awm" / "sd35l_sol_rl_pickscore.yaml").unlink()
     assert presets.main(["--check", "--dir", str(tmp_path)]) == 1
     assert presets.differences(tmp_path) == [
-        "flux1_diffusionnft_clipscore.yaml", "old_preset.yaml", "sana_sol_rl_hpsv2.yaml"]
+        "awm/sd35l_sol_rl_pickscore.yaml", "flux1_diffusionnft_clipscore.yaml", "old_preset.yaml",
+        "sana_sol_rl_hpsv2.yaml"]
     assert presets.main(["--dir", str(tmp_path)]) == 0  # regenerating repairs all three
     assert presets.differences(tmp_path) == []
     capsys.readouterr()
@@ -91,6 +96,30 @@ def test_presets_are_three_parts_deep_not_copies():
     keys = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert keys == ["extends: [../parts/official.yaml, ../parts/models/sd35l.yaml, ../parts/families/naive_quant.yaml, "
                     "../parts/rewards/imagereward.yaml]"]
+
+
+def test_an_objectives_presets_add_its_part_and_the_models_own_values_where_a_peer_has_them():
+    text = (PRESETS / "flow_grpo" / "flux1_sol_rl_pickscore.yaml").read_text()
+    keys = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert keys == ["extends: [../../parts/official.yaml, ../../parts/models/flux1.yaml, ../../parts/families/sol_rl.yaml, "
+                    "../../parts/rewards/pickscore.yaml, ../../parts/objectives/flow_grpo.yaml, "
+                    "../../parts/objectives/flow_grpo/flux1.yaml]", "name: flow_grpo_flux1_sol_rl_pickscore"]
+    header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
+    assert "Objective Flow-GRPO instead of DiffusionNFT" in header and "objectives/flow_grpo/flux1.yaml" in header
+    # Flow-Factory's FLUX.1 Flow-GRPO-Fast: one SDE step drawn from [1, 2, 3], noise 0.7, no KL
+    grpo = load_config(PRESETS / "flow_grpo" / "flux1_sol_rl_pickscore.yaml")
+    g = grpo.objective.flow_grpo
+    assert (grpo.objective.name, g.window_start, g.window_size, g.noise_level, g.kl_weight) == (
+        "flow_grpo", [1, 2, 3], 1, 0.7, 0.0)
+    # a model no peer publishes: the defaults (flow_grpo pickscore_sd3), the model's and family's values unchanged
+    sana = load_config(PRESETS / "flow_grpo" / "sana_naive_quant_hpsv2.yaml")
+    official = load_config(PRESETS / "sana_naive_quant_hpsv2.yaml")
+    assert sana.objective.flow_grpo == type(g)() and sana.name == "flow_grpo_sana_naive_quant_hpsv2"
+    assert sana.model_dump(exclude={"objective", "name"}) == official.model_dump(exclude={"objective", "name"})
+    awm = load_config(PRESETS / "awm" / "flux1_diffusionnft_pickscore.yaml").objective
+    assert (awm.name, awm.awm.times_per_sample, awm.awm.timestep_fraction, awm.awm.old_kl_weight) == ("awm", 4, 0.7,
+                                                                                                      0.1)
+    assert load_config(PRESETS / "awm" / "sd35m_sol_rl_pickscore.yaml").objective.awm.times_per_sample == 6
 
 
 def test_each_header_says_what_the_settings_are():

@@ -101,3 +101,19 @@ def test_a_config_plan_states_its_memory_per_stage_and_what_it_writes_to_disk():
     blackwell = plan_config(cfg, "b200")["memory"]
     assert blackwell["explore_backend"] == {"name": "nvfp4", "impl": "transformer_engine"}
     assert plan_config(load_config(ROOT / "configs" / "demo.yaml"), "h100", gpus=1)["memory"] is None  # embedded
+
+
+def test_the_plan_states_the_update_of_the_configs_objective():
+    """The assumptions' update line is the objective's: Flow-GRPO-Fast on FLUX.1 (no KL) runs one forward under θ
+    per pair; AWM two; the update's seconds follow (one trained time per sample against AWM's 4)."""
+    nft = plan_config(load_config(PRESETS / "flux1_sol_rl_pickscore.yaml"), "h100")
+    grpo = plan_config(load_config(PRESETS / "flow_grpo" / "flux1_sol_rl_pickscore.yaml"), "h100")
+    awm = plan_config(load_config(PRESETS / "awm" / "flux1_sol_rl_pickscore.yaml"), "h100")
+    assert any(line.startswith("update = 3 forwards (v, v_old, v_ref)") for line in nft["assumptions"])
+    assert any(line.startswith("update (flow_grpo) = 1 forward (under θ) + 1 backward") for line in grpo["assumptions"])
+    assert any(line.startswith("update (awm) = 2 forwards (under θ_old, θ)") for line in awm["assumptions"])
+    seconds = {name: p["families"]["sol_rl"]["seconds"]["update"] for name, p in
+               (("nft", nft), ("grpo", grpo), ("awm", awm))}
+    # per sample: NFT 4 times × (3 + 2), GRPO 1 step × (1 + 2), AWM 4 times × (2 + 2) forward costs
+    assert seconds["grpo"] / seconds["nft"] == pytest.approx(3 / 20)
+    assert seconds["awm"] / seconds["nft"] == pytest.approx(16 / 20)

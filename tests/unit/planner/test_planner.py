@@ -205,6 +205,10 @@ def test_the_update_is_priced_with_the_objectives_forwards_and_pairs():
     fast = shapes_from_config(load_config(demo, ["objective.name=flow_grpo", "objective.flow_grpo.window_size=3",
                                                  "objective.flow_grpo.timestep_fraction=1"]))
     assert fast.train_timesteps == 3  # Flow-GRPO-Fast: the window's steps
+    awm = shapes_from_config(load_config(demo, ["objective.name=awm"]))
+    assert (awm.forwards_per_train_step, awm.train_timesteps) == (3, 6)  # θ, θ_old, W0; 6 stratified times
+    awm_no_kl = shapes_from_config(load_config(demo, ["objective.name=awm", "objective.awm.kl_weight=0"]))
+    assert awm_no_kl.forwards_per_train_step == 2  # θ_old's forward stays: the ratio and the second KL term
     tp = Throughput(TOY_GPU, gpus=1, utilisation=1.0)
     update = {f: iteration_cost(_toy_forward(10e12, 0.0), s, tp, 0.0)["seconds"]["update"] / s.train_timesteps
               for f, s in ((2, grpo), (1, no_kl))}

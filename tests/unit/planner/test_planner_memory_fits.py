@@ -29,6 +29,15 @@ def preset(name: str, *overrides: str):
     return load_config(PRESETS / f"{name}.yaml", list(overrides))
 
 
+# one sample's latent at the presets' resolutions (VAE 8× with 16 channels; SANA's DC-AE 32× with 32 channels;
+# Qwen-Image's video VAE with its one frame): the update holds the 48 × 24 kept samples' latents in float32
+PRESET_LATENT = {"flux1": 16 * 64 * 64, "sd35l": 16 * 128 * 128, "sana": 32 * 32 * 32, "qwenimage": 16 * 64 * 64}
+
+
+def samples_gib(model: str) -> float:
+    return 48 * 24 * PRESET_LATENT[model] * 4 / GIB
+
+
 # explore.precision: auto on an H100: FP8, through transformer-engine (te.Linear keeps the bf16 weight) or, without
 # it, torch._scaled_mm (1-byte E4M3 codes)
 TE_FP8 = ExploreBackend("fp8", "transformer_engine")
@@ -119,11 +128,24 @@ def test_the_flux_preset_fits_an_80_gib_gpu_with_every_stage_priced():
     assert list(stages) == ["explore", "regenerate", "update", "evaluation"]
     assert stages["explore"] == pytest.approx(explore_gib(est))
     assert stages["regenerate"] == pytest.approx(est.regenerate_gib)
-    assert stages["update"] == pytest.approx(est.total_gib)
+    assert stages["update"] == pytest.approx(est.total_gib + samples_gib("flux1"))
     g = est.gib  # W0 + the EMA policy's merged targeted layers, θ, θ_old, the EMA and θ's copy (16 bytes per value)
     assert stages["evaluation"] == pytest.approx(g["weights"] + est.merged_gib + est.lora_params * 16 / GIB
                                                  + g["text_encoders"] + g["vae"] + g["reward"])
     assert max(stages.values()) + fits.MARGIN_GIB <= 80
+
+
+def test_a_flow_grpo_update_holds_its_trajectories_on_every_rank():
+    """SD3.5-M at 1024 px, the whole 10-step window: 1,152 samples × (final latent + 11 window latents) of
+    16 × 128 × 128 float32, and 10 log-probabilities each, about 13.5 GiB more than DiffusionNFT's update."""
+    nft = {s.stage: s.gib for s in fits.stage_memory(preset("sd35m_sol_rl_pickscore"), TE_FP8)}
+    grpo = {s.stage: s.gib for s in fits.stage_memory(preset("flow_grpo/sd35m_sol_rl_pickscore"), TE_FP8)}
+    latent = 16 * 128 * 128 * 4
+    assert grpo["update"] - nft["update"] == pytest.approx(1152 * (11 * latent + 10 * 4) / GIB)
+    assert grpo["explore"] == nft["explore"]  # the rollouts' own memory is not the update's
+    fast = {s.stage: s.gib for s in fits.stage_memory(preset("flow_grpo/flux1_sol_rl_pickscore"), TE_FP8)}
+    assert fast["update"] - {s.stage: s.gib for s in fits.stage_memory(preset("flux1_sol_rl_pickscore"), TE_FP8)}[
+        "update"] == pytest.approx(1152 * (2 * 16 * 64 * 64 * 4 + 4) / GIB)  # a 1-step window: 2 latents, 1 log p
 
 
 def test_the_configs_settings_reach_the_estimate():
@@ -137,7 +159,7 @@ def test_the_configs_settings_reach_the_estimate():
     assert stages["update"].parts["activations"] == pytest.approx(2 * est.activation_per_pair_no_checkpointing / GIB)
     assert stages["update"].parts["lora"] == pytest.approx(
         2 * fits.stage_memory(base, TE_FP8)[2].parts["lora"])  # rank 64: twice the rank-32 state
-    assert stages["update"].gib == pytest.approx(est.total_gib)
+    assert stages["update"].gib == pytest.approx(est.total_gib + samples_gib("flux1"))
     assert stages["regenerate"].parts["adapters"] == pytest.approx(est.lora_params * 8 / GIB)
     assert stages["explore"].gib == pytest.approx(explore_gib(est))  # no text encoders
     fp32 = {s.stage: s for s in fits.stage_memory(preset("flux1_sol_rl_pickscore", "model.dtype=float32"), TE_FP8)}
@@ -170,8 +192,8 @@ def test_the_resolution_and_text_length_change_the_measured_tokens():
     # the explore of FLUX.1 (55.6 GiB) on a 56 GiB card: releasing the text encoders frees 9.1 GiB
     ("flux1", (), 56, "explore", "set model.release_text_encoders: true"),
     # the reference's merged copy on SD3.5-L (34.3 GiB: 3.3 GiB of merged attention layers, kept in high precision
-    # by its min width, more than the LoRA branch's 31.3) on a 35 GiB card
-    ("sd35l", ("quant.lora_branch=false",), 35, "explore", "set quant.lora_branch: true"),
+    # by its min width, more than the LoRA branch's 31.3) on a 35 GiB card (the update's micro-batch made small)
+    ("sd35l", ("quant.lora_branch=false", "train.micro_batch=2"), 35, "explore", "set quant.lora_branch: true"),
 ])
 def test_the_message_names_the_most_effective_key(name, overrides, memory_gib, stage, key):
     title = memory.SPECS[name].title
@@ -275,7 +297,7 @@ def test_the_presets_micro_batches_are_what_the_check_prices():
         update = next(s for s in fits.stage_memory(cfg, TE_FP8) if s.stage == "update")
         resident = not cfg.model.release_text_encoders
         assert update.gib == pytest.approx(
-            reference(model, cfg.train.micro_batch, text_encoders_resident=resident).total_gib)
+            reference(model, cfg.train.micro_batch, text_encoders_resident=resident).total_gib + samples_gib(model))
 
 
 def test_the_fidelity_guardrail_prices_the_largest_rung_of_its_ladder():

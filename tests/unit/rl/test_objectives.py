@@ -13,6 +13,7 @@ from gaussian_flow import DIM, GaussianFlow
 from solrl_core.errors import ConfigError
 from solrl_core.models.sde_sampler import sample_sde
 from solrl_core.rl.flow_grpo import grpo_loss, sde_step
+from solrl_core.rl.objective_awm import AWM
 from solrl_core.rl.objective_base import Objective, TrainingData
 from solrl_core.rl.objective_grpo import FlowGRPO, sde_window
 from solrl_core.rl.objective_nft import DiffusionNFT
@@ -25,13 +26,13 @@ TRAIN = SimpleNamespace(timestep_fraction=0.6, old_eta_rate=0.001, old_eta_max=0
 
 def test_registry_names_and_plugins():
     assert {name: objective_class(name) for name in OBJECTIVES} == {"diffusionnft": DiffusionNFT,
-                                                                     "flow_grpo": FlowGRPO}
+                                                                     "flow_grpo": FlowGRPO, "awm": AWM}
     assert objective_class("solrl_core.rl.objective_nft:DiffusionNFT") is DiffusionNFT
     with pytest.raises(ConfigError, match="objective.name 'grpo' is not an objective"):
         objective_class("grpo")
     with pytest.raises(ConfigError, match="objective.name"):
         objective_class("solrl_core.rl.objective_base:TrainingData")  # not an Objective
-    assert DiffusionNFT.paradigm == "decoupled" and FlowGRPO.paradigm == "coupled"
+    assert DiffusionNFT.paradigm == AWM.paradigm == "decoupled" and FlowGRPO.paradigm == "coupled"
     assert FlowGRPO(GRPO, TRAIN).forwards == ("default", "reference")
     assert FlowGRPO(SimpleNamespace(**{**vars(GRPO), "kl_weight": 0.0}), TRAIN).forwards == ("default",)
     assert issubclass(FlowGRPO, Objective) and FlowGRPO(GRPO, TRAIN).old_policy_eta(7) == 0.0

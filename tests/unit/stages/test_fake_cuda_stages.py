@@ -91,17 +91,20 @@ def test_an_iteration_and_its_evaluation_run_on_a_faked_gpu(model, tiny_models, 
     assert adapters and {t.dtype for t in adapters.values()} == {torch.float32}
 
 
+@pytest.mark.parametrize("objective", ["flow_grpo", "awm"])
 @pytest.mark.parametrize("model", ["embedded", "flux1"])
-def test_a_flow_grpo_iteration_runs_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+def test_the_other_objectives_iterations_run_on_a_faked_gpu(objective, model, tiny_models, tmp_path,
+                                                             one_torch_thread):
     """Flow-GRPO's path: SDE rollouts with their trajectories and log-probabilities, and its update (θ with the
-    gradient, the reference forward of its KL term, the clipped-ratio loss), all on the device."""
-    cfg = _config(model, tiny_models, "objective.name=flow_grpo")
+    gradient, the reference forward of its KL term, the clipped-ratio loss); AWM's: the noised final samples, its
+    θ_old and reference forwards and its float64 log-likelihoods; all on the device."""
+    cfg = _config(model, tiny_models, f"objective.name={objective}")
     run = _run(tmp_path / "run", cfg)
     with fake_cuda():
         for stage in STAGES:
             run_stage(run, cfg, 0, stage, progress=False)
     assert all(run.is_complete(0, stage) for stage in STAGES)
-    assert run.manifest(0, "update")["summary"]["objective"] == "flow_grpo"
+    assert run.manifest(0, "update")["summary"]["objective"] == objective
 
 
 def test_the_sde_sampling_loop_never_syncs(tiny_models, one_torch_thread):
