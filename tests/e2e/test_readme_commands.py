@@ -85,7 +85,7 @@ SOLRL_SUBCOMMANDS = {
     "config": CONFIG_EXPLAIN,
     "distill-reward": LEARNED_DISTILL,
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
-    "presets": "tests/unit/config/test_packaged_configs.py::test_presets_lists_every_packaged_config_with_model_family_and_reward",
+    "presets": "tests/unit/config/test_packaged_configs.py::test_presets_lists_every_packaged_config_with_model_family_objective_and_reward",
 }
 SOLRL_CONCRETE = {
     "solrl doctor --gpu-bench": "tests/e2e/test_doctor_gpu_bench.py::test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect",
