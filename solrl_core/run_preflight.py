@@ -10,6 +10,7 @@ from solrl_core.placement import check_devices, splits_over_devices
 from solrl_core.planner.fits import check_memory_fits
 from solrl_core.prompts import check_train_prompts
 from solrl_core.models.quant.backends import resolve_backend
+from solrl_core.models.step_cache import cache_config
 from solrl_core.rewards.registry import preflight_rewards
 
 
@@ -22,6 +23,7 @@ def preflight(cfg: RunConfig) -> None:
     if cfg.eval.every:
         preflight_rewards(cfg.evaluation_rewards(), cfg.reward_models)
     resolve_backend(cfg.explore.precision, cfg.model.device)
+    cache_config(cfg.explore.cache.kind, cfg.explore.cache.options)  # its options, before anything is sampled
     check_train_prompts(cfg)
     check_memory_fits(cfg)
     if splits_over_devices(cfg):

@@ -53,7 +53,7 @@ def family_conflict(cfg: RunConfig) -> str | None:
     if family == "naive_quant" and full:
         return (f"{head} explore.precision is {explore.precision}, but naive_quant samples in low precision; set "
                 "explore.precision: auto (or family: naive_scaling)")
-    if family == "sol_rl" and full and explore.steps >= regen.steps:
+    if family == "sol_rl" and full and explore.steps >= regen.steps and explore.cache.kind == "none":
         return (f"{head} explore.precision is {explore.precision} with explore.steps ({explore.steps}) >= "
                 f"regenerate.steps ({regen.steps}), so the explore is no cheaper than the regenerate; set "
                 "explore.precision: auto (or fewer explore.steps, or family: naive_scaling)")

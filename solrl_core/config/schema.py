@@ -200,6 +200,20 @@ class GuardrailConfig(_Strict):
         return ladder
 
 
+class ExploreCacheConfig(_Strict):
+    """A cache that skips transformer work between the explore's denoising steps, from diffusers' hooks
+    (solrl_core/models/step_cache.py); only the explore copy gets it."""
+
+    kind: Literal["none", "taylorseer"] = Field(
+        "none", description="none; taylorseer = diffusers' TaylorSeer: the hooked modules (attention, or with "
+        "use_lite_mode every block, extrapolating the output projection) are computed on a fixed schedule of steps "
+        "and extrapolated on the others. Step-scheduled, so a seed's sample does not depend on its batch")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the cache's settings, diffusers' TaylorSeerCacheConfig fields: "
+        "cache_interval, disable_cache_before_step, disable_cache_after_step, max_order, use_lite_mode, "
+        "skip_predict_identifiers, cache_identifiers (factors in float32)")
+
+
 class ExploreConfig(_Strict):
     precision: Precision = Field(
         "auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs "
@@ -214,6 +228,8 @@ class ExploreConfig(_Strict):
         True, description="store each candidate's final latent in the pool (always kept when regenerate is off: the "
         "update trains on them)"
     )
+    cache: ExploreCacheConfig = Field(ExploreCacheConfig(), description="a step cache for the explore copy; a "
+                                      "guardrail escalation drops it (its rungs are precision and steps alone)")
     guardrail: GuardrailConfig = Field(GuardrailConfig(), description="ranking-fidelity guardrail (off by default)")
 
 

@@ -16,6 +16,7 @@ import torch
 
 from solrl_core.models.backbones.base import Backbone, Conditioning, module_device
 from solrl_core.models.sampler import guided_velocity, make_scheduler
+from solrl_core.models.step_cache import fresh_trajectories, step_context
 from solrl_core.models.seeds import derived_generator
 from solrl_core.rl.flow_grpo import schedule_sigma_max, sde_step
 
@@ -61,8 +62,10 @@ def sample_sde(backbone: Backbone, transformer: torch.nn.Module, cond: Condition
     # every window step's noise drawn on the CPU and moved at once (a copy per step would stall the loop)
     noise = torch.stack([step_noise(seeds, i, x.shape[1:]) for i in range(start, stop)], dim=1).to(device)
     latents, log_probs = [], []
+    fresh_trajectories(transformer)  # an explore policy's step cache (models/step_cache.py) starts from nothing
     for i in range(steps):
-        v = guided_velocity(backbone, transformer, x, model_sigmas[i].expand(batch), cond, guidance, uncond)
+        with step_context(transformer, i, steps, sigmas[i]):
+            v = guided_velocity(backbone, transformer, x, model_sigmas[i].expand(batch), cond, guidance, uncond)
         if start <= i < stop:
             if i == start:
                 latents.append(x.float())

@@ -42,16 +42,23 @@ def ranking_fidelity(proxy, final, prompt_index=None) -> dict[str, float | int]:
     prompt_index = np.asarray(prompt_index)
     if prompt_index.shape != proxy.shape:
         raise ValueError(f"prompt_index has shape {prompt_index.shape}, expected {proxy.shape}")
-    per_group = []
-    for prompt in np.unique(prompt_index):
-        members = prompt_index == prompt
-        if members.sum() >= MIN_VALUES:
-            s, k = _pair(proxy[members], final[members])
-            if np.isfinite(s) and np.isfinite(k):
-                per_group.append((s, k))
+    per_group = within_prompt_pairs(proxy, final, prompt_index)
     if per_group:
         s_mean, k_mean = (float(x) for x in np.mean(per_group, axis=0))
     else:
         s_mean = k_mean = float("nan")
     out.update(spearman_within_prompt=s_mean, kendall_within_prompt=k_mean, n_prompt_groups=len(per_group))
     return out
+
+
+def within_prompt_pairs(proxy, final, prompt_index) -> list[tuple[float, float]]:
+    """(Spearman, Kendall) of each prompt group of >= 3 members whose coefficients are defined, in prompt order."""
+    proxy, final, prompt_index = (np.asarray(a) for a in (proxy, final, prompt_index))
+    per_group = []
+    for prompt in np.unique(prompt_index):
+        members = prompt_index == prompt
+        if members.sum() >= MIN_VALUES:
+            s, k = _pair(proxy[members].astype(np.float64), final[members].astype(np.float64))
+            if np.isfinite(s) and np.isfinite(k):
+                per_group.append((s, k))
+    return per_group

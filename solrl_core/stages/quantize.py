@@ -24,6 +24,7 @@ import torch
 
 from solrl_core.models.backbones.base import module_device
 from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.models.step_cache import enable_step_cache
 from solrl_core.prompts import CALIBRATION_PROMPT
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
@@ -76,11 +77,15 @@ def explore_copy(ctx: StageContext, backbone):
     from solrl_core.rl.policy import OLD
 
     if not ctx.cfg.quant.lora_branch:
-        return build_explore_copy(ctx, backbone, old_policy_merged(ctx, backbone))[:2]
-    transformer, report, _ = build_explore_copy(ctx, backbone, None)
-    policy = attach_policy(ctx.cfg, backbone)
-    load_adapters(policy, previous_checkpoint(ctx))
-    attach_lora_branches(transformer, policy.lora_factors(OLD))
+        transformer, report, setting = build_explore_copy(ctx, backbone, old_policy_merged(ctx, backbone))
+    else:
+        transformer, report, setting = build_explore_copy(ctx, backbone, None)
+        policy = attach_policy(ctx.cfg, backbone)
+        load_adapters(policy, previous_checkpoint(ctx))
+        attach_lora_branches(transformer, policy.lora_factors(OLD))
+    cache = ctx.cfg.explore.cache
+    if not setting.escalations:  # a guardrail rung is a precision and steps alone: the cache goes with the first
+        enable_step_cache(transformer, cache.kind, cache.options)
     return transformer, report
 
 

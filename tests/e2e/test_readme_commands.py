@@ -72,6 +72,7 @@ CONFIG_DOC = "tests/unit/config/test_config_explain.py::test_checked_in_referenc
 LEARNED_DISTILL = "tests/lab/test_embedded_distill.py::test_distill_writes_a_scorer_the_reward_loads_and_that_learned_something"
 LEARNED_DEMO = "tests/unit/rewards/test_learned_reward.py::test_the_learned_demo_trains_on_the_learned_reward_and_evaluates_gold"
 S3_RUN = "tests/e2e/test_s3_rundir.py::test_one_iteration_into_s3"  # train and status with an s3:// run directory
+CALIBRATE = "tests/unit/planner/test_explore_policies.py::test_calibrate_explore_writes_a_config_that_trains"
 REPORT_ONLY = "tests/unit/bench/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line"  # --report-only, shipped config
 
 HERE = "run by this file"
@@ -86,6 +87,7 @@ SOLRL_SUBCOMMANDS = {
     "distill-reward": LEARNED_DISTILL,
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
     "presets": "tests/unit/config/test_packaged_configs.py::test_presets_lists_every_packaged_config_with_model_family_objective_and_reward",
+    "calibrate-explore": CALIBRATE,
 }
 SOLRL_CONCRETE = {
     "solrl doctor --gpu-bench": "tests/e2e/test_doctor_gpu_bench.py::test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect",

@@ -149,6 +149,27 @@ def test_the_sampling_loop_never_syncs(model, tiny_models, one_torch_thread):
     assert gpu.syncs == []
 
 
+@pytest.mark.parametrize("model", ["embedded", "flux1"])
+def test_a_step_cached_explore_never_syncs(model, tiny_models, one_torch_thread):
+    """An explore policy's TaylorSeer cache on the device: its schedule is the step's, so the loop reads nothing back
+    (a data-dependent cache would sync every step), and its extrapolation stays on the device."""
+    import copy
+
+    from solrl_core.models.step_cache import enable_step_cache
+
+    cfg = _config(model, tiny_models)
+    cond = _cpu_backbone(cfg).encode_prompts(["a red circle", "a blue square"])
+    with fake_cuda() as gpu:
+        backbone = load_backbone(cfg.model)
+        cached = enable_step_cache(copy.deepcopy(backbone.transformer), "taylorseer",
+                                   {"cache_interval": 2, "disable_cache_before_step": 2})
+        on_device = {k: v.to("cuda") for k, v in cond.items()}
+        for steps in (6, 6):
+            result = sample(backbone, cached, on_device, backbone.initial_noise([1, 2]), steps)
+            assert result.x0.device.type == "cuda"
+    assert gpu.syncs == []
+
+
 def test_the_update_syncs_once_per_step_not_per_micro_batch(tiny_models, tmp_path, one_torch_thread):
     """The update with 1 and with 4 micro-batches per optimizer step: the same host syncs (the loss terms are read
     once per step, the gradient norm once) and host-to-device copies, so none happens per micro-batch."""

@@ -1,0 +1,354 @@
+"""Explore policies and their calibration (`solrl calibrate-explore CONFIG`): which cheap sampler still ranks the
+seeds as the full-precision regenerate would, and what it costs.
+
+An explore policy is what the explore stage samples with: a precision (`explore.precision`), a step count
+(`explore.steps`) and a step cache from diffusers' hooks (`explore.cache`, models/step_cache.py). The calibration
+samples one batch of prompts × seeds with the config's base model (W0) under each candidate and under the reference
+(the regenerate setting: full precision, `regenerate.steps`, no cache; with the objective's SDE when its rollouts
+are SDE rollouts), and reports for each candidate:
+
+* the within-prompt Spearman and Kendall of its rewards against the reference's (what selection depends on), and
+  the overlap of the K/2 best and K/2 worst seeds per prompt it would keep with the reference's (`select.k`);
+* the seconds it took here (real for steps and caches; a precision is emulated where this machine cannot run it);
+* the modelled GPU seconds of the config's explore stage per GPU kind (the planner, `config_plan.plan_config`, at
+  the policy's precision and steps), its denoising part scaled by the FLOPs the cache leaves (counted with torch's
+  FlopCounterMode on one sampling run of the model, with and without the cache).
+
+A candidate is on the Pareto front when no other is both cheaper (modelled on the first GPU kind) and ranks better.
+`pick` chooses the cheapest candidate whose within-prompt Spearman reaches a threshold; `written_config` is the
+config with that policy and the fidelity guardrail on, which keeps watching the policy during training.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from solrl_core.errors import ConfigError, SolrlError
+
+DEFAULT_GPUS = ("h100", "b200")  # Hopper (no NVFP4) and Blackwell
+FULL = "fp32"  # the explore precision that replaces nothing: the model in its own dtype
+PRECISIONS = ("nvfp4", "fp8", FULL)
+CACHE_CANDIDATES = (("none", {}), ("taylorseer", {"cache_interval": 2, "disable_cache_before_step": 2}))
+SEED_BASE = 7_000_000  # calibration seeds: far from the training and evaluation seeds of any run
+
+
+@dataclass(frozen=True)
+class ExplorePolicy:
+    precision: str  # an explore precision name (models/quant/backends.py)
+    steps: int
+    cache: str = "none"
+    cache_options: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def label(self) -> str:
+        options = ", ".join(f"{k}={v}" for k, v in self.cache_options.items())
+        cache = "" if self.cache == "none" else f" + {self.cache}({options})"
+        return f"{'full precision' if self.precision == FULL else self.precision} @ {self.steps}{cache}"
+
+    def short_label(self) -> str:
+        """For a plot: the precision without "_emulated", the steps, "+cache" with a cache."""
+        precision = "full" if self.precision == FULL else self.precision.removesuffix("_emulated")
+        return f"{precision}@{self.steps}" + ("" if self.cache == "none" else f"+{self.cache}")
+
+    def overrides(self) -> list[str]:
+        """The config keys that set this policy (`--set` form)."""
+        return [f"explore.precision={self.precision}", f"explore.steps={self.steps}",
+                f"explore.cache.kind={self.cache}", f"explore.cache.options={json.dumps(self.cache_options)}"]
+
+
+def runnable_precision(name: str, device: str) -> str:
+    """`name` as this machine runs it: the real backend where it can, else its emulation (the same numerics)."""
+    from solrl_core.models.quant.backends import resolve_backend
+
+    if name == FULL:
+        return FULL
+    try:
+        return resolve_backend(name, device).name
+    except SolrlError:
+        return f"{name}_emulated"
+
+
+def candidate_policies(cfg) -> list[ExplorePolicy]:
+    """precision (4-bit, 8-bit, full) × steps (half the explore's, the explore's, between it and the regenerate's,
+    the regenerate's) × cache (none, TaylorSeer every other step from step 2), without the reference itself."""
+    lo, hi = cfg.explore.steps, cfg.regenerate.steps
+    steps = sorted({max(1, lo // 2), lo, (lo + hi) // 2, hi})
+    policies = [ExplorePolicy(runnable_precision(p, cfg.model.device), s, kind, dict(options))
+                for p in PRECISIONS for s in steps for kind, options in CACHE_CANDIDATES
+                if not (kind != "none" and s < 4)]  # a cache needs steps to skip after its warm-up
+    reference = reference_policy(cfg)
+    return [p for p in policies if (p.precision, p.steps, p.cache) != (reference.precision, reference.steps, "none")
+            and family_accepts(cfg, p)]
+
+
+def family_accepts(cfg, policy: ExplorePolicy) -> bool:
+    """Whether the config's family may explore with `policy` (naive_quant in low precision, naive_scaling and
+    diffusionnft at full precision, sol_rl cheaper than its regenerate: `config.families`)."""
+    try:
+        with_overrides(cfg, policy.overrides())
+    except ConfigError:
+        return False
+    return True
+
+
+def reference_policy(cfg) -> ExplorePolicy:
+    """The regenerate setting: full precision, its steps, no cache."""
+    return ExplorePolicy(FULL, cfg.regenerate.steps)
+
+
+def policy_transformer(backbone, cfg, policy: ExplorePolicy) -> torch.nn.Module:
+    """A private copy of the base transformer under `policy`: its eligible layers in the policy's precision (the
+    config's quantization rule), its step cache enabled."""
+    from solrl_core.models.quant.backends import apply_backend
+    from solrl_core.models.step_cache import enable_step_cache
+
+    transformer = copy.deepcopy(backbone.transformer).eval()
+    if policy.precision != FULL:
+        quant = cfg.quant
+        skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
+        width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+        apply_backend(transformer, policy.precision, skip, width, weight_fmt=quant.weight_format,
+                      act_fmt=quant.act_format)
+    return enable_step_cache(transformer, policy.cache, policy.cache_options)
+
+
+@dataclass
+class Batch:
+    """The calibration batch: prompts, each row's prompt and seed, and what sampling needs of the config."""
+
+    prompts: list[str]
+    prompt_index: np.ndarray
+    seeds: np.ndarray
+
+
+def calibration_batch(cfg, num_prompts: int, seeds_per_prompt: int, seed_offset: int = 0) -> Batch:
+    """The first `num_prompts` prompts of a seeded shuffle of the train set, `seeds_per_prompt` seeds each; another
+    `seed_offset` gives fresh seeds for the same prompts."""
+    from solrl_core.prompts import train_prompt_set
+
+    prompts = train_prompt_set(cfg)
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+    chosen = [prompts[i] for i in order[:num_prompts]]
+    index = np.repeat(np.arange(len(chosen)), seeds_per_prompt)
+    seeds = SEED_BASE + seed_offset + np.arange(len(index), dtype=np.int64)
+    return Batch(chosen, index, seeds)
+
+
+def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Batch, batch_size: int,
+                   progress: bool = False) -> tuple[np.ndarray, float]:
+    """(the training reward of every row sampled under `policy` by `transformer`, the seconds sampling took), on the
+    ODE, or on the run objective's SDE when its rollouts are SDE rollouts (explore and regenerate alike)."""
+    from tqdm.auto import tqdm
+
+    from solrl_core.models.sampler import resolve_sampler, sample
+    from solrl_core.models.sde_sampler import sample_sde
+    from solrl_core.rewards.registry import score_images
+    from solrl_core.rl.objectives import objective_for
+
+    objective = objective_for(cfg)
+    noise_level = objective.sampling_noise_level()
+    guidance = cfg.guidance.rollout
+    uncond = (backbone.encode_prompts([""]) if guidance != 1.0 and not backbone.defaults.distilled_guidance
+              else None)
+    solver = resolve_sampler(cfg.model.sampler, backbone)
+    rewards, seconds = [], 0.0
+    for start in tqdm(range(0, len(batch.seeds), batch_size), desc=policy.label(), disable=not progress,
+                      leave=False):
+        rows = slice(start, start + batch_size)
+        texts = [batch.prompts[i] for i in batch.prompt_index[rows]]
+        cond = backbone.encode_prompts(texts)
+        seeds = batch.seeds[rows].tolist()
+        began = time.perf_counter()
+        if noise_level > 0:
+            x0 = sample_sde(backbone, transformer, cond, seeds, policy.steps, noise_level,
+                            objective.sde_window(policy.steps), guidance=guidance, uncond=uncond).x0
+        else:
+            x0 = sample(backbone, transformer, cond, backbone.initial_noise(seeds), policy.steps, sampler=solver,
+                        guidance=guidance, uncond=uncond).x0
+        images = backbone.decode(x0)  # reads the samples back: the sampling time is complete
+        seconds += time.perf_counter() - began
+        rewards.append(score_images(images, texts, cfg.rewards, cfg.reward_models)[0])
+    return np.concatenate(rewards), seconds
+
+
+def sampling_flops(backbone, transformer, steps: int) -> int:
+    """The FLOPs (torch's FlopCounterMode: matmuls, attention, convolutions) of one `steps`-step sampling run of one
+    sample through `transformer`: what a cache leaves of the forwards."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from solrl_core.models.sampler import sample
+    from solrl_core.prompts import CALIBRATION_PROMPT
+
+    cond = backbone.encode_prompts([CALIBRATION_PROMPT])
+    with FlopCounterMode(display=False) as counter:
+        sample(backbone, transformer, cond, backbone.initial_noise([0]), steps)
+    return counter.get_total_flops()
+
+
+def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_ratio: float) -> dict[str, float]:
+    """GPU kind -> modelled seconds of the config's explore stage under `policy` (planner), its denoising part times
+    `flop_ratio` (what the cache leaves)."""
+    from solrl_core.planner.config_plan import plan_config
+
+    explore = cfg.explore.model_copy(update={"precision": policy.precision, "steps": policy.steps})
+    changed = cfg.model_copy(update={"explore": explore})  # priced as is: the reference too, whatever the family
+    out = {}
+    for gpu in gpus:
+        seconds = plan_config(changed, gpu)["families"][cfg.family]["seconds"]
+        out[gpu] = seconds["explore_denoise"] * flop_ratio + seconds["explore_decode_score"]
+    return out
+
+
+def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tuple[str, ...] = DEFAULT_GPUS,
+              policies: list[ExplorePolicy] | None = None, batch_size: int = 48, seed_offset: int = 0,
+              progress: bool = False) -> dict:
+    """Every candidate policy against the reference on one calibration batch (module docstring), as a plain dict."""
+    from solrl_core.models.backbones.cache import load_backbone
+    from solrl_core.rl.fidelity import ranking_fidelity, within_prompt_pairs
+    from solrl_core.stages.audit import extremes_overlap
+
+    backbone = load_backbone(cfg)
+    batch = calibration_batch(cfg, num_prompts, seeds_per_prompt, seed_offset)
+    reference = reference_policy(cfg)
+    ref_rewards, ref_seconds = sample_rewards(cfg, backbone, policy_transformer(backbone, cfg, reference), reference,
+                                              batch, batch_size, progress)
+    half = max(1, cfg.select.k // 2)
+    full_flops: dict[int, int] = {}
+    rows = []
+    for policy in policies if policies is not None else candidate_policies(cfg):
+        transformer = policy_transformer(backbone, cfg, policy)
+        rewards, seconds = sample_rewards(cfg, backbone, transformer, policy, batch, batch_size, progress)
+        ratio = 1.0
+        if policy.cache != "none":
+            if policy.steps not in full_flops:
+                full_flops[policy.steps] = sampling_flops(backbone, policy_transformer(
+                    backbone, cfg, ExplorePolicy(policy.precision, policy.steps)), policy.steps)
+            ratio = sampling_flops(backbone, transformer, policy.steps) / full_flops[policy.steps]
+        fid = ranking_fidelity(rewards, ref_rewards, batch.prompt_index)
+        low, high = prompt_interval([s for s, _ in within_prompt_pairs(rewards, ref_rewards, batch.prompt_index)])
+        rows.append({"policy": asdict(policy), "label": policy.label(), "seconds_here": seconds,
+                     "spearman_within_prompt_low": low, "spearman_within_prompt_high": high,
+                     "flop_ratio": ratio, "modelled_seconds": modelled_seconds(cfg, policy, gpus, ratio),
+                     "mean_reward": float(rewards.mean()),
+                     **{k: float(v) for k, v in fid.items()},
+                     **extremes_overlap(rewards, ref_rewards, batch.prompt_index, half)})
+    mark_pareto(rows, gpus[0])
+    return {"config": cfg.name, "family": cfg.family, "objective": cfg.objective.name, "device": cfg.model.device,
+            "prompts": len(batch.prompts), "seeds_per_prompt": seeds_per_prompt, "seed_offset": seed_offset,
+            "k": cfg.select.k, "gpus": list(gpus),
+            "reference": {"policy": asdict(reference), "label": reference.label(), "seconds_here": ref_seconds,
+                          "mean_reward": float(ref_rewards.mean())},
+            "rows": rows}
+
+
+def prompt_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Student's t interval of the mean of the per-prompt coefficients (prompts are the independent units: a
+    coefficient from 16 prompts moves by several hundredths with other seeds); NaN with fewer than 2."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def mark_pareto(rows: list[dict], gpu: str) -> None:
+    """Set each row's `pareto`: no other row is at most as costly on `gpu` and ranks at least as well, one of the
+    two strictly."""
+    def key(r):
+        return r["modelled_seconds"][gpu], -r["spearman_within_prompt"]
+
+    for r in rows:
+        cost, neg = key(r)
+        r["pareto"] = not any(key(o)[0] <= cost and key(o)[1] <= neg and key(o) != (cost, neg) for o in rows)
+
+
+def pick(result: dict, min_spearman: float, gpu: str | None = None) -> dict | None:
+    """The cheapest row on `gpu` (default the first priced) whose within-prompt Spearman reaches `min_spearman` with
+    95% confidence (the lower end of its interval over prompts; ties: the better ranking), or None when none does."""
+    gpu = gpu or result["gpus"][0]
+    if gpu not in result["gpus"]:
+        raise SolrlError(f"--gpu {gpu} was not priced (priced: {', '.join(result['gpus'])})")
+    good = [r for r in result["rows"] if r["spearman_within_prompt_low"] >= min_spearman]
+    return min(good, key=lambda r: (r["modelled_seconds"][gpu], -r["spearman_within_prompt"]), default=None)
+
+
+def format_table(result: dict, chosen: dict | None = None) -> str:
+    gpus = result["gpus"]
+    head = ("| policy | Spearman within prompt [95% over prompts] | Kendall within prompt | top-K/2 overlap | "
+            "bottom-K/2 overlap | "
+            "seconds here | FLOPs left by the cache | " + " | ".join(f"modelled s on {g}" for g in gpus)
+            + " | Pareto |")
+    lines = [f"Calibration of {result['config']} ({result['family']}, {result['objective']}): {result['prompts']} "
+             f"prompts × {result['seeds_per_prompt']} seeds on {result['device']}, against the reference "
+             f"{result['reference']['label']} ({result['reference']['seconds_here']:.2f} s here)", "", head,
+             "|" + "---|" + "---:|" * (6 + len(gpus)) + "---|"]
+    for r in sorted(result["rows"], key=lambda r: r["modelled_seconds"][gpus[0]]):
+        mark = " **chosen**" if chosen is not None and r["label"] == chosen["label"] else ""
+        lines.append(
+            f"| {r['label']}{mark} | {r['spearman_within_prompt']:.3f} [{r['spearman_within_prompt_low']:.3f}, "
+            f"{r['spearman_within_prompt_high']:.3f}] | {r['kendall_within_prompt']:.3f} | "
+            f"{r['topk_overlap']:.2f} | {r['bottomk_overlap']:.2f} | {r['seconds_here']:.2f} | {r['flop_ratio']:.2f} | "
+            + " | ".join(f"{r['modelled_seconds'][g]:.3g}" for g in gpus) + f" | {'yes' if r['pareto'] else ''} |")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: str | Path, chosen: dict | None = None, min_spearman: float | None = None) -> Path:
+    """A PNG: each policy's within-prompt Spearman against its modelled explore seconds on the first GPU kind,
+    labelled, the Pareto front joined, the threshold and the chosen policy marked."""
+    from matplotlib.figure import Figure
+
+    gpu = result["gpus"][0]
+    fig = Figure(figsize=(8, 5), dpi=110)
+    ax = fig.subplots()
+    for r in result["rows"]:
+        x, y = r["modelled_seconds"][gpu], r["spearman_within_prompt"]
+        color = "tab:blue" if r["pareto"] else "tab:gray"
+        ax.errorbar([x], [y], yerr=[[y - r["spearman_within_prompt_low"]], [r["spearman_within_prompt_high"] - y]],
+                    fmt="o", color=color, ms=4, lw=0.8, capsize=2, zorder=3)
+        ax.annotate(ExplorePolicy(**r["policy"]).short_label(), (x, y), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points")
+    front = sorted((r["modelled_seconds"][gpu], r["spearman_within_prompt"]) for r in result["rows"] if r["pareto"])
+    if front:
+        ax.plot(*zip(*front), color="tab:blue", lw=1, label="Pareto front")
+    if min_spearman is not None:
+        ax.axhline(min_spearman, color="tab:red", lw=0.8, ls="--", label=f"threshold {min_spearman:g}")
+    if chosen is not None:
+        ax.scatter([chosen["modelled_seconds"][gpu]], [chosen["spearman_within_prompt"]], s=120, facecolors="none",
+                   edgecolors="tab:red", zorder=4, label=f"chosen: {chosen['label']}")
+    ax.set_xlabel(f"modelled explore seconds per iteration on {gpu} (planner)")
+    ax.set_ylabel("Spearman within prompt vs reference (95% over prompts)")
+    ax.set_title(f"explore policies of {result['config']} vs {result['reference']['label']}", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    return path
+
+
+def written_config(cfg, chosen: dict) -> str:
+    """The YAML of `cfg` with the chosen policy, the run name `<name>_calibrated` and the fidelity guardrail on (where
+    a regenerate stage gives it something to watch), resolved (every key, no `extends`)."""
+    from solrl_core.config.schema import dump_config
+
+    policy = ExplorePolicy(**chosen["policy"])
+    overrides = [*policy.overrides(), f"name={cfg.name}_calibrated"]  # its own run directory
+    if cfg.regenerate.enabled:
+        overrides.append("explore.guardrail.enabled=true")
+    return dump_config(with_overrides(cfg, overrides))
+
+
+def with_overrides(cfg, overrides: list[str]):
+    """`cfg` with `--set` overrides applied, validated again."""
+    from solrl_core.config.loading import load_config_text
+    from solrl_core.config.schema import dump_config
+
+    return load_config_text(dump_config(cfg), overrides, source=cfg.name)

@@ -1,0 +1,166 @@
+"""Explore policies and `solrl calibrate-explore` (solrl_core/planner/explore_policies.py) on the embedded model: the
+candidates the family accepts, the fidelity figures recomputed with scipy from rewards sampled by the sampler itself,
+a cache's FLOPs counted, the Pareto front and the pick, the written config that trains, and the step cache's own
+promises (batch-independent, fresh per sampling run)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from repo_paths import TINY
+from solrl_core.config.loading import load_config
+from solrl_core.errors import ConfigError, SolrlError
+from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.models.sampler import sample
+from solrl_core.models.step_cache import cache_config, enable_step_cache
+from solrl_core.planner import explore_policies as ep
+
+TS = {"cache_interval": 2, "disable_cache_before_step": 2}
+
+
+def test_candidates_are_what_the_family_accepts():
+    sol = load_config(TINY)  # sol_rl, explore 3 steps, regenerate 4
+    labels = {p.label() for p in ep.candidate_policies(sol)}
+    assert "nvfp4_emulated @ 3" in labels and "full precision @ 1" in labels
+    assert "full precision @ 4" not in labels  # the reference itself
+    assert f"full precision @ 4 + taylorseer(cache_interval=2, disable_cache_before_step=2)" in labels  # cheaper
+    assert not any("taylorseer" in p.label() and p.steps < 4 for p in ep.candidate_policies(sol))
+    quant = load_config(TINY, ["family=naive_quant", "regenerate.enabled=false"])
+    assert {p.precision for p in ep.candidate_policies(quant)} == {"nvfp4_emulated", "fp8_emulated"}
+    scaling = load_config(TINY, ["family=naive_scaling", "regenerate.enabled=false", "explore.precision=fp32"])
+    assert {p.precision for p in ep.candidate_policies(scaling)} == {"fp32"}
+
+
+def test_the_step_cache_is_batch_independent_and_fresh_per_run(one_torch_thread):
+    cfg = load_config(TINY)
+    backbone = load_backbone(cfg)
+    cond = backbone.encode_prompts(["a red circle", "a blue square", "a green star", "two red circles"])
+    noise = backbone.initial_noise([1, 2, 3, 4])
+    plain = sample(backbone, backbone.transformer, cond, noise, 6).x0
+    cached = enable_step_cache(copy.deepcopy(backbone.transformer), "taylorseer", TS)
+    whole = sample(backbone, cached, cond, noise, 6).x0
+    halves = torch.cat([sample(backbone, cached, {k: v[:2] for k, v in cond.items()}, noise[:2], 6).x0,
+                        sample(backbone, cached, {k: v[2:] for k, v in cond.items()}, noise[2:], 6).x0])
+    # a seed's sample does not depend on its batch mates (to the float rounding of another batch size's matmuls,
+    # as without a cache; a data-dependent cache would skip steps for the whole batch)
+    torch.testing.assert_close(whole, halves, rtol=1e-5, atol=1e-5)
+    assert torch.equal(whole, sample(backbone, cached, cond, noise, 6).x0)  # each run starts from nothing
+    assert not torch.equal(whole, plain)  # it did skip work
+    assert not hasattr(backbone.transformer, "enable_cache")  # the shared model is untouched
+
+
+def test_cache_settings_are_checked_in_one_line():
+    assert cache_config("none", {}) is None
+    assert cache_config("taylorseer", TS).taylor_factors_dtype == torch.float32
+    with pytest.raises(ConfigError, match="'interval' is not a TaylorSeer option"):
+        cache_config("taylorseer", {"interval": 2})
+    with pytest.raises(ConfigError, match="explore.cache.kind"):
+        load_config(TINY, ["explore.cache.kind=first_block"])
+
+
+def test_calibration_figures_recomputed_from_the_sampled_rewards(one_torch_thread):
+    cfg = load_config(TINY)
+    policies = [ep.ExplorePolicy("fp8_emulated", 2), ep.ExplorePolicy("fp32", 4, "taylorseer", TS),
+                ep.ExplorePolicy("fp32", 4)]  # the last is the reference itself: fidelity 1
+    result = ep.calibrate(cfg, num_prompts=3, seeds_per_prompt=6, gpus=("h100", "b200"), policies=policies,
+                          batch_size=8)
+    rows = {r["label"]: r for r in result["rows"]}
+    backbone = load_backbone(cfg)
+    batch = ep.calibration_batch(cfg, 3, 6)
+    ref, _ = ep.sample_rewards(cfg, backbone, backbone.transformer, ep.reference_policy(cfg), batch, 8)
+    proxy, _ = ep.sample_rewards(cfg, backbone, ep.policy_transformer(backbone, cfg, policies[0]), policies[0],
+                                 batch, 8)
+    within = [stats.spearmanr(proxy[batch.prompt_index == p], ref[batch.prompt_index == p]).statistic
+              for p in range(3)]
+    assert rows["fp8_emulated @ 2"]["spearman_within_prompt"] == pytest.approx(np.nanmean(within))
+    low = stats.t.interval(0.95, 2, loc=np.mean(within), scale=stats.sem(within))[0]
+    assert rows["fp8_emulated @ 2"]["spearman_within_prompt_low"] == pytest.approx(low)
+    assert rows["full precision @ 4"]["spearman_within_prompt"] == pytest.approx(1.0)
+    assert rows["full precision @ 4"]["topk_overlap"] == rows["full precision @ 4"]["bottomk_overlap"] == 1.0
+    cached = rows["full precision @ 4 + taylorseer(cache_interval=2, disable_cache_before_step=2)"]
+    assert 0 < cached["flop_ratio"] < 1  # the attention of the skipped steps is not computed
+    for gpu in ("h100", "b200"):
+        assert cached["modelled_seconds"][gpu] < rows["full precision @ 4"]["modelled_seconds"][gpu]
+    # the planner's 4-bit on Hopper is FP8 (no NVFP4): the same modelled cost as fp8 at the same steps
+    assert rows["fp8_emulated @ 2"]["modelled_seconds"]["h100"] < rows["full precision @ 4"]["modelled_seconds"]["h100"]
+
+
+def _row(label, spearman, cost, low):
+    return {"label": label, "spearman_within_prompt": spearman, "spearman_within_prompt_low": low,
+            "modelled_seconds": {"h100": cost, "b200": cost / 2},
+            "policy": {"precision": "fp32", "steps": 4, "cache": "none", "cache_options": {}}}
+
+
+def test_pareto_front_and_pick_by_the_lower_end_of_the_interval():
+    rows = [_row("a", 0.5, 1.0, 0.4), _row("b", 0.8, 2.0, 0.72), _row("c", 0.7, 3.0, 0.6), _row("d", 0.95, 4.0, 0.9)]
+    ep.mark_pareto(rows, "h100")
+    assert [r["pareto"] for r in rows] == [True, True, False, True]  # c: b is cheaper and ranks better
+    result = {"gpus": ["h100", "b200"], "rows": rows}
+    assert ep.pick(result, 0.7)["label"] == "b"
+    assert ep.pick(result, 0.75)["label"] == "d"  # b's mean is 0.8, but its interval reaches down to 0.72
+    assert ep.pick(result, 0.95) is None
+    with pytest.raises(SolrlError, match="was not priced"):
+        ep.pick(result, 0.5, gpu="a100")
+
+
+def test_the_interval_over_prompts_is_students_t():
+    values = [0.9, 0.7, 0.8, 0.95, 0.6]
+    low, high = ep.prompt_interval(values)
+    expected = stats.t.interval(0.95, 4, loc=np.mean(values), scale=stats.sem(values))
+    assert (low, high) == pytest.approx(expected)
+    assert np.isnan(ep.prompt_interval([0.5])[0])
+
+
+def test_calibrate_explore_writes_a_config_that_trains(tmp_path, monkeypatch, capsys, one_torch_thread):
+    """The command on the embedded model (a few policies, small batch): table, JSON and plot, and a written config
+    with the chosen policy and the guardrail on, which loads and trains an iteration."""
+    from flows.cli import main
+    from solrl_core.run.rundir import STAGES, RunDir
+    from solrl_core.runs import prepare_run
+    from solrl_core.stages.runner import run_stage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ep, "candidate_policies", lambda cfg: [
+        ep.ExplorePolicy("fp8_emulated", 2), ep.ExplorePolicy("nvfp4_emulated", 3),
+        ep.ExplorePolicy("fp32", 4, "taylorseer", TS)])
+    assert main(["calibrate-explore", str(TINY), "--prompts", "3", "--seeds", "6", "--min-spearman", "-1",
+                 "--write", "calibrated.yaml", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen (cheapest on h100" in out and (tmp_path / "runs/calibrate-explore/tiny/pareto.png").stat().st_size
+    cfg = load_config(tmp_path / "calibrated.yaml", ["iterations=1"])
+    assert (cfg.explore.precision, cfg.explore.steps, cfg.explore.cache.kind) == ("fp8_emulated", 2, "none")
+    assert cfg.explore.guardrail.enabled and cfg.name == "tiny_calibrated"
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, cfg)
+    for stage in STAGES:
+        run_stage(run, cfg, 0, stage, progress=False)
+    assert run.manifest(0, "explore")["summary"]["precision"] == "fp8_emulated"
+    assert main(["calibrate-explore", str(TINY), "--prompts", "3", "--seeds", "6", "--write", "calibrated.yaml",
+                 "--quiet"]) == 2  # the file exists
+    assert "calibrated.yaml exists" in capsys.readouterr().err
+
+
+def test_a_cached_explore_runs_in_the_pipeline(tmp_path, one_torch_thread):
+    """explore.cache in a run: the explore copy samples with it; a guardrail escalation would drop it."""
+    from solrl_core.run.pool import read_table
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.stages.runner import run_stage
+
+    run = RunDir(tmp_path / "run")
+    cached = load_config(TINY, ["explore.steps=5", "explore.cache.kind=taylorseer",
+                                "explore.cache.options={cache_interval: 2, disable_cache_before_step: 2}"])
+    plain = load_config(TINY, ["explore.steps=5"])
+    run_stage(run, cached, 0, "quantize", progress=False)
+    run_stage(run, cached, 0, "explore", progress=False)
+    with_cache = read_table(run.stage_dir(0, "explore") / "pool.zarr", ["latent", "seed"])[0]
+    other = RunDir(tmp_path / "plain")
+    run_stage(other, plain, 0, "quantize", progress=False)
+    run_stage(other, plain, 0, "explore", progress=False)
+    without = read_table(other.stage_dir(0, "explore") / "pool.zarr", ["latent", "seed"])[0]
+    np.testing.assert_array_equal(with_cache["seed"], without["seed"])
+    assert not np.array_equal(with_cache["latent"], without["latent"])
