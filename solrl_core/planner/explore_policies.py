@@ -249,14 +249,15 @@ def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tupl
 
 def prompt_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
     """Student's t interval of the mean of the per-prompt coefficients (prompts are the independent units: a
-    coefficient from 16 prompts moves by several hundredths with other seeds); NaN with fewer than 2."""
+    coefficient from 16 prompts moves by several hundredths with other seeds), cut to [-1, 1]; NaN with fewer than
+    2."""
     from scipy import stats
 
     x = np.asarray(values, dtype=np.float64)
     if len(x) < 2:
         return float("nan"), float("nan")
     half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-    return float(x.mean() - half), float(x.mean() + half)
+    return float(max(x.mean() - half, -1.0)), float(min(x.mean() + half, 1.0))  # a coefficient's own range
 
 
 def mark_pareto(rows: list[dict], gpu: str) -> None:
