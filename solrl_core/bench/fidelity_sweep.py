@@ -32,6 +32,7 @@ from solrl_core.config.schema import RunConfig
 from solrl_core.config.loading import load_config
 from solrl_core.prompts import train_prompt_set
 from solrl_core.models.quant.backends import apply_backend
+from solrl_core.models.quant.linear import explore_rule
 from solrl_core.models.quant.lora_branch import attach_lora_branches
 from solrl_core.rewards.registry import score_images
 from solrl_core.rl.fidelity import ranking_fidelity
@@ -101,12 +102,10 @@ def _model(cfg: RunConfig, setting: Setting, adapters: Path | None):
         else:
             factors = policy.lora_factors("old")
     if setting.precision != "fp32":
-        quant = cfg.quant
-        skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
-        width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+        skip, width = explore_rule(cfg.quant, backbone.defaults)
         width = setting.min_width if setting.min_width is not None else width
         apply_backend(transformer, setting.precision, skip, width, weight_fmt=setting.weight_format,
-                      act_fmt=quant.act_format)
+                      act_fmt=cfg.quant.act_format)
     if factors is not None:
         attach_lora_branches(transformer, factors)
     return backbone, transformer

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from solrl_core.models.backbones.registry import backbone_specs
 from solrl_core.config.families import FAMILIES
+from solrl_core.config.schema import ObjectiveConfig
 from solrl_core.config.packaged import CONFIGS_DIR, PRESETS_SUBDIR
 from solrl_core.rewards.registry import REWARDS as REGISTERED_REWARDS
-from solrl_core.rl.objectives import OBJECTIVES as OBJECTIVE_NAMES
+from solrl_core.rl.objectives import OBJECTIVES as OBJECTIVE_NAMES, objective_class
 
 PRESETS_DIR = CONFIGS_DIR / PRESETS_SUBDIR
 HEADER_WIDTH = 120  # the header's comment lines are wrapped to this
@@ -39,7 +40,6 @@ REWARDS = tuple(PRESET_REWARDS)
 OBJECTIVES_DIR = CONFIGS_DIR / "parts" / "objectives"
 # objectives with a part in parts/objectives/ (DiffusionNFT, the default, is official.yaml's), in the registry's order
 PRESET_OBJECTIVES = tuple(name for name in OBJECTIVE_NAMES if (OBJECTIVES_DIR / f"{name}.yaml").is_file())
-OBJECTIVE_TITLES = {"flow_grpo": "Flow-GRPO", "awm": "AWM"}
 
 TITLES = {
     **{key: spec.title for key, spec in MODEL_SPECS.items()},
@@ -83,7 +83,8 @@ def preset_header(model: str, family: str, reward: str, objective: str | None = 
         own = objective_part(model, objective)
         source = (f"configs/parts/objectives/{objective}/{model}.yaml" if own else
                   f"configs/parts/objectives/{objective}.yaml")
-        what += (f" Objective {OBJECTIVE_TITLES.get(objective, objective)} instead of DiffusionNFT, its values from "
+        default = objective_class(ObjectiveConfig.model_fields["name"].default).title
+        what += (f" Objective {objective_class(objective).title} instead of {default}, its values from "
                  f"{source} (each names its source).")
     lines = textwrap.wrap(what, HEADER_WIDTH - 2, break_on_hyphens=False, break_long_words=False)
     return "".join(f"# {line}\n" for line in lines)

@@ -56,15 +56,12 @@ def embedded_forward(cfg) -> ForwardFlops:
     import torch
 
     from solrl_core.planner.flops import count_flops
-    from solrl_core.models.quant.linear import eligible_linears
+    from solrl_core.models.quant.linear import eligible_linears, explore_rule
     from solrl_core.models.backbones.cache import load_backbone
 
     backbone = load_backbone(cfg)
     transformer = backbone.transformer
-    quant = cfg.quant
-    skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
-    min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
-    low = eligible_linears(transformer, skip, min_width)
+    low = eligible_linears(transformer, *explore_rule(cfg.quant, backbone.defaults))
     cond = backbone.encode_prompts(["a red circle"])
     x = torch.zeros(1, *backbone.latent_shape)
     sigma = torch.full((1,), 0.5)
@@ -79,27 +76,32 @@ def embedded_forward(cfg) -> ForwardFlops:
     )
 
 
+def config_forward(cfg, model: str | None = None) -> tuple[ForwardFlops, dict, str, str | None]:
+    """(one forward's FLOPs, decoding and scoring FLOPs per image, title, note) of the config's backbone (`model`:
+    a full-size backbone to price it on instead, with that backbone's own quantization rule)."""
+    from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
+
+    key = model or planner_model(cfg)
+    if key == "embedded":
+        return embedded_forward(cfg), {"total": 0.0}, "embedded default", None
+    m = get_model(key)
+    rule = {}  # the config's own quantization rule, for its own backbone only
+    if not model and cfg.quant.skip_names is not None:
+        rule["skip_names"] = tuple(cfg.quant.skip_names)
+    if not model and cfg.quant.min_width is not None:
+        rule["min_width"] = cfg.quant.min_width
+    return forward_flops(m.key, **rule), decode_and_score_flops(m.key), m.spec.title, m.note
+
+
 def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None,
                 calibration=None) -> dict:
     """The plan of a validated ``RunConfig`` on ``gpus`` × ``gpu``: the same keys as ``planner.cost_model.plan`` plus
     ``config`` and ``config_family``. SolrlError (one line) for an unknown GPU or model. ``calibration``: as in
     ``planner.cost_model.plan``."""
-    from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
     from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
 
     g = get_gpu(gpu)
-    key = model or planner_model(cfg)
-    if key == "embedded":
-        fwd, per_image, title, note = embedded_forward(cfg), {"total": 0.0}, "embedded default", None
-    else:
-        m = get_model(key)
-        rule = {}  # the config's own quantization rule, for its own backbone only
-        if not model and cfg.quant.skip_names is not None:
-            rule["skip_names"] = tuple(cfg.quant.skip_names)
-        if not model and cfg.quant.min_width is not None:
-            rule["min_width"] = cfg.quant.min_width
-        fwd = forward_flops(m.key, **rule)
-        per_image, title, note = decode_and_score_flops(m.key), m.spec.title, m.note
+    fwd, per_image, title, note = config_forward(cfg, model)
     u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
     tp = Throughput(g, gpus, u, calibration.per_precision() if calibration is not None else {})
     costs = {family: iteration_cost(fwd, shapes, tp, per_image["total"])

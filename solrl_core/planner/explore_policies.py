@@ -21,7 +21,6 @@ config with that policy and the fidelity guardrail on, which keeps watching the 
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -103,28 +102,37 @@ def reference_policy(cfg) -> ExplorePolicy:
 
 
 def policy_transformer(backbone, cfg, policy: ExplorePolicy) -> torch.nn.Module:
-    """A private copy of the base transformer under `policy`: its eligible layers in the policy's precision (the
+    """A copy of the base transformer under `policy` that shares W0's weights (`weight_sharing_transformer`: the
+    quantized layers are new modules, the others cost no memory): its eligible layers in the policy's precision (the
     config's quantization rule), its step cache enabled."""
     from solrl_core.models.quant.backends import apply_backend
+    from solrl_core.models.quant.linear import explore_rule
     from solrl_core.models.step_cache import enable_step_cache
+    from solrl_core.stages.transformer_copies import weight_sharing_transformer
 
-    transformer = copy.deepcopy(backbone.transformer).eval()
+    transformer = weight_sharing_transformer(backbone)
     if policy.precision != FULL:
         quant = cfg.quant
-        skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
-        width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
-        apply_backend(transformer, policy.precision, skip, width, weight_fmt=quant.weight_format,
-                      act_fmt=quant.act_format)
+        apply_backend(transformer, policy.precision, *explore_rule(quant, backbone.defaults),
+                      weight_fmt=quant.weight_format, act_fmt=quant.act_format)
     return enable_step_cache(transformer, policy.cache, policy.cache_options)
 
 
 @dataclass
 class Batch:
-    """The calibration batch: prompts, each row's prompt and seed, and what sampling needs of the config."""
+    """The calibration batch: prompts, each row's prompt and seed; the conditioning of its rows, encoded once for
+    every policy that samples them."""
 
     prompts: list[str]
     prompt_index: np.ndarray
     seeds: np.ndarray
+    encoded: dict = field(default_factory=dict, repr=False)  # (start, stop) -> conditioning
+
+    def conditioning(self, backbone, start: int, stop: int):
+        if (start, stop) not in self.encoded:
+            texts = [self.prompts[i] for i in self.prompt_index[start:stop]]
+            self.encoded[start, stop] = backbone.encode_prompts(texts)
+        return self.encoded[start, stop]
 
 
 def calibration_batch(cfg, num_prompts: int, seeds_per_prompt: int, seed_offset: int = 0) -> Batch:
@@ -162,7 +170,7 @@ def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Bat
                       leave=False):
         rows = slice(start, start + batch_size)
         texts = [batch.prompts[i] for i in batch.prompt_index[rows]]
-        cond = backbone.encode_prompts(texts)
+        cond = batch.conditioning(backbone, start, start + batch_size)
         seeds = batch.seeds[rows].tolist()
         began = time.perf_counter()
         if noise_level > 0:
@@ -191,16 +199,34 @@ def sampling_flops(backbone, transformer, steps: int) -> int:
     return counter.get_total_flops()
 
 
-def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_ratio: float) -> dict[str, float]:
-    """GPU kind -> modelled seconds of the config's explore stage under `policy` (planner), its denoising part times
-    `flop_ratio` (what the cache leaves)."""
-    from solrl_core.planner.config_plan import plan_config
+def cache_flop_ratio(backbone, cfg, policy: ExplorePolicy) -> float:
+    """The share of a sampling run's FLOPs that `policy`'s cache leaves, at its steps: counted on full-precision
+    copies with and without the cache (the precision changes no matmul count, and real low-precision kernels may
+    escape the counter)."""
+    if policy.cache == "none":
+        return 1.0
+    full = ExplorePolicy(FULL, policy.steps)
+    cached = ExplorePolicy(FULL, policy.steps, policy.cache, policy.cache_options)
+    return (sampling_flops(backbone, policy_transformer(backbone, cfg, cached), policy.steps)
+            / sampling_flops(backbone, policy_transformer(backbone, cfg, full), policy.steps))
 
+
+def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_ratio: float,
+                     forward=None) -> dict[str, float]:
+    """GPU kind -> modelled seconds of the config's explore stage under `policy` (the planner, as `solrl plan`
+    prices it on 8 GPUs), its denoising part times `flop_ratio` (what the cache leaves). `forward`: the config's
+    `config_plan.config_forward`, computed once for every policy (None: computed here)."""
+    from solrl_core.planner.config_plan import config_forward
+    from solrl_core.planner.cost_model import Throughput, iteration_cost, shapes_from_config
+    from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
+
+    fwd, per_image, _, _ = forward or config_forward(cfg)
     explore = cfg.explore.model_copy(update={"precision": policy.precision, "steps": policy.steps})
-    changed = cfg.model_copy(update={"explore": explore})  # priced as is: the reference too, whatever the family
+    shapes = shapes_from_config(cfg.model_copy(update={"explore": explore}))  # the reference too, any family
     out = {}
     for gpu in gpus:
-        seconds = plan_config(changed, gpu)["families"][cfg.family]["seconds"]
+        seconds = iteration_cost(fwd, shapes, Throughput(get_gpu(gpu), 8, DEFAULT_UTILISATION),
+                                 per_image["total"])["seconds"]
         out[gpu] = seconds["explore_denoise"] * flop_ratio + seconds["explore_decode_score"]
     return out
 
@@ -218,23 +244,24 @@ def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tupl
     reference = reference_policy(cfg)
     ref_rewards, ref_seconds = sample_rewards(cfg, backbone, policy_transformer(backbone, cfg, reference), reference,
                                               batch, batch_size, progress)
+    from solrl_core.planner.config_plan import config_forward
+
     half = max(1, cfg.select.k // 2)
-    full_flops: dict[int, int] = {}
+    forward = config_forward(cfg)
+    ratios: dict[tuple, float] = {}  # (cache, options, steps) -> the FLOPs it leaves, whatever the precision
     rows = []
     for policy in policies if policies is not None else candidate_policies(cfg):
         transformer = policy_transformer(backbone, cfg, policy)
         rewards, seconds = sample_rewards(cfg, backbone, transformer, policy, batch, batch_size, progress)
-        ratio = 1.0
-        if policy.cache != "none":
-            if policy.steps not in full_flops:
-                full_flops[policy.steps] = sampling_flops(backbone, policy_transformer(
-                    backbone, cfg, ExplorePolicy(policy.precision, policy.steps)), policy.steps)
-            ratio = sampling_flops(backbone, transformer, policy.steps) / full_flops[policy.steps]
+        key = (policy.cache, json.dumps(policy.cache_options, sort_keys=True), policy.steps)
+        if key not in ratios:
+            ratios[key] = cache_flop_ratio(backbone, cfg, policy)
+        ratio = ratios[key]
         fid = ranking_fidelity(rewards, ref_rewards, batch.prompt_index)
         low, high = prompt_interval([s for s, _ in within_prompt_pairs(rewards, ref_rewards, batch.prompt_index)])
         rows.append({"policy": asdict(policy), "label": policy.label(), "seconds_here": seconds,
                      "spearman_within_prompt_low": low, "spearman_within_prompt_high": high,
-                     "flop_ratio": ratio, "modelled_seconds": modelled_seconds(cfg, policy, gpus, ratio),
+                     "flop_ratio": ratio, "modelled_seconds": modelled_seconds(cfg, policy, gpus, ratio, forward),
                      "mean_reward": float(rewards.mean()),
                      **{k: float(v) for k, v in fid.items()},
                      **extremes_overlap(rewards, ref_rewards, batch.prompt_index, half)})

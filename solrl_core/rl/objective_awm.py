@@ -48,6 +48,7 @@ class AwmStep(NoisedSampleStep):
 
 class AWM(Objective):
     name = "awm"
+    title = "AWM"
     summary = "AWM: advantage-weighted flow matching on the final samples, KL to the reference and to θ_old"
     section = "awm"
 

@@ -55,6 +55,7 @@ class Objective:
     `objective.name: package.module:Class` (its settings under `objective.options`)."""
 
     name: str
+    title: str  # as people write it (DiffusionNFT, Flow-GRPO)
     summary: str
     trajectory: bool = False  # regenerate keeps the SDE trajectory and its log-probs (else the final latents only)
     forwards: tuple[str, ...] = ()  # the adapters each training pair runs a forward of ("default" has the gradient)

@@ -48,6 +48,7 @@ class GrpoStep(ObjectiveStep):
 
 class FlowGRPO(Objective):
     name = "flow_grpo"
+    title = "Flow-GRPO"
     summary = "Flow-GRPO: clipped-ratio policy gradient on the SDE's log-probabilities, KL to the reference"
     section = "flow_grpo"
     trajectory = True

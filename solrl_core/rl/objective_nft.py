@@ -47,6 +47,7 @@ class NftStep(NoisedSampleStep):
 
 class DiffusionNFT(Objective):
     name = "diffusionnft"
+    title = "DiffusionNFT"
     summary = "DiffusionNFT: implicit positive / negative policies around θ_old on the final samples (official)"
     section = "diffusionnft"
     forwards = ("old", "reference", "default")

@@ -39,13 +39,13 @@ def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tens
 
     Returns (model, report, setting). Quantizing is deterministic, so every process builds the same copy."""
     from solrl_core.models.quant.backends import apply_backend
+    from solrl_core.models.quant.linear import explore_rule
 
     setting = explore_setting(ctx)
     transformer = merged_transformer(backbone, merged or {})
     merged = None  # the copy alone holds the merged layers now: each is freed when its layer is quantized
     quant = ctx.cfg.quant
-    skip = quant.skip_names if quant.skip_names is not None else backbone.defaults.quant_skip_names
-    min_width = quant.min_width if quant.min_width is not None else backbone.defaults.quant_min_width
+    skip, min_width = explore_rule(quant, backbone.defaults)
     report = apply_backend(
         transformer,
         setting.precision,

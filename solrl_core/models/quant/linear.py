@@ -161,6 +161,14 @@ def _load_bias(layer: nn.Module, bias: torch.Tensor | None) -> None:
         layer.bias.data = bias.detach().to(device=layer.bias.device, dtype=layer.bias.dtype).clone()
 
 
+def explore_rule(quant, defaults) -> tuple[list[str], int]:
+    """(skip names, min width) of the explore copy: the run's `quant.skip_names` / `quant.min_width` where set, else
+    the backbone's defaults (`backbone.defaults`)."""
+    skip = quant.skip_names if quant.skip_names is not None else defaults.quant_skip_names
+    min_width = quant.min_width if quant.min_width is not None else defaults.quant_min_width
+    return skip, min_width
+
+
 def skip_match(name: str, skip_names: Iterable[str]) -> str | None:
     """The first skip name that occurs in the dotted module ``name`` as a plain substring, or None.
 
