@@ -3,7 +3,8 @@ model weights."""
 
 from __future__ import annotations
 
-from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.models.backbones.base import sibling_errors
+from solrl_core.models.backbones.cache import load_backbone, load_sibling
 from solrl_core.models.backbones.registry import check_backbone_files
 from solrl_core.config.schema import RunConfig
 from solrl_core.placement import check_devices, splits_over_devices
@@ -26,7 +27,14 @@ def preflight(cfg: RunConfig) -> None:
     cache_config(cfg.explore.cache.kind, cfg.explore.cache.options)  # its options, before anything is sampled
     check_train_prompts(cfg)
     check_memory_fits(cfg)
+    sibling = cfg.explore.sibling.path
     if splits_over_devices(cfg):
         check_backbone_files(cfg.model)
+        if sibling is not None:
+            with sibling_errors():
+                check_backbone_files(cfg.model.model_copy(update={"path": sibling}))
     else:
         load_backbone(cfg)
+        if sibling is not None:
+            with sibling_errors():
+                load_sibling(cfg, sibling)

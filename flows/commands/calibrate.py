@@ -21,8 +21,10 @@ def cmd_calibrate_explore(args) -> int:
         raise SolrlError(f"{args.write} exists; give another FILE or --force to replace it")
     cfg = load_config(args.config, args.set or [])
     out = Path(args.out or Path("runs") / "calibrate-explore" / cfg.name)
+    siblings = [*(args.sibling or []), *([cfg.explore.sibling.path] if cfg.explore.sibling.path else [])]
+    siblings = tuple(dict.fromkeys(str(Path(s).resolve()) if Path(s).exists() else s for s in siblings))
     result = ep.calibrate(cfg, args.prompts, args.seeds, gpus, batch_size=args.batch_size,
-                          seed_offset=args.seed_offset, progress=not args.quiet)
+                          seed_offset=args.seed_offset, progress=not args.quiet, siblings=siblings)
     chosen = ep.pick(result, args.min_spearman)
     result["min_spearman"], result["chosen"] = args.min_spearman, chosen["label"] if chosen else None
     out.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,8 @@ def register(sub) -> None:
                        "that ranks seeds right",
                        description="Sample one calibration batch (prompts x seeds) with the config's base model under "
                        "each candidate explore policy (precision: 4-bit, 8-bit, full; steps: half the explore's, the "
-                       "explore's, between, the regenerate's; cache: none, TaylorSeer) and under the regenerate "
+                       "explore's, between, the regenerate's; cache: none, TaylorSeer; model: the trained one, or "
+                       "a --sibling at 1, 2, 4 steps) and under the regenerate "
                        "setting, and report per policy: the within-prompt Spearman and Kendall of its rewards "
                        "against the regenerate's, the overlap of the K/2 best and worst seeds it would keep, the "
                        "seconds it took here, and the planner's modelled explore seconds per GPU kind. Writes "
@@ -76,6 +79,9 @@ def register(sub) -> None:
                    "runs/calibrate-explore/<config name>)")
     p.add_argument("--write", metavar="FILE", help="write the config with the chosen policy to FILE")
     p.add_argument("--force", action="store_true", help="with --write: replace FILE when it exists")
+    p.add_argument("--sibling", action="append", metavar="PATH",
+                   help="also calibrate exploring with this sibling model (explore.sibling.path: a smaller or "
+                   "step-distilled model of the same kind; repeatable; the config's own sibling is always included)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_calibrate_explore)

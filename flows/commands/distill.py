@@ -1,4 +1,5 @@
-"""`solrl distill-reward`: the embedded world's learned reward, distilled from the programmatic one."""
+"""`solrl distill-reward`: the embedded world's learned reward, distilled from the programmatic one; `solrl
+distill-sibling`: a few-step sibling of the embedded model to explore with."""
 
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ def cmd_distill_reward(args) -> int:
     return 0
 
 
+def cmd_distill_sibling(args) -> int:
+    from solrl_core.userfiles import check_output_dir
+
+    check_output_dir(args.out, "--out")
+    from solrl_core.lab.embedded_sibling import DEFAULT_RECIPE, distill_sibling
+
+    given = (("steps", args.steps), ("seeds_per_prompt", args.seeds_per_prompt), ("seed", args.seed))
+    summary = distill_sibling(args.out, {k: v for k, v in given if v is not None}, progress=not args.quiet)
+    print(json.dumps({k: v for k, v in summary.items() if k != "loss_curve"}, indent=2))
+    print(f"sibling in {args.out}: calibrate it with solrl calibrate-explore CONFIG --sibling {args.out}, or explore "
+          f"with it: --set explore.sibling.path={args.out} (defaults: {DEFAULT_RECIPE['steps']} steps)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "distill-reward", help="train the embedded world's learned reward (reproduces the shipped scorer)",
@@ -33,3 +48,16 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the samples, renders and initial weights")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_distill_reward)
+    q = sub.add_parser(
+        "distill-sibling", help="distil a few-step sibling of the embedded model, to explore with (explore.sibling)",
+        description="One round of reflow: the shipped embedded model samples (noise, sample) pairs of the training "
+        "prompts at the regenerate's steps, and a copy of it learns the straight path between them, so that it "
+        "samples in 1 to 4 steps. Same architecture, text encoder and latent space: what FLUX.1-schnell is to "
+        "FLUX.1-dev. Writes an embedded model directory whose solrl_embedded.json holds the recipe, the loss curve "
+        "and the student's and teacher's fidelity at 1, 2, 4 steps on held-out seeds.")
+    q.add_argument("--out", required=True, help="output directory")
+    q.add_argument("--steps", type=int, default=None, help="optimizer steps (default 2000)")
+    q.add_argument("--seeds-per-prompt", type=int, default=None, help="teacher pairs per training prompt (default 48)")
+    q.add_argument("--seed", type=int, default=None, help="seed of the training draws")
+    q.add_argument("--quiet", action="store_true", help="no progress bars")
+    q.set_defaults(func=cmd_distill_sibling)

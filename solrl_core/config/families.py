@@ -14,7 +14,9 @@ sol_rl         a cheaper proxy (see below)       K of N        on
 
 sol_rl's explore only ranks seeds; the regenerated samples are trained on. Its proxy is cheaper than the regenerate
 copy by precision (the official NVFP4, 6 steps) or, at full precision, by fewer steps than `regenerate.steps` (a
-few-step proxy: the CPU tests and the quick local checks use it). A full-precision explore at the regenerate's step
+few-step proxy: the CPU tests and the quick local checks use it), or by a step cache or another model
+(`explore.cache`, `explore.sibling`), which only sol_rl may explore with: the other families train on their explore
+samples. A full-precision explore at the regenerate's step
 count would sample every selected image twice at full cost.
 Step counts and N/K are otherwise free (the official ones are in configs/parts/families/).
 """
@@ -40,6 +42,10 @@ def family_conflict(cfg: RunConfig) -> str | None:
     if family == "sol_rl" and not regen.enabled:
         return (f"{head} regenerate.enabled is false, but sol_rl trains on the selected seeds regenerated at full "
                 "precision; set regenerate.enabled: true (or family: naive_quant / naive_scaling)")
+    if family != "sol_rl" and explore.sibling.path is not None:
+        return (f"{head} explore.sibling.path is set, but {family} trains on the explore samples themselves, which "
+                "must be the trained model's; unset explore.sibling.path (or family: sol_rl, where a sibling only "
+                "ranks the seeds)")
     every_seed = selection_rule(cfg.select.mode).every_seed
     if family == "diffusionnft" and not every_seed:
         return (f"{head} select.mode is {cfg.select.mode}, but diffusionnft trains on every sampled seed; set "
@@ -53,7 +59,8 @@ def family_conflict(cfg: RunConfig) -> str | None:
     if family == "naive_quant" and full:
         return (f"{head} explore.precision is {explore.precision}, but naive_quant samples in low precision; set "
                 "explore.precision: auto (or family: naive_scaling)")
-    if family == "sol_rl" and full and explore.steps >= regen.steps and explore.cache.kind == "none":
+    cheaper_model = explore.cache.kind != "none" or explore.sibling.path is not None
+    if family == "sol_rl" and full and explore.steps >= regen.steps and not cheaper_model:
         return (f"{head} explore.precision is {explore.precision} with explore.steps ({explore.steps}) >= "
                 f"regenerate.steps ({regen.steps}), so the explore is no cheaper than the regenerate; set "
                 "explore.precision: auto (or fewer explore.steps, or family: naive_scaling)")

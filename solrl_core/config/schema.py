@@ -214,6 +214,23 @@ class ExploreCacheConfig(_Strict):
         "skip_predict_identifiers, cache_identifiers (factors in float32)")
 
 
+class ExploreSiblingConfig(_Strict):
+    """Another model to explore with: a smaller or step-distilled sibling of the trained one (solrl_core/models/
+    backbones/base.py, `Backbone.sibling`)."""
+
+    path: str | None = Field(
+        None, description="the sibling's weights: a local model directory of the same kind as model.path (its "
+        "transformer/ and scheduler/ are read; the trained model's tokenizer, text encoders and VAE stay), or a hub "
+        "id; it must share the trained model's latent space and conditioning (e.g. FLUX.1-schnell for FLUX.1-dev, "
+        "SD3.5-Large-Turbo or SD3.5-Medium for SD3.5-Large; `solrl distill-sibling` makes one of the embedded "
+        "model). null = explore with the trained model itself. Sampled at explore.steps on its own schedule")
+    policy: Literal["delta", "frozen"] = Field(
+        "delta", description="delta = θ_old's LoRA update ΔW added to the sibling's weights (needs the sibling to "
+        "have each LoRA-targeted layer with the same shape: a sibling of the same architecture), so its ranking "
+        "follows the policy; frozen = the sibling as loaded (a smaller model): its ranking does not follow the "
+        "policy, the fidelity guardrail watches it")
+
+
 class ExploreConfig(_Strict):
     precision: Precision = Field(
         "auto", description="what the explore copy's Linear layers run in: nvfp4 / fp8 = real 4-/8-bit GEMMs "
@@ -230,6 +247,9 @@ class ExploreConfig(_Strict):
     )
     cache: ExploreCacheConfig = Field(ExploreCacheConfig(), description="a step cache for the explore copy; a "
                                       "guardrail escalation drops it (its rungs are precision and steps alone)")
+    sibling: ExploreSiblingConfig = Field(
+        ExploreSiblingConfig(), description="explore with another model (sol_rl: regenerate and update stay with "
+        "the trained one); a guardrail escalation goes back to the trained model")
     guardrail: GuardrailConfig = Field(GuardrailConfig(), description="ranking-fidelity guardrail (off by default)")
 
 

@@ -108,7 +108,8 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
              for family, shapes in family_shapes(cfg).items()}
     result = plan_result(fwd.model, title, note, g, gpus, u, utilisation is not None, cfg.train.timestep_fraction,
                          fwd, per_image, costs, ("families other than the config's own: the config's prompts, N, K "
-                                                 "and step counts (solrl_core/planner/config_plan.py)",),
+                                                 "and step counts (solrl_core/planner/config_plan.py)",
+                                                 *sibling_assumption(cfg)),
                          update_assumption(objective_for(cfg)))
     from solrl_core.planner.disk import run_disk
 
@@ -116,6 +117,14 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
     if not model:
         extra["memory"] = config_memory(cfg, g)
     return {"config": cfg.name, "config_family": cfg.family, **calibrated(result, calibration), **extra}
+
+
+def sibling_assumption(cfg) -> tuple[str, ...]:
+    """The plan's line on an explore sibling: its explore is priced as the trained model's forward."""
+    if cfg.explore.sibling.path is None:
+        return ()
+    return ("explore with the sibling explore.sibling.path: priced at the trained model's FLOPs per step (its own "
+            "share: solrl calibrate-explore --sibling, column 'FLOPs left'); its weights count in the memory",)
 
 
 def config_memory(cfg, gpu) -> dict | None:

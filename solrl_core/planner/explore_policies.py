@@ -2,7 +2,9 @@
 seeds as the full-precision regenerate would, and what it costs.
 
 An explore policy is what the explore stage samples with: a precision (`explore.precision`), a step count
-(`explore.steps`) and a step cache from diffusers' hooks (`explore.cache`, models/step_cache.py). The calibration
+(`explore.steps`), a step cache from diffusers' hooks (`explore.cache`, models/step_cache.py) and the model, the
+trained one or a sibling (`explore.sibling`: a smaller or step-distilled model sharing its latent space and text
+encoders; sampled on its own schedule, with W0's place taken by its weights). The calibration
 samples one batch of prompts × seeds with the config's base model (W0) under each candidate and under the reference
 (the regenerate setting: full precision, `regenerate.steps`, no cache; with the objective's SDE when its rollouts
 are SDE rollouts), and reports for each candidate:
@@ -11,8 +13,8 @@ are SDE rollouts), and reports for each candidate:
   the overlap of the K/2 best and K/2 worst seeds per prompt it would keep with the reference's (`select.k`);
 * the seconds it took here (real for steps and caches; a precision is emulated where this machine cannot run it);
 * the modelled GPU seconds of the config's explore stage per GPU kind (the planner, `config_plan.plan_config`, at
-  the policy's precision and steps), its denoising part scaled by the FLOPs the cache leaves (counted with torch's
-  FlopCounterMode on one sampling run of the model, with and without the cache).
+  the policy's precision and steps), its denoising part scaled by the FLOPs the policy's model and cache leave of
+  the trained model's (counted with torch's FlopCounterMode on one sampling run of each, at full precision).
 
 A candidate is on the Pareto front when no other is both cheaper (modelled on the first GPU kind) and ranks better.
 `pick` chooses the cheapest candidate whose within-prompt Spearman reaches a threshold; `written_config` is the
@@ -44,21 +46,25 @@ class ExplorePolicy:
     steps: int
     cache: str = "none"
     cache_options: dict = field(default_factory=dict, hash=False, compare=False)
+    sibling: str | None = None  # explore.sibling.path; None = the trained model
 
     def label(self) -> str:
         options = ", ".join(f"{k}={v}" for k, v in self.cache_options.items())
         cache = "" if self.cache == "none" else f" + {self.cache}({options})"
-        return f"{'full precision' if self.precision == FULL else self.precision} @ {self.steps}{cache}"
+        model = "" if self.sibling is None else f"sibling {Path(self.sibling).name}, "
+        return f"{model}{'full precision' if self.precision == FULL else self.precision} @ {self.steps}{cache}"
 
     def short_label(self) -> str:
-        """For a plot: the precision without "_emulated", the steps, "+cache" with a cache."""
+        """For a plot: "sib:" with a sibling, the precision without "_emulated", the steps, "+cache" with a cache."""
         precision = "full" if self.precision == FULL else self.precision.removesuffix("_emulated")
-        return f"{precision}@{self.steps}" + ("" if self.cache == "none" else f"+{self.cache}")
+        return (("" if self.sibling is None else "sib:") + f"{precision}@{self.steps}"
+                + ("" if self.cache == "none" else f"+{self.cache}"))
 
     def overrides(self) -> list[str]:
         """The config keys that set this policy (`--set` form)."""
         return [f"explore.precision={self.precision}", f"explore.steps={self.steps}",
-                f"explore.cache.kind={self.cache}", f"explore.cache.options={json.dumps(self.cache_options)}"]
+                f"explore.cache.kind={self.cache}", f"explore.cache.options={json.dumps(self.cache_options)}",
+                f"explore.sibling.path={json.dumps(self.sibling)}"]
 
 
 def runnable_precision(name: str, device: str) -> str:
@@ -73,17 +79,19 @@ def runnable_precision(name: str, device: str) -> str:
         return f"{name}_emulated"
 
 
-def candidate_policies(cfg) -> list[ExplorePolicy]:
+def candidate_policies(cfg, siblings: tuple[str, ...] = ()) -> list[ExplorePolicy]:
     """precision (4-bit, 8-bit, full) × steps (half the explore's, the explore's, between it and the regenerate's,
-    the regenerate's) × cache (none, TaylorSeer every other step from step 2), without the reference itself."""
+    the regenerate's) × cache (none, TaylorSeer every other step from step 2), without the reference itself; and
+    for each sibling precision × a few steps (1, 2, 4, the explore's), without a cache."""
     lo, hi = cfg.explore.steps, cfg.regenerate.steps
     steps = sorted({max(1, lo // 2), lo, (lo + hi) // 2, hi})
     policies = [ExplorePolicy(runnable_precision(p, cfg.model.device), s, kind, dict(options))
                 for p in PRECISIONS for s in steps for kind, options in CACHE_CANDIDATES
                 if not (kind != "none" and s < 4)]  # a cache needs steps to skip after its warm-up
+    policies += [ExplorePolicy(runnable_precision(p, cfg.model.device), s, sibling=sibling)
+                 for sibling in siblings for p in PRECISIONS for s in sorted({1, 2, 4, lo}) if s <= hi]
     reference = reference_policy(cfg)
-    return [p for p in policies if (p.precision, p.steps, p.cache) != (reference.precision, reference.steps, "none")
-            and family_accepts(cfg, p)]
+    return [p for p in policies if p != reference and family_accepts(cfg, p)]
 
 
 def family_accepts(cfg, policy: ExplorePolicy) -> bool:
@@ -101,10 +109,21 @@ def reference_policy(cfg) -> ExplorePolicy:
     return ExplorePolicy(FULL, cfg.regenerate.steps)
 
 
+def policy_backbone(cfg, policy: ExplorePolicy):
+    """The backbone `policy` samples on: the config's, or its view with the policy's sibling (cached per process)."""
+    from solrl_core.models.backbones.base import sibling_errors
+    from solrl_core.models.backbones.cache import load_backbone, load_sibling
+
+    if policy.sibling is None:
+        return load_backbone(cfg)
+    with sibling_errors():
+        return load_sibling(cfg, policy.sibling)
+
+
 def policy_transformer(backbone, cfg, policy: ExplorePolicy) -> torch.nn.Module:
-    """A copy of the base transformer under `policy` that shares W0's weights (`weight_sharing_transformer`: the
-    quantized layers are new modules, the others cost no memory): its eligible layers in the policy's precision (the
-    config's quantization rule), its step cache enabled."""
+    """A copy of `backbone`'s transformer (`policy_backbone`) under `policy` that shares its weights
+    (`weight_sharing_transformer`: the quantized layers are new modules, the others cost no memory): its eligible
+    layers in the policy's precision (the config's quantization rule), its step cache enabled."""
     from solrl_core.models.quant.backends import apply_backend
     from solrl_core.models.quant.linear import explore_rule
     from solrl_core.models.step_cache import enable_step_cache
@@ -199,22 +218,23 @@ def sampling_flops(backbone, transformer, steps: int) -> int:
     return counter.get_total_flops()
 
 
-def cache_flop_ratio(backbone, cfg, policy: ExplorePolicy) -> float:
-    """The share of a sampling run's FLOPs that `policy`'s cache leaves, at its steps: counted on full-precision
-    copies with and without the cache (the precision changes no matmul count, and real low-precision kernels may
+def flop_ratio(cfg, policy: ExplorePolicy) -> float:
+    """The share of the trained model's sampling FLOPs at `policy`'s steps that `policy`'s model and cache leave:
+    counted on full-precision copies (the precision changes no matmul count, and real low-precision kernels may
     escape the counter)."""
-    if policy.cache == "none":
+    if policy.cache == "none" and policy.sibling is None:
         return 1.0
     full = ExplorePolicy(FULL, policy.steps)
-    cached = ExplorePolicy(FULL, policy.steps, policy.cache, policy.cache_options)
-    return (sampling_flops(backbone, policy_transformer(backbone, cfg, cached), policy.steps)
+    own = ExplorePolicy(FULL, policy.steps, policy.cache, policy.cache_options, policy.sibling)
+    backbone, source = policy_backbone(cfg, full), policy_backbone(cfg, own)
+    return (sampling_flops(source, policy_transformer(source, cfg, own), policy.steps)
             / sampling_flops(backbone, policy_transformer(backbone, cfg, full), policy.steps))
 
 
 def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_ratio: float,
                      forward=None) -> dict[str, float]:
     """GPU kind -> modelled seconds of the config's explore stage under `policy` (the planner, as `solrl plan`
-    prices it on 8 GPUs), its denoising part times `flop_ratio` (what the cache leaves). `forward`: the config's
+    prices it on 8 GPUs), its denoising part times `flop_ratio` (what the policy's model and cache leave). `forward`: the config's
     `config_plan.config_forward`, computed once for every policy (None: computed here)."""
     from solrl_core.planner.config_plan import config_forward
     from solrl_core.planner.cost_model import Throughput, iteration_cost, shapes_from_config
@@ -233,29 +253,30 @@ def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_rat
 
 def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tuple[str, ...] = DEFAULT_GPUS,
               policies: list[ExplorePolicy] | None = None, batch_size: int = 48, seed_offset: int = 0,
-              progress: bool = False) -> dict:
-    """Every candidate policy against the reference on one calibration batch (module docstring), as a plain dict."""
-    from solrl_core.models.backbones.cache import load_backbone
+              progress: bool = False, siblings: tuple[str, ...] = ()) -> dict:
+    """Every candidate policy (`candidate_policies(cfg, siblings)` unless `policies`) against the reference on one
+    calibration batch (module docstring), as a plain dict."""
     from solrl_core.rl.fidelity import ranking_fidelity, within_prompt_pairs
     from solrl_core.stages.audit import extremes_overlap
 
-    backbone = load_backbone(cfg)
-    batch = calibration_batch(cfg, num_prompts, seeds_per_prompt, seed_offset)
     reference = reference_policy(cfg)
+    backbone = policy_backbone(cfg, reference)
+    batch = calibration_batch(cfg, num_prompts, seeds_per_prompt, seed_offset)
     ref_rewards, ref_seconds = sample_rewards(cfg, backbone, policy_transformer(backbone, cfg, reference), reference,
                                               batch, batch_size, progress)
     from solrl_core.planner.config_plan import config_forward
 
     half = max(1, cfg.select.k // 2)
     forward = config_forward(cfg)
-    ratios: dict[tuple, float] = {}  # (cache, options, steps) -> the FLOPs it leaves, whatever the precision
+    ratios: dict[tuple, float] = {}  # (cache, options, steps, sibling) -> the FLOPs it leaves, whatever the precision
     rows = []
-    for policy in policies if policies is not None else candidate_policies(cfg):
-        transformer = policy_transformer(backbone, cfg, policy)
-        rewards, seconds = sample_rewards(cfg, backbone, transformer, policy, batch, batch_size, progress)
-        key = (policy.cache, json.dumps(policy.cache_options, sort_keys=True), policy.steps)
+    for policy in policies if policies is not None else candidate_policies(cfg, siblings):
+        source = policy_backbone(cfg, policy)
+        transformer = policy_transformer(source, cfg, policy)
+        rewards, seconds = sample_rewards(cfg, source, transformer, policy, batch, batch_size, progress)
+        key = (policy.cache, json.dumps(policy.cache_options, sort_keys=True), policy.steps, policy.sibling)
         if key not in ratios:
-            ratios[key] = cache_flop_ratio(backbone, cfg, policy)
+            ratios[key] = flop_ratio(cfg, policy)
         ratio = ratios[key]
         fid = ranking_fidelity(rewards, ref_rewards, batch.prompt_index)
         low, high = prompt_interval([s for s, _ in within_prompt_pairs(rewards, ref_rewards, batch.prompt_index)])
@@ -312,7 +333,7 @@ def format_table(result: dict, chosen: dict | None = None) -> str:
     gpus = result["gpus"]
     head = ("| policy | Spearman within prompt [95% over prompts] | Kendall within prompt | top-K/2 overlap | "
             "bottom-K/2 overlap | "
-            "seconds here | FLOPs left by the cache | " + " | ".join(f"modelled s on {g}" for g in gpus)
+            "seconds here | FLOPs left (model, cache) | " + " | ".join(f"modelled s on {g}" for g in gpus)
             + " | Pareto |")
     lines = [f"Calibration of {result['config']} ({result['family']}, {result['objective']}): {result['prompts']} "
              f"prompts × {result['seeds_per_prompt']} seeds on {result['device']}, against the reference "

@@ -10,7 +10,8 @@ fidelity guardrail on, the largest of its ladder's rungs too; regenerate, when e
 ``train.micro_batch``, ``train.lora_rank`` and ``train.lora_targets``, with or without
 ``model.gradient_checkpointing``, at the config's resolution and text length; the evaluation, when ``eval.every``
 is set; the audit, when ``audit.every`` is. Text encoders count unless ``model.release_text_encoders``;
-``model.dtype`` sets the bytes of the weights.
+``model.dtype`` sets the bytes of the weights. An explore sibling (``explore.sibling.path``) stays loaded beside W0 in
+every stage of a device worker: its transformer's weights count in each (``sibling_model_of``).
 
 What the memory model leaves out — sampling batches (``explore.batch_size``, ``eval.batch_size``), VAE decoding
 (``model.decode_chunk``), the evaluation's other reward models — is not checked: the check refuses configs that
@@ -43,7 +44,7 @@ MARGIN_GIB = 2.0
 
 _PARTS = {"weights": "W0", "quantized": "quantized layers", "merged": "merged LoRA layers",
           "lora": "LoRA training state", "adapters": "LoRA adapters", "text_encoders": "text encoders", "vae": "VAE",
-          "reward": "reward model", "activations": "activations"}
+          "reward": "reward model", "activations": "activations", "sibling": "explore sibling"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,14 @@ def memory_model_of(cfg) -> str | None:
     return None
 
 
+def sibling_model_of(cfg, model: str) -> str:
+    """The planner model whose transformer the explore sibling has: its config matched as ``memory_model_of`` matches
+    the run's (SD3.5 Medium beside SD3.5 Large), else ``model``, the run's own (a step-distilled sibling of the same
+    architecture, or one whose config cannot be read)."""
+    sibling = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": cfg.explore.sibling.path})})
+    return memory_model_of(sibling) or model
+
+
 def config_tokens(cfg, model: str) -> tuple[int | None, int | None]:
     """One sample's (image, text) tokens at the config's resolution and text length; None where it is the official
     one (the measurement the planner already has)."""
@@ -176,8 +185,14 @@ def _stages(cfg, model: str, copies: list[ExploreCopy], lora_branch: bool | None
     explore_parts, precision = max(explore, key=lambda pair: sum(pair[0].values()))
     runs = {"explore": True, "regenerate": cfg.regenerate.enabled, "update": True, "evaluation": bool(cfg.eval.every),
             "audit": bool(cfg.audit.every)}
-    return [StageMemory("explore", explore_parts, precision) if stage == "explore" else StageMemory(stage, parts[stage])
-            for stage, present in runs.items() if present]
+    sibling = {}
+    if cfg.explore.sibling.path is not None:
+        from solrl_core.models.backbones.diffusers_pipeline import DTYPES
+        from solrl_core.planner.memory import GIB, transformer_params
+
+        sibling = {"sibling": transformer_params(sibling_model_of(cfg, model)) * DTYPES[cfg.model.dtype].itemsize / GIB}
+    return [StageMemory("explore", {**explore_parts, **sibling}, precision) if stage == "explore"
+            else StageMemory(stage, {**parts[stage], **sibling}) for stage, present in runs.items() if present]
 
 
 def stage_memory(cfg, explore_backend: ExploreBackend | None = None) -> list[StageMemory] | None:

@@ -236,9 +236,10 @@ class LoraPolicy:
                 for name, module in self._lora_modules() if adapter_name in module.lora_A}
 
     @torch.no_grad()
-    def merged_weights(self, adapter_name: str) -> dict[str, torch.Tensor]:
+    def merged_weights(self, adapter_name: str, onto: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
         """Module name → W0 + ΔW(adapter) of each LoRA-targeted layer: new tensors on the layer's device in its base
-        weight's dtype (the sum computed in float32), W0 itself untouched."""
+        weight's dtype (the sum computed in float32), W0 itself untouched. With `onto` (a model with the same layer
+        names and shapes: an explore sibling) its layers' weights W take W0's place: W + ΔW."""
         self._check_name(adapter_name)
         lora_modules = dict(self._lora_modules())
         if any(module.merged for module in lora_modules.values()):
@@ -246,7 +247,7 @@ class LoraPolicy:
         merged = {}
         for name, module in lora_modules.items():
             if adapter_name in module.lora_A:
-                weight = module.get_base_layer().weight
+                weight = (onto.get_submodule(name) if onto is not None else module.get_base_layer()).weight
                 merged[name] = (weight.float() + module.get_delta_weight(adapter_name).float()).to(weight.dtype)
         return merged
 

@@ -2,7 +2,8 @@
 
 The copy is W0 + θ_old (the previous checkpoint's), quantized, built in each process that samples exactly as the
 quantize stage built it for its report; with ``quant.lora_branch`` it is W0 quantized with θ_old's LoRA beside it in
-high precision (solrl_core/stages/quantize.py).
+high precision (solrl_core/stages/quantize.py). With `explore.sibling` another model's weights take W0's place, and
+its schedule samples the pool.
 
 With several devices (`orchestration.devices`) the pool is sampled in shards of whole batches, one per device
 (solrl_core/stages/shards.py); the pool is the same as one device makes.
@@ -15,7 +16,7 @@ import numpy as np
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import candidate_seed, iteration_prompts
 from solrl_core.stages.explore_setting import explore_setting
-from solrl_core.stages.quantize import explore_copy
+from solrl_core.stages.quantize import explore_copy, explore_source
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.rl.objectives import objective_for
 from solrl_core.stages.shards import sample_pool
@@ -41,9 +42,10 @@ def sampling(ctx: StageContext) -> PoolSampling:
         keep_latents=cfg.explore.keep_latents or not cfg.regenerate.enabled,
         # without a regenerate stage the update trains on these samples: the objective's trajectories with them
         keep_trajectory=objective_for(cfg).trajectory and not cfg.regenerate.enabled,
-        attrs={"precision": setting.precision, "iteration": ctx.iteration},
+        attrs={"precision": setting.precision, "iteration": ctx.iteration, "sibling": setting.sibling},
         desc=f"explore it{ctx.iteration} ({setting.precision}, {setting.steps} steps)",
         model=_model,
+        sampling_backbone=explore_source,
     )
 
 

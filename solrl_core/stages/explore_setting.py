@@ -1,4 +1,4 @@
-"""The explore precision and steps of an iteration, with the fidelity guardrail's escalations replayed."""
+"""The explore precision, steps and model of an iteration, with the fidelity guardrail's escalations replayed."""
 
 from __future__ import annotations
 
@@ -16,16 +16,17 @@ class ExploreSetting:
     steps: int
     reason: str
     escalations: tuple[dict, ...] = ()
+    sibling: str | None = None  # explore.sibling.path while the configured setting holds (an escalation leaves it)
 
 
 def explore_setting(ctx: StageContext) -> ExploreSetting:
-    """The explore precision and steps of this iteration: the configured ones, raised by the fidelity guardrail
-    when earlier iterations ranked seeds badly. Replayed from the finished iterations' manifests, so a resumed or
-    re-run stage always agrees with the first run."""
+    """The explore precision, steps and sibling of this iteration: the configured ones, raised by the fidelity
+    guardrail (to the trained model itself) when earlier iterations ranked seeds badly. Replayed from the finished
+    iterations' manifests, so a resumed or re-run stage always agrees with the first run."""
     ex = ctx.cfg.explore
     choice = resolve_backend(ex.precision, ctx.cfg.model.device)
     if not (ex.guardrail.enabled and ctx.cfg.regenerate.enabled):
-        return ExploreSetting(choice.name, ex.steps, choice.reason)
+        return ExploreSetting(choice.name, ex.steps, choice.reason, sibling=ex.sibling.path)
     g = ex.guardrail
     guard = FidelityGuardrail(g.floor, g.patience, [(choice.name, ex.steps), *[tuple(r) for r in g.ladder]])
     escalations = []
@@ -35,4 +36,5 @@ def explore_setting(ctx: StageContext) -> ExploreSetting:
         if event is not None:
             escalations.append(event.to_dict())
     reason = choice.reason if guard.level == 0 else escalations[-1]["reason"]
-    return ExploreSetting(guard.precision, guard.steps, reason, tuple(escalations))
+    return ExploreSetting(guard.precision, guard.steps, reason, tuple(escalations),
+                          ex.sibling.path if guard.level == 0 else None)

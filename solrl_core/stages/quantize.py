@@ -11,6 +11,10 @@ settings: its `base_key`), and θ_old's LoRA runs in high precision beside it (s
 iteration whose base key equals the previous iteration's takes that report over (`base_from_iteration`), without
 building anything.
 
+With ``explore.sibling`` another model of the same kind takes W0's place in the copy (`explore_source`: its
+transformer and schedule, the trained model's text encoders), with θ_old's update added to its own weights (policy
+delta) or not (frozen); a guardrail escalation goes back to the trained model.
+
 The stage's model work runs where explore runs: on one device worker when the stages are split over devices
 (solrl_core/stages/shards.py), so the process that orchestrates them never loads the model.
 """
@@ -23,7 +27,8 @@ import json
 import torch
 
 from solrl_core.models.backbones.base import module_device
-from solrl_core.models.backbones.cache import load_backbone
+from solrl_core.errors import SolrlError
+from solrl_core.models.backbones.cache import load_backbone, load_sibling
 from solrl_core.models.step_cache import enable_step_cache
 from solrl_core.prompts import CALIBRATION_PROMPT
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
@@ -55,34 +60,92 @@ def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tens
         act_fmt=quant.act_format,
         calibration=_calibration_forward(backbone, transformer, ctx.encode([CALIBRATION_PROMPT])),
     )
-    info = {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
-            "escalations": list(setting.escalations)}
-    return transformer, {**info, **report.to_dict()}, setting
+    return transformer, {**setting_info(setting), **report.to_dict()}, setting
 
 
-def old_policy_merged(ctx: StageContext, backbone) -> dict[str, torch.Tensor]:
-    """W0 + ΔW(θ_old) of the LoRA-targeted layers, θ_old from the previous checkpoint."""
+def setting_info(setting) -> dict:
+    """What the quantize report says of the iteration's explore setting."""
+    return {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
+            "escalations": list(setting.escalations), "sibling": setting.sibling}
+
+
+def old_policy_merged(ctx: StageContext, backbone, onto: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
+    """W0 + ΔW(θ_old) of the LoRA-targeted layers, θ_old from the previous checkpoint; with `onto` (an explore
+    sibling's transformer) W + ΔW(θ_old) of its layers."""
     from solrl_core.rl.policy import OLD
 
     policy = attach_policy(ctx.cfg, backbone)
     load_adapters(policy, previous_checkpoint(ctx))
-    return policy.merged_weights(OLD)
+    if onto is not None:
+        check_sibling_layers(ctx, onto, policy.lora_factors(OLD))
+    return policy.merged_weights(OLD, onto=onto)
+
+
+def check_sibling_layers(ctx: StageContext, sibling: torch.nn.Module, factors: dict) -> None:
+    """A SolrlError naming the first LoRA-targeted layer the sibling lacks or has in another shape (θ_old's update
+    cannot be added to it)."""
+    for name, (a, b, _) in factors.items():
+        try:
+            shape = tuple(sibling.get_submodule(name).weight.shape)
+        except AttributeError:
+            shape = None
+        if shape != (b.shape[0], a.shape[1]):
+            found = "has no such layer" if shape is None else f"has it as {shape}"
+            raise SolrlError(
+                f"explore.sibling.path {ctx.cfg.explore.sibling.path}: the LoRA-targeted layer {name} is "
+                f"{(b.shape[0], a.shape[1])} in the trained model, the sibling {found}; θ_old's update cannot be "
+                "added to it: set explore.sibling.policy: frozen (the sibling as loaded)")
+
+
+def explore_source(ctx: StageContext, backbone):
+    """The backbone the iteration's explore copy is built from and samples on: `backbone`, or its view with
+    explore.sibling's model (`Backbone.sibling`) while the guardrail has not escalated."""
+    sibling = explore_setting(ctx).sibling
+    if sibling is None:
+        return backbone
+    view = load_sibling(ctx.cfg, sibling)
+    if not getattr(view, "conditioning_checked", False):
+        _check_sibling_conditioning(ctx, view)
+        view.conditioning_checked = True
+    return view
+
+
+def _check_sibling_conditioning(ctx: StageContext, view) -> None:
+    """One forward of the sibling on the trained model's conditioning; a SolrlError when it does not take it (another
+    text encoder's width)."""
+    run = _calibration_forward(view, view.transformer, ctx.encode([CALIBRATION_PROMPT]))
+    try:
+        run()
+    except (RuntimeError, ValueError, TypeError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SolrlError(f"explore.sibling.path {ctx.cfg.explore.sibling.path}: its transformer does not take the "
+                         f"trained model's conditioning ({detail}); a sibling must share its text encoders") from None
 
 
 def explore_copy(ctx: StageContext, backbone):
     """The iteration's explore copy and its report: the merged W0 + θ_old quantized, or with ``quant.lora_branch``
     W0 quantized with θ_old's LoRA (the previous checkpoint's ``old`` adapter) in high precision beside each
-    targeted layer."""
+    targeted layer. With explore.sibling the sibling's weights take W0's place; with its policy frozen θ_old is
+    not added."""
     from solrl_core.models.quant.lora_branch import attach_lora_branches
     from solrl_core.rl.policy import OLD
 
+    source = explore_source(ctx, backbone)
+    sibling = source is not backbone
+    follows = not sibling or ctx.cfg.explore.sibling.policy == "delta"
+    onto = source.transformer if sibling else None
     if not ctx.cfg.quant.lora_branch:
-        transformer, report, setting = build_explore_copy(ctx, backbone, old_policy_merged(ctx, backbone))
+        merged = old_policy_merged(ctx, backbone, onto) if follows else {}
+        transformer, report, setting = build_explore_copy(ctx, source, merged)
     else:
-        transformer, report, setting = build_explore_copy(ctx, backbone, None)
-        policy = attach_policy(ctx.cfg, backbone)
-        load_adapters(policy, previous_checkpoint(ctx))
-        attach_lora_branches(transformer, policy.lora_factors(OLD))
+        transformer, report, setting = build_explore_copy(ctx, source, None)
+        if follows:
+            policy = attach_policy(ctx.cfg, backbone)
+            load_adapters(policy, previous_checkpoint(ctx))
+            factors = policy.lora_factors(OLD)
+            if sibling:
+                check_sibling_layers(ctx, onto, factors)
+            attach_lora_branches(transformer, factors)
     cache = ctx.cfg.explore.cache
     if not setting.escalations:  # a guardrail rung is a precision and steps alone: the cache goes with the first
         enable_step_cache(transformer, cache.kind, cache.options)
@@ -90,10 +153,12 @@ def explore_copy(ctx: StageContext, backbone):
 
 
 def base_key(ctx: StageContext) -> str:
-    """What the lora_branch quantized base depends on: the model, the explore precision and the quant settings."""
+    """What the lora_branch quantized base depends on: the model (and explore sibling), the explore precision and the
+    quant settings."""
     quant = ctx.cfg.quant.model_dump(exclude={"lora_branch"})
-    parts = {"model": ctx.cfg.model.model_dump(mode="json"), "precision": explore_setting(ctx).precision,
-             "quant": quant}
+    setting = explore_setting(ctx)
+    parts = {"model": ctx.cfg.model.model_dump(mode="json"), "precision": setting.precision, "quant": quant,
+             **({"sibling": setting.sibling} if setting.sibling else {})}  # keys of earlier runs unchanged
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -136,9 +201,7 @@ def report_work(ctx: StageContext) -> OnePiece:
 
 
 def run_quantize(ctx: StageContext) -> dict:
-    setting = explore_setting(ctx)
-    info = {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
-            "escalations": list(setting.escalations)}
+    info = setting_info(explore_setting(ctx))
     report = _previous_base_report(ctx, base_key(ctx)) if ctx.cfg.quant.lora_branch else None
     shards: list[dict] = []
     if report is None:

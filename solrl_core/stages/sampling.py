@@ -200,6 +200,8 @@ class PoolSampling:
     guidance: float | None = None  # None = guidance.rollout
     sde: bool = True  # a rollout: the objective's SDE when it has one (the evaluation: false, the ODE)
     keep_trajectory: bool = False  # store the SDE window's latents and log-probabilities per row
+    # (ctx, backbone) -> the backbone it samples on (its schedule; explore's sibling view); None = backbone
+    sampling_backbone: Callable | None = None
 
     @property
     def n_rows(self) -> int:
@@ -209,14 +211,18 @@ class PoolSampling:
     def row_prompts(self) -> list[str]:
         return [self.prompts[i] for i in self.prompt_index]
 
+    def on(self, ctx, backbone):
+        """The backbone whose schedule the rows are sampled on."""
+        return backbone if self.sampling_backbone is None else self.sampling_backbone(ctx, backbone)
+
     def open(self, ctx, backbone, create: bool = True) -> CandidateWriter:
-        return open_pool(self.path, backbone, self.prompts, self.n_rows, self.steps, self.batch_size,
+        return open_pool(self.path, self.on(ctx, backbone), self.prompts, self.n_rows, self.steps, self.batch_size,
                          self.keep_latents, self.attrs, self.extra_columns, ctx, create=create, guidance=self.guidance,
                          sde=self.sde, keep_trajectory=self.keep_trajectory)
 
     def sample(self, ctx, backbone, batches: range | None = None, on_commit=None, desc: str | None = None):
         """`sample_into_pool` with these settings: every batch not done yet, or those of `batches` (a shard)."""
-        return sample_into_pool(self.path, backbone, self.model(ctx, backbone), self.prompts, self.prompt_index,
+        return sample_into_pool(self.path, self.on(ctx, backbone), self.model(ctx, backbone), self.prompts, self.prompt_index,
                                 self.seeds, self.steps, self.batch_size, self.keep_latents, self.attrs,
                                 ctx.progress, desc or self.desc, self.extra_columns, on_commit, ctx, batches,
                                 self.guidance, self.sde, self.keep_trajectory)

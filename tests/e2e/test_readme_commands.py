@@ -73,6 +73,7 @@ LEARNED_DISTILL = "tests/lab/test_embedded_distill.py::test_distill_writes_a_sco
 LEARNED_DEMO = "tests/unit/rewards/test_learned_reward.py::test_the_learned_demo_trains_on_the_learned_reward_and_evaluates_gold"
 S3_RUN = "tests/e2e/test_s3_rundir.py::test_one_iteration_into_s3"  # train and status with an s3:// run directory
 CALIBRATE = "tests/unit/planner/test_explore_policies.py::test_calibrate_explore_writes_a_config_that_trains"
+SIBLING_DISTILL = "tests/lab/test_embedded_sibling.py::test_distill_sibling_writes_a_model_directory_to_explore_with"
 REPORT_ONLY = "tests/unit/bench/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line"  # --report-only, shipped config
 
 HERE = "run by this file"
@@ -88,6 +89,7 @@ SOLRL_SUBCOMMANDS = {
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH
     "presets": "tests/unit/config/test_packaged_configs.py::test_presets_lists_every_packaged_config_with_model_family_objective_and_reward",
     "calibrate-explore": CALIBRATE,
+    "distill-sibling": SIBLING_DISTILL,
 }
 SOLRL_CONCRETE = {
     "solrl doctor --gpu-bench": "tests/e2e/test_doctor_gpu_bench.py::test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect",

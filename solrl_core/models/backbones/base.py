@@ -10,20 +10,23 @@ Conventions (flow matching, as in diffusers' FlowMatchEulerDiscreteScheduler):
 
 from __future__ import annotations
 
+import contextlib
+import copy
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.spec import BackboneDefaults
 from solrl_core.models.seeds import noise_batch
 
 if TYPE_CHECKING:
     from solrl_core.config.schema import ModelConfig
 
-__all__ = ["Backbone", "BackboneDefaults", "Conditioning", "module_device"]
+__all__ = ["Backbone", "BackboneDefaults", "Conditioning", "module_device", "sibling_errors"]
 
 Conditioning = dict[str, torch.Tensor]
 """Batch-first tensors the transformer is conditioned on (e.g. encoder_hidden_states, pooled_projections)."""
@@ -37,6 +40,16 @@ def module_device(module: torch.nn.Module) -> torch.device:
     for tensor in module.buffers():
         return tensor.device
     return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def sibling_errors() -> Iterator[None]:
+    """A SolrlError about model.path inside, re-raised about explore.sibling.path (a sibling's files are checked and
+    loaded as the trained model's are)."""
+    try:
+        yield
+    except SolrlError as exc:
+        raise SolrlError(str(exc).replace("model.path", "explore.sibling.path")) from None
 
 
 class Backbone(ABC):
@@ -101,6 +114,26 @@ class Backbone(ABC):
 
     def release_text_encoders(self) -> None:
         """Free the text encoders (called once every prompt the run needs is in the text-embedding cache)."""
+
+    def sibling(self, path: str) -> "Backbone":
+        """A view of this backbone that samples with another model's transformer (`explore.sibling`: a smaller or
+        step-distilled sibling): this one's text encoders, decoder and latent space, the sibling's transformer (in
+        this one's dtype, on its device) and sampling schedule. SolrlError when the sibling's latents differ."""
+        view = copy.copy(self)
+        view.transformer = self.load_sibling_transformer(path).eval().requires_grad_(False)
+        view.adopt_sibling_schedule(path)
+        if view.latent_shape != self.latent_shape:
+            raise SolrlError(f"explore.sibling.path {path}: its latents are {tuple(view.latent_shape)}, the trained "
+                             f"model's {tuple(self.latent_shape)}; a sibling must share the latent space")
+        return view
+
+    def load_sibling_transformer(self, path: str) -> torch.nn.Module:
+        """The transformer saved at `path` (a model directory of this backbone's kind), in this one's dtype and
+        device."""
+        raise SolrlError(f"the {self.name} backbone cannot explore with another model (explore.sibling)")
+
+    def adopt_sibling_schedule(self, path: str) -> None:
+        """Take over the sampling schedule saved with the sibling at `path` (called on the view; none by default)."""
 
     def base_state_dict(self) -> dict[str, torch.Tensor]:
         """The frozen base transformer weights W0 (no adapters)."""

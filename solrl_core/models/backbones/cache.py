@@ -33,6 +33,23 @@ def load_backbone(cfg: RunConfig) -> Backbone:
     return _load_backbone(cfg.model.model_dump_json())
 
 
+@functools.lru_cache(maxsize=2)
+def _load_sibling(model_json: str, path: str) -> Backbone:
+    backbone = _load_backbone(model_json)
+    if _refusal:
+        raise RuntimeError(f"{_refusal[-1]} loaded a model: its device workers load it, once each (a bug in solrl)")
+    start = time.perf_counter()
+    view = backbone.sibling(path)
+    _load_seconds.append(round(time.perf_counter() - start, 3))
+    return view
+
+
+def load_sibling(cfg: RunConfig, path: str) -> Backbone:
+    """The trained model's backbone viewed with the sibling at `path` (`Backbone.sibling`, explore.sibling), cached
+    per process beside it; its weights are the sibling's pristine ones (never modify `.transformer`)."""
+    return _load_sibling(cfg.model.model_dump_json(), path)
+
+
 def model_loads() -> int:
     """How many models this process has loaded so far (recorded with each piece of work it runs)."""
     return len(_load_seconds)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from solrl_core.models.backbones.base import Backbone
+from solrl_core.models.backbones.base import Backbone, sibling_errors
 from solrl_core.errors import SolrlError
 
 if TYPE_CHECKING:
@@ -139,6 +139,8 @@ class DiffusersPipelineBackbone(Backbone):
 
     def __init__(self, pipe, model: "ModelConfig"):
         self.pipe = pipe
+        self.model_config = model
+        self.scheduler_config = dict(pipe.scheduler.config)  # what `sigmas` reads (a sibling view has its own)
         self.transformer = pipe.transformer
         self.vae = pipe.vae
         self.device = torch.device(model.device)
@@ -201,7 +203,7 @@ class DiffusersPipelineBackbone(Backbone):
 
         if steps < 1:
             raise ValueError("steps must be >= 1")
-        config = self.pipe.scheduler.config
+        config = self.scheduler_config
         scheduler = FlowMatchEulerDiscreteScheduler.from_config(config)
         kwargs = {}
         if config.get("use_dynamic_shifting", False):
@@ -214,6 +216,37 @@ class DiffusersPipelineBackbone(Backbone):
             )
         scheduler.set_timesteps(steps, sigmas=self.schedule_input(steps), **kwargs)
         return [float(s) for s in scheduler.sigmas[:-1]]
+
+    def load_sibling_transformer(self, path: str) -> torch.nn.Module:
+        """The `transformer/` of the pipeline at `path` (a local directory or a hub id, as model.path), through this
+        transformer's class, in its dtype, on its device."""
+        model = self.model_config.model_copy(update={"path": path})
+        with sibling_errors():
+            source = pipeline_source(self.pipeline_class, model)
+        cls = type(self.transformer)
+        try:
+            with quiet_hf():
+                transformer = cls.from_pretrained(source, subfolder="transformer", dtype=self.transformer.dtype,
+                                                  local_files_only=not model.allow_downloads)
+        except (OSError, ValueError) as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SolrlError(f"cannot load a {cls.__name__} from explore.sibling.path {path}: {detail}") from None
+        return transformer.to(self.device)
+
+    def adopt_sibling_schedule(self, path: str) -> None:
+        """The sibling's scheduler config (its `scheduler/`: a step-distilled model samples on its own shift), when
+        it has one."""
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        model = self.model_config.model_copy(update={"path": path})
+        try:
+            with quiet_hf():
+                config = FlowMatchEulerDiscreteScheduler.load_config(
+                    pipeline_source(self.pipeline_class, model), subfolder="scheduler",
+                    local_files_only=not model.allow_downloads)
+        except (OSError, ValueError):
+            return
+        self.scheduler_config = dict(config)
 
     def require_text_encoders(self) -> None:
         if self.text_encoders_released:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.base import Backbone, Conditioning
 from solrl_core.models.backbones.diffusers_pipeline import DTYPES
 from solrl_core.models.backbones.specs.embedded import SPEC
@@ -50,6 +51,14 @@ class EmbeddedBackbone(Backbone):
         with solrl."""
         model = load_model(PRETRAINED_DIR if path is None else path, device=device, dtype=dtype)
         return cls(model, device=device)
+
+    def load_sibling_transformer(self, path: str) -> torch.nn.Module:
+        """The transformer of the embedded model directory `path` (e.g. `solrl distill-sibling`'s)."""
+        sibling = load_model(path, device=str(self.device), dtype=next(self.transformer.parameters()).dtype)
+        if sibling.resolution != self.resolution:
+            raise SolrlError(f"explore.sibling.path {path}: its images are {sibling.resolution}x{sibling.resolution}, "
+                             f"the trained model's {self.resolution}x{self.resolution}; a sibling must share them")
+        return sibling.transformer
 
     @property
     def latent_shape(self) -> tuple[int, ...]:

@@ -54,7 +54,7 @@ class QwenImageBackbone(DiffusersPipelineBackbone):
     def sigmas(self, steps: int) -> list[float]:
         """The pipeline's sigmas; with the release's shift_terminal a one-step schedule is 0 / 0 (NaN in the
         pipeline too), so at least 2 steps are required."""
-        if steps == 1 and self.pipe.scheduler.config.get("shift_terminal"):
+        if steps == 1 and self.scheduler_config.get("shift_terminal"):
             raise SolrlError("Qwen-Image's schedule (shift_terminal) needs at least 2 steps: set the steps >= 2")
         return super().sigmas(steps)
 

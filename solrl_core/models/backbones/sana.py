@@ -80,9 +80,14 @@ class SanaBackbone(DiffusersPipelineBackbone):
     def __init__(self, pipe, model):
         super().__init__(pipe, model)
         self.instruction = default_instruction()
-        self.timestep_per_sigma = float(pipe.scheduler.config.num_train_timesteps) * float(
-            self.transformer.config.timestep_scale
-        )
+        self.timestep_per_sigma = self._timestep_per_sigma()
+
+    def _timestep_per_sigma(self) -> float:
+        return float(self.scheduler_config["num_train_timesteps"]) * float(self.transformer.config.timestep_scale)
+
+    def adopt_sibling_schedule(self, path: str) -> None:
+        super().adopt_sibling_schedule(path)
+        self.timestep_per_sigma = self._timestep_per_sigma()  # the sibling's transformer's timestep scale
 
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:

@@ -73,7 +73,7 @@ class SD3Backbone(DiffusersPipelineBackbone):
         timestep = sigma.to(device=device, dtype=torch.float32).reshape(-1).expand(b)
         out = transformer(
             hidden_states=x_t.to(device=device, dtype=dtype),
-            timestep=timestep * self.pipe.scheduler.config.num_train_timesteps,
+            timestep=timestep * self.scheduler_config["num_train_timesteps"],
             encoder_hidden_states=cond["encoder_hidden_states"].to(device=device, dtype=dtype),
             pooled_projections=cond["pooled_projections"].to(device=device, dtype=dtype),
             return_dict=False,

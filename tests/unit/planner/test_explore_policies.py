@@ -90,6 +90,31 @@ def test_calibration_figures_recomputed_from_the_sampled_rewards(one_torch_threa
     assert rows["fp8_emulated @ 2"]["modelled_seconds"]["h100"] < rows["full precision @ 4"]["modelled_seconds"]["h100"]
 
 
+def test_a_sibling_is_a_candidate_with_its_own_flops(tmp_path, one_torch_thread):
+    """Another model as an explore policy: the sibling with the model's own weights ranks exactly as the model at the
+    same steps and costs the same; a smaller one is priced by the FLOPs it leaves; the written config names it."""
+    from siblings import write_shallow_sibling
+
+    from solrl_core.models.backbones.embedded import PRETRAINED_DIR
+
+    cfg = load_config(TINY)
+    shallow = write_shallow_sibling(tmp_path / "shallow")
+    labels = {p.label() for p in ep.candidate_policies(cfg, (shallow,))}
+    assert {"sibling shallow, full precision @ 1", "sibling shallow, fp8_emulated @ 4"} <= labels
+    policies = [ep.ExplorePolicy("fp32", 2), ep.ExplorePolicy("fp32", 2, sibling=str(PRETRAINED_DIR)),
+                ep.ExplorePolicy("fp32", 2, sibling=shallow)]
+    result = ep.calibrate(cfg, num_prompts=3, seeds_per_prompt=6, gpus=("h100",), policies=policies, batch_size=8)
+    plain, same, small = result["rows"]
+    assert same["spearman_within_prompt"] == plain["spearman_within_prompt"] and same["flop_ratio"] == 1.0
+    assert same["modelled_seconds"] == plain["modelled_seconds"]
+    assert 0 < small["flop_ratio"] < 0.5  # one transformer block of four
+    assert small["modelled_seconds"]["h100"] < plain["modelled_seconds"]["h100"]
+    (tmp_path / "w.yaml").write_text(ep.written_config(cfg, small))
+    written = load_config(tmp_path / "w.yaml")
+    assert written.explore.sibling.path == shallow and written.explore.steps == 2
+    assert written.explore.guardrail.enabled
+
+
 def _row(label, spearman, cost, low):
     return {"label": label, "spearman_within_prompt": spearman, "spearman_within_prompt_low": low,
             "modelled_seconds": {"h100": cost, "b200": cost / 2},
@@ -125,7 +150,7 @@ def test_calibrate_explore_writes_a_config_that_trains(tmp_path, monkeypatch, ca
     from solrl_core.stages.runner import run_stage
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ep, "candidate_policies", lambda cfg: [
+    monkeypatch.setattr(ep, "candidate_policies", lambda cfg, siblings=(): [
         ep.ExplorePolicy("fp8_emulated", 2), ep.ExplorePolicy("nvfp4_emulated", 3),
         ep.ExplorePolicy("fp32", 4, "taylorseer", TS)])
     assert main(["calibrate-explore", str(TINY), "--prompts", "3", "--seeds", "6", "--min-spearman", "-1",

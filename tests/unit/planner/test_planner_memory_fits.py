@@ -308,3 +308,20 @@ def test_the_fidelity_guardrail_prices_the_largest_rung_of_its_ladder():
     emulated = reference("flux1", cfg.train.micro_batch, ExploreBackend("fp8_emulated", "emulated"))
     assert explore.gib == pytest.approx(explore_gib(emulated))
     assert fits.stage_memory(preset("flux1_sol_rl_pickscore"), SCALED_MM_FP8)[0].gib < explore.gib
+
+
+def test_an_explore_sibling_is_priced_in_every_stage(tmp_path):
+    """The sibling stays loaded beside W0: SD3.5 Medium beside SD3.5 Large adds Medium's weights to each stage; a
+    sibling whose config cannot be read is priced as large as the trained model."""
+    medium = _diffusers_dir(tmp_path / "sd35m", json.loads((config_dir() / "sd35-medium.transformer.json").read_text()))
+    plain = {s.stage: s for s in fits.check_memory_fits(preset("sd35l_sol_rl_pickscore"), H200, TE_FP8)}
+    with_medium = fits.check_memory_fits(preset("sd35l_sol_rl_pickscore", f"explore.sibling.path={medium}",
+                                                "explore.sibling.policy=frozen"), H200, TE_FP8)
+    medium_gib = memory.transformer_params("sd35m") * 2 / GIB
+    for stage in with_medium:
+        assert stage.parts["sibling"] == pytest.approx(medium_gib)
+        assert stage.gib == pytest.approx(plain[stage.stage].gib + medium_gib)
+    assert "explore sibling" in with_medium[0].describe()
+    unknown = fits.check_memory_fits(preset("sd35l_sol_rl_pickscore", f"explore.sibling.path={tmp_path / 'x'}"),
+                                     H200, TE_FP8)
+    assert unknown[0].parts["sibling"] == pytest.approx(memory.transformer_params("sd35l") * 2 / GIB)

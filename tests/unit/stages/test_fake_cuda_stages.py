@@ -13,6 +13,8 @@ text cache), because Qwen-Image's prompt encoding needs `nonzero`, an op whose o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -105,6 +107,20 @@ def test_the_other_objectives_iterations_run_on_a_faked_gpu(objective, model, ti
             run_stage(run, cfg, 0, stage, progress=False)
     assert all(run.is_complete(0, stage) for stage in STAGES)
     assert run.manifest(0, "update")["summary"]["objective"] == objective
+
+
+def test_an_explore_sibling_runs_on_a_faked_gpu(tiny_models, tmp_path, one_torch_thread):
+    """explore.sibling on the device: the sibling's transformer is loaded onto the model's device in its dtype, its
+    conditioning probe, θ_old's update added to it and its explore all run there."""
+    cfg = _config("flux1", tiny_models, f"explore.sibling.path={tiny_models('flux1')}")
+    run = _run(tmp_path / "run", cfg)
+    with fake_cuda():
+        for stage in STAGES:
+            run_stage(run, cfg, 0, stage, progress=False)
+        run_stage(run, cfg, 1, "quantize", progress=False)
+        run_stage(run, cfg, 1, "explore", progress=False)
+    assert run.manifest(1, "explore")["summary"]["candidates"] == 4
+    assert json.loads((run.stage_dir(1, "quantize") / "report.json").read_text())["sibling"] == tiny_models("flux1")
 
 
 def test_the_sde_sampling_loop_never_syncs(tiny_models, one_torch_thread):
