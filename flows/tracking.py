@@ -36,7 +36,8 @@ from solrl_core.inspect import logged_marker, pool_artifact_path, pool_table, st
 from solrl_core.run.integrity import verify_stage
 from solrl_core.mlflow_links import SQLITE, health_failure, is_server, serving_server, sqlite_file
 from solrl_core.run.pool import read_table
-from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_grids
+from solrl_core.grids import frame_count, frame_strip, save_gif
+from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_animations, top_bottom_grids
 from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.run.storage import local_file, location, save_image
 from solrl_core.wording import plural
@@ -461,8 +462,10 @@ def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: d
 
     - `candidates.json`: MLflow table, one row per explore candidate (prompt, seed, proxy reward, final reward where
       a training sample was made from the seed, selected; solrl_core.inspect.pool_table) and a `thumbnail` image
-      column (the candidate, at most THUMBNAIL px; MLflow stores each under `table_images/`);
+      column (the candidate, at most THUMBNAIL px; a video: a strip of its frames; MLflow stores each under
+      `table_images/`);
     - `top_bottom/prompt_NNNN.png`: per prompt, its top-K and bottom-K candidates by proxy reward (K = select.k/2);
+      for a pool of videos also `prompt_NNNN.gif`, the same grid animated over the frames;
     - `proxy_vs_final.png`: final against proxy reward of the selected seeds, with the ranking fidelity;
     - `quantize_report.json`: the quantize stage's report: the explore precision and why, and per Linear layer
       whether it ran in low precision or stayed in full precision (and why), with its weight error.
@@ -482,6 +485,10 @@ def log_pool(run: RunDir, cfg: RunConfig, iteration: int, run_id: str, report: d
         client.log_image(run_id, grid, artifact_file=f"{path}/top_bottom/prompt_{prompt:04d}.png")
     prompts = read_table(pool, [])[1]["prompts"]
     with tempfile.TemporaryDirectory() as tmp:
+        for prompt, frames in top_bottom_animations(pool, table["proxy_reward"], k, tile=POOL_TILE).items():
+            gif = Path(tmp) / f"prompt_{prompt:04d}.gif"
+            save_gif(frames, gif)
+            client.log_artifact(run_id, str(gif), f"{path}/top_bottom")
         scatter = Path(tmp) / "proxy_vs_final.png"
         proxy_final_scatter(table["proxy_reward"], table["final_reward"], table["prompt_index"], scatter,
                             prompts=prompts, title=f"iteration {iteration}: selected seeds")
@@ -496,8 +503,8 @@ def _thumbnails(pool: Path) -> list:
 
     out = []
     for array in read_table(pool, ["image"])[0]["image"]:
-        image = Image.fromarray(array)
-        image.thumbnail((THUMBNAIL, THUMBNAIL))
+        image = Image.fromarray(frame_strip(array))  # a video: a strip of its frames, each at most THUMBNAIL px
+        image.thumbnail((THUMBNAIL * frame_count(array), THUMBNAIL))
         out.append(image)
     return out
 

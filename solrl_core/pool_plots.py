@@ -1,4 +1,5 @@
-"""Pictures people look at: best/worst candidate grids of a pool, and the proxy-against-final reward scatter plot."""
+"""Pictures people look at: best/worst candidate grids of a pool (a pool of videos: frame strips, and animated grids),
+and the proxy-against-final reward scatter plot."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from solrl_core.grids import MIN_TILE, Tile, labelled_grid
+from solrl_core.grids import MIN_TILE, Tile, animated_grid, labelled_grid
 from solrl_core.run.pool import read_rows, read_table
 
 
@@ -42,6 +43,14 @@ def top_bottom_grids(pool_path, reward: np.ndarray, k: int, tile: int = 128) -> 
     (best first), a gap, and its bottom-`k` (worst last), each `tile` pixels on the longer side.
     {prompt_index: uint8 (H, W, 3)}."""
     return {p: labelled_grid([row], tile) for p, row in _prompt_rows(pool_path, reward, k, None).items()}
+
+
+def top_bottom_animations(pool_path, reward: np.ndarray, k: int, tile: int = 128) -> dict[int, list[np.ndarray]]:
+    """`top_bottom_grids` of a pool of videos, one grid per frame (the frames of an animated preview, e.g.
+    `grids.save_gif`); {} for a pool of images."""
+    if read_rows(pool_path, "image", np.arange(1)).ndim != 5:
+        return {}
+    return {p: animated_grid([row], tile) for p, row in _prompt_rows(pool_path, reward, k, None).items()}
 
 
 def proxy_final_scatter(proxy, final, prompt_index, path: str | Path, prompts: list[str] | None = None,

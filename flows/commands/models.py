@@ -37,8 +37,11 @@ def cmd_make_tiny(args) -> int:
     print(f"  rewards  : {summary['dir']}/rewards ({', '.join(summary['rewards'])})")
     print(f"  prompts  : {summary['prompts']}")
     print(f"  overrides: {summary['overrides']} (applied whenever model.path is this directory)")
-    print(f"try: solrl train configs/presets/{summary['model']}_sol_rl_pickscore.yaml --iterations 1 "
-          f"--set model.path={summary['dir']}")
+    from solrl_core.config.presets import MODELS
+
+    if summary["model"] in MODELS:  # a model without presets has no command to suggest yet
+        print(f"try: solrl train configs/presets/{summary['model']}_sol_rl_pickscore.yaml --iterations 1 "
+              f"--set model.path={summary['dir']}")
     return 0
 
 

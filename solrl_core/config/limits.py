@@ -15,6 +15,7 @@ MAX_BATCH = 65_536  # batch sizes, micro-batches, latents per VAE decode
 MAX_RANK = 65_536  # LoRA rank (at most a layer's width)
 MAX_WIDTH = 1_000_000  # a layer width, text tokens
 MAX_SIDE = 65_536  # image side in pixels
+MAX_FRAMES = 4_096  # frames of a video sample
 MAX_PROCESSES = 1_024  # update processes per machine
 MAX_NODES = 65_536  # machines of the update
 MAX_SECONDS = 7 * 24 * 3600  # a timeout: a week

@@ -29,7 +29,7 @@ from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.excerpts import cut, excerpt, one_line
 from solrl_core.config.limits import (  # the integer settings' upper bounds (runs.py and tests read them from here too)
     MAX_BATCH, MAX_ITERATIONS, MAX_NODES, MAX_PROCESSES, MAX_PROMPTS, MAX_RANK, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
-    MAX_SIDE, MAX_STEPS, MAX_WIDTH)
+    MAX_FRAMES, MAX_SIDE, MAX_STEPS, MAX_WIDTH)
 from solrl_core.config.packaged import packaged_config
 from solrl_core.userfiles import read_text
 
@@ -120,6 +120,9 @@ class ModelConfig(_Strict):
         None, 8, MAX_SIDE, "image side in pixels; null = the backbone's default. A multiple of the backbone's pixels "
         "per image token (its VAE factor times its latent patch: 16 for FLUX.1, 32 for SANA; solrl_core/models/backbones/"
         "specs/); the embedded model takes only its weights' own side (32 for the shipped ones)")
+    frames: int | None = _count(
+        None, 1, MAX_FRAMES, "frames of each sample of a video backbone (wan: 1 + a multiple of 4, the VAE's temporal "
+        "compression); null = the backbone's default; image backbones take none")
     sampler: SamplerName | None = Field(None, description="ODE solver; null = the backbone's default")
     max_sequence_length: int | None = _count(None, 1, MAX_WIDTH, "text tokens (T5/Gemma); null = default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the update (saves memory)")

@@ -92,6 +92,10 @@ def get_model(name: str) -> PlannerModel:
     key = name.strip().lower().replace("_", "-")
     key = MODEL_ALIASES.get(key, key)
     if key not in MODELS:
+        specs = {b.key: b for b in backbone_specs()}
+        if key in specs:  # a backbone solrl runs whose full-size transformer the planner does not model
+            raise SolrlError(f"the planner has no full-size model of {specs[key].title} (model.kind "
+                             f"{specs[key].kind}): it prices {', '.join(MODELS)}")
         raise SolrlError(f"unknown model '{name}'; known: {', '.join(MODELS)}")
     return MODELS[key]
 

@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import cut, excerpt
-from solrl_core.config.limits import MAX_BATCH
+from solrl_core.config.limits import MAX_BATCH, MAX_FRAMES
+from solrl_core.frames import evenly_spaced
 
 DType = Literal["float32", "float16", "bfloat16"]
-COMMON_KEYS = frozenset({"batch_size", "device", "dtype"})
+COMMON_KEYS = frozenset({"batch_size", "device", "dtype", "video_frames"})
 CPU_DTYPE: DType = "float32"
 
 
@@ -51,6 +52,11 @@ class RewardModelSpec(BaseModel):
     dtype: DType | None = Field(None, description="weights/activations dtype; default: bfloat16 on a CUDA device, "
                                 "float32 on the CPU")
     allow_download: bool = Field(False, description="fetch missing files from the Hugging Face hub")
+    video_frames: int | None = Field(
+        None, ge=1, le=MAX_FRAMES, strict=True,
+        description="videos: how many frames an image reward scores, evenly spaced from the first to the last, the "
+        "video's score their mean (Flow-Factory's PickScore averages every frame, its CLIP score takes the first); "
+        "null = every frame")
 
 
 def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec:
@@ -78,10 +84,11 @@ def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec
     return spec
 
 
-def check_images(images: np.ndarray, prompts: Sequence[str]) -> np.ndarray:
+def check_images(images: np.ndarray, prompts: Sequence[str], videos: bool = False) -> np.ndarray:
     images = np.asarray(images)
-    if images.ndim != 4 or images.shape[-1] != 3:
-        raise ValueError(f"images must be uint8 (B, H, W, 3), got shape {images.shape}")
+    if images.ndim != (5 if videos else 4) or images.shape[-1] != 3:
+        raise ValueError(f"images must be uint8 {'(B, frames, H, W, 3)' if videos else '(B, H, W, 3)'}, got shape "
+                         f"{images.shape}")
     if images.dtype != np.uint8:
         raise ValueError(f"images must be uint8, got {images.dtype}")
     if len(prompts) != len(images):
@@ -114,6 +121,8 @@ class Reward:
     default_batch_size: ClassVar[int] = 64
     uses_torch: ClassVar[bool] = False
     cuda_dtype: ClassVar[DType] = "bfloat16"  # what a torch reward runs in on a CUDA device when its spec names none
+    takes_videos: ClassVar[bool] = False  # scores whole videos (B, frames, H, W, 3), and only them
+    video_frames: int | None = None  # an image reward on videos: the frames it scores (RewardModelSpec.video_frames)
 
     def __init__(self, batch_size: int | None = None, device: str = "cpu", dtype: DType | None = None):
         self.batch_size = int(batch_size or self.default_batch_size)
@@ -151,7 +160,12 @@ class Reward:
         """As `__call__`, without the finiteness check (for callers that name the bad rows themselves)."""
         from tqdm.auto import tqdm
 
-        images = check_images(images, prompts)
+        images = np.asarray(images)
+        if images.ndim == 5 and not self.takes_videos:
+            return self.frame_scores(images, prompts, progress)
+        if images.ndim == 4 and self.takes_videos:
+            raise SolrlError(f"reward {self.name} scores videos; the model makes images (a video backbone: wan)")
+        images = check_images(images, prompts, self.takes_videos)
         prompts = [str(p) for p in prompts]
         n = len(images)
         starts = range(0, n, self.batch_size)
@@ -166,12 +180,21 @@ class Reward:
                 out.append(values)
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
+    def frame_scores(self, videos: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+        """An image reward's scores of videos (B, frames, H, W, 3): the mean of its scores of `video_frames` of each
+        video's frames (`frames.evenly_spaced`), each frame scored for its video's prompt."""
+        picked = evenly_spaced(videos.shape[1], self.video_frames)
+        frames = videos[:, picked].reshape(-1, *videos.shape[2:])
+        scores = self.scores(frames, [str(p) for p in prompts for _ in picked], progress)
+        return scores.reshape(len(videos), len(picked)).mean(axis=1)
+
     def fingerprint(self) -> str:
         """What decides this reward's scores besides its inputs: name, files, batch size, device, dtype (the resolved
         one), as JSON."""
         files = {k: str(v) for k, v in sorted(getattr(self, "files", {}).items())}
+        video = {"video_frames": self.video_frames} if self.video_frames is not None else {}  # earlier runs' unchanged
         return json.dumps({"name": self.name, "files": files, "batch_size": self.batch_size, "device": self.device,
-                           "dtype": self.dtype}, sort_keys=True)
+                           "dtype": self.dtype, **video}, sort_keys=True)
 
     def _inference(self):
         if not self.uses_torch:

@@ -1,4 +1,5 @@
-"""Rewards without weights, as `Reward` classes: the embedded prompt-match reward and DDPO's JPEG rewards."""
+"""Rewards without weights, as `Reward` classes: the embedded prompt-match reward, DDPO's JPEG rewards and a video's
+temporal consistency."""
 
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ class JpegIncompressibility(Reward):
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
         return jpeg_incompressibility(images, prompts)["reward"]
+
+
+class TemporalConsistency(Reward):
+    name = "temporal_consistency"
+    summary = ("videos: 1 - the mean absolute change between consecutive frames (of 255), in [0, 1]: still videos "
+               "score 1; weigh it beside a prompt reward, alone it rewards a frozen video")
+    takes_videos = True
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        if images.shape[1] < 2:
+            return np.ones(len(images))
+        change = np.abs(np.diff(images.astype(np.int16), axis=1)).mean(axis=(1, 2, 3, 4))
+        return 1.0 - change / 255.0

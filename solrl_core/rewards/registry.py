@@ -27,14 +27,15 @@ from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
 from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.imagereward import ImageReward
 from solrl_core.rewards.learned import LearnedEmbeddedReward
-from solrl_core.rewards.programmatic import EmbeddedReward, Jpeg, JpegCompressibility, JpegIncompressibility
+from solrl_core.rewards.programmatic import (EmbeddedReward, Jpeg, JpegCompressibility, JpegIncompressibility,
+                                             TemporalConsistency)
 
 ModelsConfig = Mapping[str, RewardModelSpec | Mapping | None]
 
 REWARDS: dict[str, type[Reward]] = {
     cls.name: cls
     for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward,
-                LearnedEmbeddedReward)
+                LearnedEmbeddedReward, TemporalConsistency)
 }
 
 _configured: dict[str, RewardModelSpec] = {}
@@ -97,6 +98,7 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
         if reward is None:
             with plugin_code(name, "reward", "load"):  # a plug-in's load (and constructor): one line
                 reward = reward_class(name).load(spec)
+            reward.video_frames = spec.video_frames  # every reward's, whatever its own load reads
             _cache[key] = reward
     return reward
 

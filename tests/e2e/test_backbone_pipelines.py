@@ -52,7 +52,8 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     assert attrs["sigmas"] == pytest.approx(schedule_sigmas(backbone, 6), abs=1e-7)
     assert attrs["sampler"] == load_config(preset).model.sampler  # the backbone's official solver
     assert np.bincount(pool["prompt_index"]).tolist() == [n] * p
-    assert pool["image"].shape == (p * n, cfg.model.resolution, cfg.model.resolution, 3)
+    frames = (cfg.model.frames,) if cfg.model.frames else ()  # a video backbone's candidates are videos
+    assert pool["image"].shape == (p * n, *frames, cfg.model.resolution, cfg.model.resolution, 3)
 
     proxy = table(run_dir, "score_explore", "rewards.zarr", ["reward"])[0]["reward"]
     assert np.isfinite(proxy).all() and np.ptp(proxy) > 0
@@ -83,3 +84,12 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     assert state["step"] == 1
     update = json.loads((run_dir / "iter_0000" / "manifests" / "update.json").read_text())["summary"]
     assert update["grad_clip"] == cfg.train.optimizer.grad_clip == backbone.defaults.grad_clip
+
+    # in MLflow, each prompt's top/bottom grid of the pool; a video backbone's also animated over its frames
+    import mlflow
+
+    info = json.loads((run_dir / "run.json").read_text())
+    listed = mlflow.MlflowClient(info["tracking_uri"]).list_artifacts(info["mlflow_run_id"], "pool/iter_0000/top_bottom")
+    names = {a.path.rsplit("/", 1)[-1] for a in listed}
+    assert {f"prompt_{i:04d}.png" for i in range(p)} <= names
+    assert ({f"prompt_{i:04d}.gif" for i in range(p)} <= names) == bool(frames)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from solrl_core.models.backbones.base import Backbone, sibling_errors
+from solrl_core.models.backbones.base import Backbone, Conditioning, module_device, sibling_errors
 from solrl_core.errors import SolrlError
 
 if TYPE_CHECKING:
@@ -216,6 +216,21 @@ class DiffusersPipelineBackbone(Backbone):
             )
         scheduler.set_timesteps(steps, sigmas=self.schedule_input(steps), **kwargs)
         return [float(s) for s in scheduler.sigmas[:-1]]
+
+    def scheduler_time_velocity(self, transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor,
+                                cond: Conditioning) -> torch.Tensor:
+        """The transformer's output for the latents `x_t` at `sigma` given as a timestep on the scheduler's scale
+        (`num_train_timesteps` x sigma), every conditioning tensor passed by its name, in the transformer's dtype on
+        its device: how SD3's and Wan's pipelines call their transformers. Comes back in x_t's dtype."""
+        dtype, device = transformer.dtype, module_device(transformer)
+        timestep = sigma.to(device=device, dtype=torch.float32).reshape(-1).expand(x_t.shape[0])
+        out = transformer(
+            hidden_states=x_t.to(device=device, dtype=dtype),
+            timestep=timestep * self.scheduler_config["num_train_timesteps"],
+            **{name: value.to(device=device, dtype=dtype) for name, value in cond.items()},
+            return_dict=False,
+        )[0]
+        return out.to(x_t.dtype)
 
     def load_sibling_transformer(self, path: str) -> torch.nn.Module:
         """The `transformer/` of the pipeline at `path` (a local directory or a hub id, as model.path), through this

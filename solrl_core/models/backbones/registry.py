@@ -94,6 +94,10 @@ def resolution_problem(model) -> str | None:
     multiple of the backbone's pixels per token side (`BackboneSpec.resolution_multiple`), or, for a backbone whose
     shipped weights fix the resolution (the embedded model, `fixed_resolution`), any other than theirs (the adapter
     would generate at theirs). A plug-in's kind has no spec: nothing is known here."""
+    for spec in specs_of_kind(model.kind)[:1]:
+        problem = frames_problem(spec, model.frames)
+        if problem:
+            return problem
     resolution = model.resolution
     if resolution is None:
         return None
@@ -108,6 +112,21 @@ def resolution_problem(model) -> str | None:
             return (f"model.resolution {resolution} must be a multiple of {multiple} for model.kind {model.kind} (the "
                     f"VAE factor times the latent patch: {multiple} px per image token), e.g. "
                     f"{f'{lower} or ' if lower else ''}{upper}")
+    return None
+
+
+def frames_problem(spec, frames: int | None) -> str | None:
+    """What is wrong with `model.frames` for the backbone of `spec`, or None: set for an image model, or a frame count
+    its VAE cannot compress (1 + a multiple of its temporal compression)."""
+    if frames is None:
+        return None
+    if spec.defaults.frames is None:
+        return f"model.frames {frames}: the {spec.title} model makes images; set model.frames: null"
+    step = spec.temporal_compression
+    if (frames - 1) % step:
+        lower = (frames - 1) // step * step + 1
+        return (f"model.frames {frames} must be 1 + a multiple of {step} for {spec.title} (its VAE compresses {step} "
+                f"frames into one after the first), e.g. {lower} or {lower + step}")
     return None
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from solrl_core.models.backbones.base import Conditioning, module_device
+from solrl_core.models.backbones.base import Conditioning
 from solrl_core.models.backbones.diffusers_pipeline import DiffusersPipelineBackbone, square_side
 from solrl_core.models.backbones.specs.sd35l import SPEC
 from solrl_core.errors import SolrlError
@@ -68,14 +68,4 @@ class SD3Backbone(DiffusersPipelineBackbone):
         cond: Conditioning,
         guidance: float = 1.0,
     ) -> torch.Tensor:
-        b = x_t.shape[0]
-        dtype, device = transformer.dtype, module_device(transformer)
-        timestep = sigma.to(device=device, dtype=torch.float32).reshape(-1).expand(b)
-        out = transformer(
-            hidden_states=x_t.to(device=device, dtype=dtype),
-            timestep=timestep * self.scheduler_config["num_train_timesteps"],
-            encoder_hidden_states=cond["encoder_hidden_states"].to(device=device, dtype=dtype),
-            pooled_projections=cond["pooled_projections"].to(device=device, dtype=dtype),
-            return_dict=False,
-        )[0]
-        return out.to(x_t.dtype)
+        return self.scheduler_time_velocity(transformer, x_t, sigma, cond)  # encoder_hidden_states, pooled_projections

@@ -40,6 +40,7 @@ class BackboneDefaults:
     distilled_guidance: bool = False  # True: the guidance scale is a model input (FLUX.1-dev), not CFG
     max_sequence_length: int | None = None  # prompt tokens of the text encoder (T5, Gemma); None: no such setting
     grad_clip: float = 1.0  # the update's gradient-norm clip (train.optimizer.grad_clip)
+    frames: int | None = None  # frames per sample of a video model (model.frames); None: an image model
     extra: dict = field(default_factory=dict)
 
 
@@ -89,7 +90,7 @@ class BackboneSpec:
     # full-size model, for the coverage report and the planner (None for a backbone without one)
     config_file: str | None = None  # diffusers transformer config in solrl_core/models/model_configs
     tokens: TokenLayout = TokenLayout()  # which layers see which tokens
-    image_tokens: int = 0  # per sample at defaults.resolution
+    image_tokens: int = 0  # per sample at defaults.resolution (a video's: every latent frame's)
     text_tokens: int = 0  # per prompt at defaults.max_sequence_length
     coverage: tuple[CoverageRow, ...] = ()
     # planner shapes
@@ -109,16 +110,24 @@ class BackboneSpec:
     # the weights generate at defaults.resolution only (the embedded model: the adapter takes the side from its
     # weights, whose positional embeddings are that size), so model.resolution may be nothing else
     fixed_resolution: bool = False
+    # a video model's VAE: frames per latent frame after the first ((frames - 1) must be a multiple of it)
+    temporal_compression: int = 1
 
     @property
     def resolution_multiple(self) -> int | None:
         """Pixels per image-token side, the VAE factor times the latent patch (FLUX.1: f8 x 2x2 packing = 16; SANA:
         DC-AE f32 x 1 = 32): model.resolution must be a multiple of it. Read from the full-size model's tokens at its
-        default resolution (a square of `image_tokens`); None without a full-size model. The adapter checks the
+        default resolution (a square of `image_tokens` per latent frame); None without them. The adapter checks the
         loaded files' own factors again (`check_resolution` of the diffusers adapters)."""
         if not self.image_tokens:
             return None
-        return self.defaults.resolution // math.isqrt(self.image_tokens)
+        return self.defaults.resolution // math.isqrt(self.image_tokens // self.latent_frames)
+
+    @property
+    def latent_frames(self) -> int:
+        """Latent frames of one sample at defaults.frames (1 for an image model)."""
+        frames = self.defaults.frames
+        return 1 if frames is None else (frames - 1) // self.temporal_compression + 1
 
     @property
     def part(self) -> Path:
@@ -133,6 +142,7 @@ class BackboneSpec:
             "model.resolution": d.resolution,
             "model.sampler": d.sampler,
             "model.max_sequence_length": d.max_sequence_length,
+            **({"model.frames": d.frames} if d.frames is not None else {}),  # a video model's
             "quant.skip_names": list(d.quant_skip_names),
             "quant.min_width": d.quant_min_width,
             "train.lora_targets": None,  # null: the adapter's default, the official list

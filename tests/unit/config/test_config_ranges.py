@@ -143,13 +143,15 @@ def test_float_detection_of_field_types():
 # ---- resolution ---------------------------------------------------------------------------------------------------
 
 def test_resolution_multiples_are_the_vae_factor_times_the_patch():
-    """FLUX.1 and Qwen-Image: VAE f8, 2x2 packed latents; SD3.5: VAE f8, 2x2 patches; SANA: DC-AE f32, 1x1 patches
+    """FLUX.1 and Qwen-Image: VAE f8, 2x2 packed latents; SD3.5: VAE f8, 2x2 patches; SANA: DC-AE f32, 1x1 patches;
+    Wan: VAE f8, 1x2x2 patches
     (the same factors the adapters compute from the loaded files: tests/test_backbone_*.py `multiple of`)."""
     multiples = {s.key: s.resolution_multiple for s in backbone_specs()}
-    assert multiples == {"embedded": None, "flux1": 16, "sd35l": 16, "sd35m": 16, "sana": 32, "qwenimage": 16}
+    assert multiples == {"embedded": None, "flux1": 16, "sd35l": 16, "sd35m": 16, "sana": 32, "qwenimage": 16,
+                         "wan": 16}  # Wan: VAE f8, 1x2x2 patches
     for spec in backbone_specs():
-        if spec.image_tokens:  # a square of tokens, each the multiple's pixels on a side
-            assert (spec.defaults.resolution // spec.resolution_multiple) ** 2 == spec.image_tokens
+        if spec.image_tokens:  # a square of tokens per latent frame, each the multiple's pixels on a side
+            assert (spec.defaults.resolution // spec.resolution_multiple) ** 2 * spec.latent_frames == spec.image_tokens
         assert {s.resolution_multiple for s in specs_of_kind(spec.kind)} == {spec.resolution_multiple}
 
 
@@ -158,6 +160,7 @@ def test_resolution_multiples_are_the_vae_factor_times_the_patch():
     ("flux1", 520, "must be a multiple of 16 for model.kind flux1"),
     ("sana", 1008, "must be a multiple of 32 for model.kind sana .* e.g. 992 or 1024"),
     ("qwenimage", 8, r"must be a multiple of 16 .* e\.g\. 16$"),
+    ("wan", 250, "must be a multiple of 16 for model.kind wan .* e.g. 240 or 256"),
     ("embedded", 33, "the embedded model's shipped weights generate 32 px images only; set model.resolution: null"),
     ("embedded", 64, "generate 32 px images only"),
 ])

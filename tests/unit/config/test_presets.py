@@ -35,15 +35,21 @@ OFFICIAL_MODEL = {
     # flow_grpo), FLUX.1's quantization rule and timestep fraction (configs/parts/models/qwenimage.yaml)
     "qwenimage": dict(kind="qwenimage", resolution=512, sampler="euler", micro_batch=8, timestep_fraction=0.4,
                       skip=["img_in", "txt_in", "time_text_embed", "norm_out"], min_width=1000, eval_steps=50),
+    # Wan 2.1 (video) has no official setting: Flow-Factory's Wan 2.1 GRPO recipe (256 px, 28 evaluation steps) and
+    # SD3.5-L's kind of quantization rule (configs/parts/models/wan.yaml)
+    "wan": dict(kind="wan", resolution=256, sampler="euler", micro_batch=8, timestep_fraction=0.6,
+                skip=["condition_embedder", "proj_out"], min_width=1536, eval_steps=28),
 }
 # Text length and gradient-norm clip as the reference runs each model (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN of
 # train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
 # configs/sol_rl/{flux1,sd3,sana}.py, where sd3.py keeps configs/sol_rl/base.py's 0.002. SD3.5-M: SD3.5-L's.
 REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0),
-                      "qwenimage": (256, 1.0)}  # Qwen-Image (no reference): verl-omni's 256 tokens, the peers' 1.0
+                      "qwenimage": (256, 1.0),  # Qwen-Image (no reference): verl-omni's 256 tokens, the peers' 1.0
+                      "wan": (512, 1.0)}  # Wan: WanPipeline's / Flow-Factory's 512 UMT5 tokens, Flow-Factory's 1.0
 # LoRA (rank, alpha): the shared recipe's (docs/method.md, "One RL iteration"), but Qwen-Image's, which follows the
 # peers' published Qwen-Image configs (Flow-Factory, verl-omni: rank 64 / alpha 128)
-LORA_RANK_ALPHA = {"flux1": (32, 64), "sd35l": (32, 64), "sd35m": (32, 64), "sana": (32, 64), "qwenimage": (64, 128)}
+LORA_RANK_ALPHA = {"flux1": (32, 64), "sd35l": (32, 64), "sd35m": (32, 64), "sana": (32, 64), "qwenimage": (64, 128),
+                   "wan": (64, 128)}  # Wan: Flow-Factory's Wan 2.1 GRPO recipe
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "diffusionnft": ("fp32", 10, 24, "all", 24, False),
@@ -52,6 +58,7 @@ OFFICIAL_FAMILY = {
     "sol_rl": ("auto", 6, 96, "best_worst", 24, True),
 }
 ALL_REWARDS = {"pickscore", "clipscore", "hpsv2", "imagereward"}
+ROLLOUT_GUIDANCE = {"wan": 5.0}  # Flow-Factory's Wan 2.1 GRPO recipe; the others' official 1.0
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -63,7 +70,7 @@ def write(directory: Path, name: str, text: str) -> Path:
 def test_checked_in_presets_equal_the_generator_output(tmp_path):
     expected = presets.expected_presets()
     assert presets.PRESET_OBJECTIVES == ("flow_grpo", "awm")
-    assert len(expected) == 16 * len(presets.MODELS) * 3 == 240  # DiffusionNFT's, then Flow-GRPO's and AWM's
+    assert len(expected) == 16 * len(presets.MODELS) * 3 == 288  # DiffusionNFT's, then Flow-GRPO's and AWM's
 
     def files(directory):
         return {p.relative_to(directory).as_posix(): p.read_text() for p in directory.rglob("*.yaml")}
@@ -133,7 +140,7 @@ def test_each_header_says_what_the_settings_are():
                 title = f"{presets.TITLES[model]}, {family}, trained on {presets.TITLES[reward]}: "
                 assert header.startswith(title)
                 assert all(len(line) <= presets.HEADER_WIDTH for line in text.splitlines() if line.startswith("#"))
-                if model in ("sd35m", "qwenimage"):
+                if model in ("sd35m", "qwenimage", "wan"):
                     assert official not in header
                     assert "no official Sol-RL setting" in header
                     assert f"configs/parts/models/{model}.yaml" in header
@@ -181,7 +188,8 @@ def test_every_preset_validates_with_the_official_values(model):
             assert (opt.lr, opt.betas, opt.weight_decay, opt.eps) == (3e-4, (0.9, 0.999), 1e-4, 1e-8)
             assert (cfg.train.old_eta_rate, cfg.train.old_eta_max, cfg.train.ema_max_decay) == (0.001, 0.5, 0.9)
             assert cfg.eval.every == 20
-            assert (cfg.guidance.rollout, cfg.guidance.train) == (1.0, 1.0)  # no CFG in rollouts
+            # no CFG in rollouts (Wan: Flow-Factory's CFG 5.0); the update without CFG
+            assert (cfg.guidance.rollout, cfg.guidance.train) == (ROLLOUT_GUIDANCE.get(model, 1.0), 1.0)
             assert (cfg.quant.weight_format, cfg.quant.act_format) == ("nvfp4_2d", "nvfp4")
             assert cfg.prompts.train == "data/pickscore/train.txt" and cfg.eval.prompts == "data/pickscore/test.txt"
 
@@ -241,6 +249,8 @@ OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
 # no official setting: verl-omni's 12 targets (the attention projections of both streams and both MLP Linears of each)
 OFFICIAL_LORA["qwenimage"] = [*OFFICIAL_LORA["sd35l"], "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj",
                               "txt_mlp.net.2"]
+# no official setting: Flow-Factory's Wan targets (both attentions and the feed-forward of each block)
+OFFICIAL_LORA["wan"] = [*OFFICIAL_LORA["sana"], "ffn.net.0.proj", "ffn.net.2"]
 
 
 @pytest.mark.parametrize("model", presets.MODELS)
@@ -260,4 +270,5 @@ def test_null_lora_targets_mean_the_official_ones(model):
     cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")
     assert cfg.train.lora_targets is None
     assert adapter_class(cfg.model.kind).defaults.lora_targets == OFFICIAL_LORA[model]
-    assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts
+    if model != "wan":  # the planner has no full-size Wan model yet
+        assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts

@@ -117,3 +117,14 @@ def test_the_plan_states_the_update_of_the_configs_objective():
     # per sample: NFT 4 times × (3 + 2), GRPO 1 step × (1 + 2), AWM 4 times × (2 + 2) forward costs
     assert seconds["grpo"] / seconds["nft"] == pytest.approx(3 / 20)
     assert seconds["awm"] / seconds["nft"] == pytest.approx(16 / 20)
+
+
+def test_a_backbone_without_a_full_size_model_is_refused_in_one_line():
+    from solrl_core.errors import SolrlError
+    from solrl_core.planner.fits import check_memory_fits
+
+    cfg = load_config(ROOT / "configs" / "presets" / "wan_sol_rl_pickscore.yaml")
+    with pytest.raises(SolrlError, match=r"^the planner has no full-size model of Wan2.1-T2V-1.3B \(model.kind wan\): "
+                                         r"it prices flux1, sd35l"):
+        plan_config(cfg, "h100")
+    assert check_memory_fits(cfg, 80 * 2**30) is None  # nothing to price: the run is not refused for it

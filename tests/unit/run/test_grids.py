@@ -50,3 +50,43 @@ def test_best_worst_rows_are_ordered_by_reward(pool):
     assert levels[:2] == [15, 25] and levels[3:] == [35, 5]
     whole = best_worst_grid(path, reward, n_prompts=2, n_show=2)
     assert whole.shape[0] > grids[0].shape[0] and whole.shape[1] == grids[0].shape[1]
+
+
+def _video(levels, size=8):
+    """A video whose frame t is a flat image of grey level levels[t]."""
+    return np.stack([_flat(level, size) for level in levels])
+
+
+def test_a_video_still_is_a_strip_of_its_first_last_and_evenly_spaced_frames():
+    from solrl_core.grids import STRIP_FRAMES, frame_strip
+
+    video = _video([10, 20, 30, 40, 50, 60, 70])
+    strip = frame_strip(video)
+    assert strip.shape == (8, STRIP_FRAMES * 8 + STRIP_FRAMES - 1, 3)
+    assert [int(strip[4, 9 * i + 4, 0]) for i in range(STRIP_FRAMES)] == [10, 30, 50, 70]  # frames 0, 2, 4, 6
+    assert int(strip[4, 8, 0]) == 255  # white between frames
+    assert frame_strip(_flat(7)).shape == (8, 8, 3)  # an image stays as it is
+    # in a grid each frame is as large as an image would be
+    grid = labelled_grid([("a moving cat", [Tile(video, "best · 0.9"), None, Tile(_video([5] * 3), "worst · 0.1")])])
+    corners = grid_layout([("a moving cat", [Tile(video, ""), None, Tile(_video([5] * 3), "")])]).rows[0][2]
+    (x0, y0), (x1, _) = corners[0], corners[2]
+    assert x1 - x0 >= STRIP_FRAMES * MIN_TILE
+    assert [int(grid[y0 + MIN_TILE // 2, x0 + (MIN_TILE + 12) * i + MIN_TILE // 2, 0]) for i in range(4)] == [10, 30,
+                                                                                                            50, 70]
+
+
+def test_an_animated_grid_has_one_grid_per_frame_and_saves_as_a_looping_gif(tmp_path):
+    from PIL import Image
+
+    from solrl_core.grids import animated_grid, save_gif
+
+    rows = [("a moving cat", [Tile(_video([10, 60, 110]), "best · 0.9"), None, Tile(_video([200, 150, 100]), "w")])]
+    frames = animated_grid(rows)
+    assert len(frames) == 3 and len({f.shape for f in frames}) == 1
+    x, y = grid_layout([("a moving cat", [Tile(_flat(0), "")])]).rows[0][2][0]
+    assert [int(f[y + MIN_TILE // 2, x + MIN_TILE // 2, 0]) for f in frames] == [10, 60, 110]
+    save_gif(frames, tmp_path / "grid.gif", fps=4)
+    with Image.open(tmp_path / "grid.gif") as gif:
+        assert (gif.n_frames, gif.info["loop"], gif.info["duration"]) == (3, 0, 250)
+    with pytest.raises(ValueError, match="one length"):
+        animated_grid([("x", [Tile(_video([1, 2]), ""), Tile(_video([1, 2, 3]), "")])])

@@ -32,7 +32,7 @@ from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
 
 from repo_paths import ROOT, TINY
 
-BACKBONES = ("embedded", "flux1", "sd35l", "sana", "qwenimage")
+BACKBONES = ("embedded", "flux1", "sd35l", "sana", "qwenimage", "wan")
 # one prompt, four seeds, two steps: what the fake device costs is per op, so fewer ops are what makes this fast
 SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1", "explore.seeds_per_prompt=4",
          "explore.batch_size=2", "explore.steps=2", "select.k=2", "regenerate.steps=2", "regenerate.batch_size=2",

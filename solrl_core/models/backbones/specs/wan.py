@@ -1,0 +1,41 @@
+"""Wan 2.1 text-to-video, 1.3B (diffusers WanTransformer3DModel). There is no official Sol-RL setting for a video
+model: the rollout settings are Flow-Factory's published Wan 2.1 GRPO recipe (X-GenGroup/Flow-Factory,
+examples/grpo/lora/wan21/t2v.yaml: 256 px, 5 frames, 10 steps, CFG 5.0, flow_shift 3.0, LoRA rank 64 / alpha 128,
+max grad norm 1.0) and its default LoRA targets (src/flow_factory/models/wan/wan2_t2v.py); the quantization rule is
+chosen here as SD3.5-Large's is (min width = the hidden width, so the attention stays in high precision and the
+feed-forward goes to 4 bits; the time and text embedders and the output projection are kept)."""
+
+from solrl_core.models.backbones.spec import BackboneDefaults, BackboneSpec
+
+WIDTH = 1536  # Wan2.1-T2V-1.3B's hidden width: 12 heads x 128 (Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py)
+
+DEFAULTS = BackboneDefaults(
+    lora_targets=["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+                  "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0", "ffn.net.0.proj", "ffn.net.2"],
+    quant_skip_names=["condition_embedder", "proj_out"],
+    quant_min_width=WIDTH,
+    sampler="euler",
+    resolution=256,
+    max_sequence_length=512,  # UMT5 tokens: WanPipeline's __call__ default, Flow-Factory's and UniRL's
+    grad_clip=1.0,
+    frames=5,
+)
+
+SPEC = BackboneSpec(
+    key="wan",
+    title="Wan2.1-T2V-1.3B",
+    kind="wan",
+    adapter="solrl_core.models.backbones.wan:WanBackbone",
+    order=60,
+    defaults=DEFAULTS,
+    image_tokens=512,  # 256 px, VAE f8 -> 32x32, 1x2x2 patches -> 256 tokens per latent frame, 2 latent frames
+    text_tokens=DEFAULTS.max_sequence_length,
+    timestep_fraction=0.6,
+    lora_rank=64,
+    lora_alpha=128,
+    micro_batch=8,
+    settings=("Flow-Factory's published Wan 2.1 GRPO settings and choices made here, as configs/parts/models/wan.yaml "
+              "says (there is no official Sol-RL setting for a video model)"),
+    tiny_maker="solrl_core.models.backbones.tiny.wan:make_tiny_wan",
+    temporal_compression=4,
+)
