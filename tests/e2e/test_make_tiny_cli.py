@@ -15,8 +15,8 @@ def test_unknown_model_is_a_one_line_error(tmp_path, capsys):
     out = tmp_path / "nothing"
     assert main(["make-tiny", "sdxl", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == "solrl: error: unknown model 'sdxl' (known: flux1, sd35l, sd35m, sana, qwenimage)\n"
+    assert err == "solrl: error: unknown model 'sdxl' (known: flux1, sd35l, sd35m, sana, qwenimage, wan)\n"
     assert not out.exists()
     proc = solrl(dict(os.environ), "make-tiny", "flux2", str(out), check=False, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "solrl: error: unknown model 'flux2' (known: flux1, sd35l, sd35m, sana, qwenimage)"]
+        "solrl: error: unknown model 'flux2' (known: flux1, sd35l, sd35m, sana, qwenimage, wan)"]
