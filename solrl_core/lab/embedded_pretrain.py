@@ -57,7 +57,8 @@ def _sample_t(batch: int, generator: torch.Generator) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _ema_update(ema: torch.nn.Module, model: torch.nn.Module, step: int) -> None:
+def ema_update(ema: torch.nn.Module, model: torch.nn.Module, step: int) -> None:
+    """`ema` moved towards `model` with decay min(EMA_DECAY, (1 + step) / (10 + step)) (also the sibling's reflow)."""
     decay = min(EMA_DECAY, (1 + step) / (10 + step))
     for e, p in zip(ema.parameters(), model.parameters()):
         e.lerp_(p, 1 - decay)
@@ -152,8 +153,8 @@ def pretrain(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         scheduler.step()
-        _ema_update(ema_transformer, transformer, step)
-        _ema_update(ema_text, text_encoder, step)
+        ema_update(ema_transformer, transformer, step)
+        ema_update(ema_text, text_encoder, step)
         losses.append(loss.item())
         if (step + 1) % log_every == 0 or step + 1 == steps:
             recent = float(np.mean(losses[-log_every:]))

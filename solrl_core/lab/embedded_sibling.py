@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
+from solrl_core.lab.embedded_pretrain import ema_update
 
 DEFAULT_RECIPE = {
     "teacher_steps": 10,  # the embedded configs' regenerate.steps: the sampler the explore must rank like
@@ -35,7 +36,6 @@ DEFAULT_RECIPE = {
 }
 PAIR_SEED_BASE = 30_000_000  # the pairs' noise: far from every run's training, evaluation and calibration seeds
 EVAL_SEED_BASE = 31_000_000
-EMA_DECAY = 0.999
 EVAL_STEPS = (1, 2, 4)
 
 
@@ -81,10 +81,7 @@ def reflow(backbone, noise: torch.Tensor, x0: torch.Tensor, index: np.ndarray, c
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
         optimizer.step()
-        decay = min(EMA_DECAY, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for e, p in zip(ema.parameters(), student.parameters()):
-                e.lerp_(p, 1 - decay)
+        ema_update(ema, student, step)
         losses.append(loss.item())
         if (step + 1) % 100 == 0 or step + 1 == steps:
             curve.append([step + 1, round(float(np.mean(losses[-100:])), 5)])
