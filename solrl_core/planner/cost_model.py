@@ -247,7 +247,7 @@ def assumptions(update: str = NFT_UPDATE) -> list[str]:
         "4-bit share = FLOPs of the layers the project's eligibility rule replaces (official skip names and min "
         "width); attention products and kept layers run in BF16",
         update,
-        "decode + reward per sampled image: VAE decoder FLOPs + CLIP ViT-H/14 image tower, in BF16",
+        "decode + reward per sample: VAE decoder FLOPs + CLIP ViT-H/14 image tower on the image or on each frame of a video, in BF16",
         "not modeled: quantization of the explore copy, text encoding, LoRA FLOPs, optimizer step, communication, "
         "kernel-launch and host overheads",
     ]
@@ -337,7 +337,7 @@ def format_plan(result: dict) -> str:
         f"tokens): {_flop(f['total'])} = Linear {_flop(f['linear'], f['total'])} + attention "
         f"{_flop(f['attention'], f['total'])} + conv {_flop(f['conv'], f['total'])}; in 4 bits during explore: {100 * f['low_precision_share']:.1f}% "
         f"({f['low_precision_layers']} layers)",
-        f"  decode + reward per image: {_flop(result['per_image_flops']['total'])}; training timesteps per "
+        f"  decode + reward per sample: {_flop(result['per_image_flops']['total'])}; training timesteps per "
         f"sample: {next(iter(result['families'].values()))['shapes']['train_timesteps']} "
         f"(fraction {result['timestep_fraction']} of 10 steps)",
     ]

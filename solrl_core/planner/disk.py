@@ -51,7 +51,7 @@ OPTIMIZER_MOMENTS = 2  # AdamW: exp_avg and exp_avg_sq per parameter (and one 0-
 class SampleShapes:
     """What one candidate, one adapter and one prompt of a run look like on disk."""
 
-    image: tuple[int, ...]  # (H, W, 3) uint8
+    image: tuple[int, ...]  # (H, W, 3) uint8; a video's (frames, H, W, 3)
     latent: tuple[int, ...]  # one sample's latent, stored in float32
     lora_params: int  # one adapter at the run's rank and targets
     lora_tensors: int  # tensors of one adapter (A and B of each targeted layer)
@@ -75,14 +75,16 @@ def full_size_shapes(cfg, model: str, official: bool = False) -> SampleShapes:
     resolution = d.resolution if official or not cfg.model.resolution else cfg.model.resolution
     text_tokens = None if official else config_tokens(cfg, model)[1]
     targets = tuple(d.lora_targets) if official or not cfg.train.lora_targets else tuple(cfg.train.lora_targets)
-    latent = full_size_latent(model, resolution)
+    frames = d.frames if official or not cfg.model.frames else cfg.model.frames  # None: an image model
+    latent = full_size_latent(model, resolution, frames)
     config = json.loads((config_dir() / spec.config_file).read_text())
     inputs = example_inputs(spec.kind, config, spec.image_tokens, text_tokens or spec.text_tokens)
     size = DTYPES[cfg.model.dtype].itemsize
     conditioning = sum(inputs[k][0].numel() * size for k in ("encoder_hidden_states", "pooled_projections")
                        if torch.is_tensor(inputs.get(k)))
     module = plain_transformer(model)
-    return SampleShapes(image=(resolution, resolution, 3), latent=latent,
+    image = (resolution, resolution, 3) if frames is None else (frames, resolution, resolution, 3)
+    return SampleShapes(image=image, latent=latent,
                         lora_params=lora_params(module, targets, cfg.train.lora_rank),
                         lora_tensors=2 * len(targeted_linears(module, targets)), conditioning_bytes=conditioning)
 

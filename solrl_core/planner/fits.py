@@ -122,16 +122,18 @@ def sibling_model_of(cfg, model: str) -> str:
 
 
 def config_tokens(cfg, model: str) -> tuple[int | None, int | None]:
-    """One sample's (image, text) tokens at the config's resolution and text length; None where it is the official
-    one (the measurement the planner already has)."""
+    """One sample's (image, text) tokens at the config's resolution, frames and text length; None where it is the
+    official one (the measurement the planner already has)."""
     from solrl_core.planner.memory import SPECS
 
     spec = SPECS[model]
     d = spec.defaults
-    resolution, length = cfg.model.resolution, cfg.model.max_sequence_length
+    resolution, length = cfg.model.resolution or d.resolution, cfg.model.max_sequence_length
+    latent_frames = spec.latent_frames_at(cfg.model.frames)
     image = text = None
-    if resolution and resolution != d.resolution:  # tokens grow with the image's area
-        image = round(math.isqrt(spec.image_tokens) * resolution / d.resolution) ** 2
+    if resolution != d.resolution or latent_frames != spec.latent_frames:  # tokens grow with the area and frames
+        side = math.isqrt(spec.image_tokens // spec.latent_frames)
+        image = round(side * resolution / d.resolution) ** 2 * latent_frames
     if length and d.max_sequence_length and length != d.max_sequence_length:
         text = spec.text_tokens - d.max_sequence_length + length  # SD3: CLIP's 77 tokens stay
     return image, text
@@ -166,7 +168,8 @@ def _estimate(cfg, model: str, explore: ExploreCopy, **changes):
     image, text = config_tokens(cfg, model)
     settings = dict(micro_batch=cfg.train.micro_batch, text_encoders_resident=not cfg.model.release_text_encoders,
                     gradient_checkpointing=cfg.model.gradient_checkpointing,
-                    samples_bytes=update_samples_bytes(cfg, full_size_latent(model, cfg.model.resolution)))
+                    samples_bytes=update_samples_bytes(cfg, full_size_latent(model, cfg.model.resolution,
+                                                                                cfg.model.frames)))
     settings.update(changes)
     targets = tuple(cfg.train.lora_targets) if cfg.train.lora_targets else None
     return memory_estimate(model, lora_rank=cfg.train.lora_rank, lora_targets=targets, image_tokens=image,

@@ -25,9 +25,9 @@ coverage report, the planner's ``sana`` counts the feed-forward's 1×1 convoluti
 then replaces (``sana-diffusers`` is the plain diffusers model, with no 4-bit share).
 
 Image decoding and reward scoring, which every sampled image goes through, are counted the same way: the VAE
-decoder (``AutoencoderKL`` f8c16 for FLUX.1/SD3.5, ``AutoencoderDC`` f32c32 for SANA, built from their public
-diffusers config values below) and an analytic count of the reward model's image tower (CLIP ViT-H/14 at 224 px,
-the PickScore / HPSv2.1 backbone).
+decoder (``AutoencoderKL`` f8c16 for FLUX.1/SD3.5, ``AutoencoderDC`` f32c32 for SANA, ``AutoencoderKLWan`` for Wan's
+videos, built from their public diffusers config values below) and an analytic count of the reward model's image
+tower (CLIP ViT-H/14 at 224 px, the PickScore / HPSv2.1 backbone), once per image or per frame of a video.
 """
 
 from __future__ import annotations
@@ -80,11 +80,13 @@ MODEL_ALIASES = {alias: b.key for b in backbone_specs() for alias in b.aliases}
 
 
 def planner_model(cfg) -> str:
-    """The planner model a run config trains: "embedded", "flux1", "sd35l", "sd35m" or "sana"."""
-    kind = cfg.model.kind
-    if kind == "sd35":
-        return "sd35m" if "medium" in str(cfg.model.path or "").lower() else "sd35l"
-    return kind
+    """The planner model a run config trains: of the specs of its model.kind, the one whose `path_marker` model.path
+    contains ("medium": SD3.5-Medium), else the one without a marker (SD3.5-Large); a plug-in's kind as it is."""
+    path = str(cfg.model.path or "").lower()
+    same_kind = [s for s in backbone_specs() if s.kind == cfg.model.kind]
+    named = [s.key for s in same_kind if s.path_marker and s.path_marker in path]
+    default = [s.key for s in same_kind if not s.path_marker]
+    return (named or default or [cfg.model.kind])[0]
 
 
 def get_model(name: str) -> PlannerModel:
@@ -251,6 +253,9 @@ VAE_DECODERS: dict[str, dict] = {
     ),
     # Qwen/Qwen-Image vae/config.json: the class defaults (base width 96, levels 1/2/4/4, 2 res blocks, z 16, f8)
     "qwen-f8c16": dict(cls="AutoencoderKLQwenImage", kwargs={}),
+    # Wan-AI/Wan2.1-T2V-1.3B-Diffusers and -14B-Diffusers vae/config.json: the class defaults (base width 96, levels
+    # 1/2/4/4, 2 res blocks, z 16, f8 in space and 4 in time, causal 3D convolutions)
+    "wan-f8c16": dict(cls="AutoencoderKLWan", kwargs={}),
     # mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers: 3 ResBlock + 3 EfficientViT levels, 3 layers each, multiscale 5
     # attention, interpolation upsampling (the class defaults hold the channel widths and layer counts).
     "dc-ae-f32c32": dict(
@@ -295,7 +300,9 @@ backbones; the prompt's text tower runs once per prompt and is left out)."""
 
 
 def decode_and_score_flops(model: str) -> dict[str, float]:
-    """Per-image FLOPs of the VAE decode and the reward model's image tower for ``model``."""
+    """Per-sample FLOPs of the VAE decode and the reward model's image tower for ``model``: of one image, or of one
+    video of the model's frames, each of which an image reward scores (reward_models.<name>.video_frames' default)."""
     m = get_model(model)
     decode = vae_decode_flops(m.vae, m.latent_shape)
-    return {"decode": decode, "reward": REWARD_FLOPS_PER_IMAGE, "total": decode + REWARD_FLOPS_PER_IMAGE}
+    reward = REWARD_FLOPS_PER_IMAGE * (backbone_spec(m.backbone).defaults.frames or 1)
+    return {"decode": decode, "reward": reward, "total": decode + reward}

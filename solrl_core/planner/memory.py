@@ -84,6 +84,9 @@ HF_MODELS: dict[str, tuple[str, str, dict]] = {
     "T5_XXL": ("T5EncoderModel", "T5Config", dict(
         vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
         feed_forward_proj="gated-gelu")),
+    "UMT5_XXL": ("UMT5EncoderModel", "UMT5Config", dict(  # Wan 2.1's text_encoder (umt5-xxl, its config.json)
+        vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
     "CLIP_L_TEXT": ("CLIPTextModelWithProjection", "CLIPTextConfig", dict(
         hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, projection_dim=768)),
     "CLIP_G_TEXT": ("CLIPTextModelWithProjection", "CLIPTextConfig", dict(

@@ -9,14 +9,16 @@ import math
 LATENT = 4  # bytes per latent value: float32, in the pools and on the update's device
 
 
-def full_size_latent(model: str, resolution: int | None = None) -> tuple[int, ...]:
-    """One sample's latent of a full-size model at `resolution` (None: its own)."""
+def full_size_latent(model: str, resolution: int | None = None, frames: int | None = None) -> tuple[int, ...]:
+    """One sample's latent of a full-size model at `resolution` and, for a video model, `frames` (None: its own)."""
     from solrl_core.planner.memory import SPECS
 
     spec = SPECS[model]
     native = spec.defaults.resolution
     resolution = resolution or native
     *channels, height, width = spec.latent_shape
+    if spec.defaults.frames is not None:  # (C, latent frames, H, W)
+        channels = [channels[0], spec.latent_frames_at(frames)]
     return (*channels, height * resolution // native, width * resolution // native)
 
 

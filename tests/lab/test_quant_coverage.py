@@ -127,6 +127,10 @@ def test_counts_are_consistent(rows):
         # 60 blocks x 14 Linear (img/txt modulation, 8 attention projections, 2 x 2 MLP) + 6 outside; kept: the
         # 2 timestep Linear, img_in, txt_in, norm_out.linear (the skip names)
         "qwen-image": (60 * 14 + 6, 60 * 14 + 1),
+        # blocks x 10 Linear (4 self- and 4 cross-attention projections, 2 feed-forward) + 6 outside (time and text
+        # embedders, proj_out); replaced: the feed-forward's 2, the only layers wider than the hidden width
+        "wan2.1-t2v-1.3b": (30 * 10 + 6, 30 * 2),
+        "wan2.1-t2v-14b": (40 * 10 + 6, 40 * 2),
     }
     # Parameter counts of the configs (billions): the models really are the full-size ones.
     assert rows["flux1-dev"]["params_total"] / 1e9 == pytest.approx(11.90, abs=0.01)

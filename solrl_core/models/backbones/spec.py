@@ -98,6 +98,9 @@ class BackboneSpec:
     vae: str = ""  # key of solrl_core.planner.flops.VAE_DECODERS
     latent_shape: tuple[int, ...] = ()  # of one sample at defaults.resolution, as the VAE decoder takes it (C, H, W)
     aliases: tuple[str, ...] = ()  # other names the planner accepts
+    # a word of model.path (lower case) that names this model among the specs of its kind ("medium": SD3.5-Medium,
+    # not SD3.5-Large); None: the kind's model when model.path names none
+    path_marker: str | None = None
     text_encoders: dict[str, str] = field(default_factory=dict)  # title -> solrl_core.planner.memory.HF_MODELS name
     micro_batch: int = 8  # the official train.micro_batch per GPU
     # train.lora_rank / train.lora_alpha where the model's part sets its own; None: the shared recipe's
@@ -126,8 +129,13 @@ class BackboneSpec:
     @property
     def latent_frames(self) -> int:
         """Latent frames of one sample at defaults.frames (1 for an image model)."""
-        frames = self.defaults.frames
-        return 1 if frames is None else (frames - 1) // self.temporal_compression + 1
+        return self.latent_frames_at(None)
+
+    def latent_frames_at(self, frames: int | None) -> int:
+        """Latent frames of one sample of `frames` frames (None: defaults.frames; 1 for an image model)."""
+        if self.defaults.frames is None:
+            return 1
+        return ((frames or self.defaults.frames) - 1) // self.temporal_compression + 1
 
     @property
     def part(self) -> Path:

@@ -1,4 +1,5 @@
-"""Backbone adapter of Wan 2.1 text-to-video through diffusers' WanPipeline.
+"""Backbone adapter of Wan 2.1 text-to-video through diffusers' WanPipeline (and of Wan2.2-TI2V-5B's text-to-video,
+one transformer on its own 16x VAE, whose per-token timesteps are the step's time on every token in text-to-video).
 
 A sample is a video: its latent is the Wan VAE's (16, 1 + (frames - 1) / 4, H / 8, W / 8), the transformer
 patchifies it itself (1 x 2 x 2 patches), and `decode` gives (B, frames, H, W, 3) uint8 frames. The timestep goes in
@@ -10,6 +11,7 @@ default negative prompt) velocities itself.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,12 +32,30 @@ class WanBackbone(DiffusersPipelineBackbone):
     text_encoder_names = ("text_encoder",)
 
     def __init__(self, pipe, model):
+        if getattr(pipe, "transformer_2", None) is not None:
+            raise SolrlError(f"model.path {model.path} has two experts (Wan 2.2 A14B: transformer for high noise, "
+                             f"transformer_2 for low); solrl trains one transformer: a Wan 2.1 model or Wan2.2-TI2V-5B")
         self.frames = model.frames or SPEC.defaults.frames
         problem = frames_problem(SPEC, self.frames)
         if problem or pipe.vae_scale_factor_temporal != SPEC.temporal_compression:
             raise SolrlError(problem or f"model.path {model.path}: its VAE compresses {pipe.vae_scale_factor_temporal} "
                              f"frames into one, Wan 2.1's {SPEC.temporal_compression}")
         super().__init__(pipe, model)
+
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        """A video latent of `image_tokens` patches: the spec's latent frames (where they divide the tokens) of a
+        grid as near square as the count allows. A forward's FLOPs and memory depend on the count alone (the
+        attention is over all of a video's tokens; its 3D rotary embedding is elementwise)."""
+        frames = SPEC.latent_frames if image_tokens % SPEC.latent_frames == 0 else 1
+        per_frame = image_tokens // frames
+        rows = max(d for d in range(1, math.isqrt(per_frame) + 1) if per_frame % d == 0)
+        pt, ph, pw = config["patch_size"]
+        return dict(
+            hidden_states=torch.randn(batch, config["in_channels"], frames * pt, rows * ph, per_frame // rows * pw),
+            encoder_hidden_states=torch.randn(batch, text_tokens, config["text_dim"]),
+            timestep=torch.ones(batch),
+        )
 
     @property
     def patch(self) -> int:

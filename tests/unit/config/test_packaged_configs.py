@@ -27,7 +27,7 @@ def test_every_config_under_configs_has_a_name_except_the_parts():
     assert set(known.values()) == every
     assert {"demo", "demo_learned", "bench", "pools", "families/sol_rl"} <= set(known)
     assert set(known) >= set(presets.preset_models())
-    assert len(presets.preset_models()) == 288
+    assert len(presets.preset_models()) == 336
     assert {"flux1_sol_rl_pickscore", "flow_grpo/flux1_sol_rl_pickscore", "awm/flux1_sol_rl_pickscore"} <= set(known)
     for name, path in known.items():
         assert packaged_name(path) == name

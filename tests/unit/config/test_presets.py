@@ -39,17 +39,22 @@ OFFICIAL_MODEL = {
     # SD3.5-L's kind of quantization rule (configs/parts/models/wan.yaml)
     "wan": dict(kind="wan", resolution=256, sampler="euler", micro_batch=8, timestep_fraction=0.6,
                 skip=["condition_embedder", "proj_out"], min_width=1536, eval_steps=28),
+    # the 14B: the 1.3B's, but min width = its hidden width 5120 and SD3.5-L's micro-batch (configs/parts/models/
+    # wan14b.yaml)
+    "wan14b": dict(kind="wan", resolution=256, sampler="euler", micro_batch=4, timestep_fraction=0.6,
+                   skip=["condition_embedder", "proj_out"], min_width=5120, eval_steps=28),
 }
 # Text length and gradient-norm clip as the reference runs each model (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN of
 # train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
 # configs/sol_rl/{flux1,sd3,sana}.py, where sd3.py keeps configs/sol_rl/base.py's 0.002. SD3.5-M: SD3.5-L's.
 REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0),
                       "qwenimage": (256, 1.0),  # Qwen-Image (no reference): verl-omni's 256 tokens, the peers' 1.0
-                      "wan": (512, 1.0)}  # Wan: WanPipeline's / Flow-Factory's 512 UMT5 tokens, Flow-Factory's 1.0
+                      "wan": (512, 1.0),  # Wan: WanPipeline's / Flow-Factory's 512 UMT5 tokens, Flow-Factory's 1.0
+                      "wan14b": (512, 1.0)}
 # LoRA (rank, alpha): the shared recipe's (docs/method.md, "One RL iteration"), but Qwen-Image's, which follows the
 # peers' published Qwen-Image configs (Flow-Factory, verl-omni: rank 64 / alpha 128)
 LORA_RANK_ALPHA = {"flux1": (32, 64), "sd35l": (32, 64), "sd35m": (32, 64), "sana": (32, 64), "qwenimage": (64, 128),
-                   "wan": (64, 128)}  # Wan: Flow-Factory's Wan 2.1 GRPO recipe
+                   "wan": (64, 128), "wan14b": (64, 128)}  # Wan: Flow-Factory's Wan 2.1 GRPO recipe
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "diffusionnft": ("fp32", 10, 24, "all", 24, False),
@@ -58,7 +63,7 @@ OFFICIAL_FAMILY = {
     "sol_rl": ("auto", 6, 96, "best_worst", 24, True),
 }
 ALL_REWARDS = {"pickscore", "clipscore", "hpsv2", "imagereward"}
-ROLLOUT_GUIDANCE = {"wan": 5.0}  # Flow-Factory's Wan 2.1 GRPO recipe; the others' official 1.0
+ROLLOUT_GUIDANCE = {"wan": 5.0, "wan14b": 5.0}  # Flow-Factory's Wan 2.1 GRPO recipe; the others' official 1.0
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -70,7 +75,7 @@ def write(directory: Path, name: str, text: str) -> Path:
 def test_checked_in_presets_equal_the_generator_output(tmp_path):
     expected = presets.expected_presets()
     assert presets.PRESET_OBJECTIVES == ("flow_grpo", "awm")
-    assert len(expected) == 16 * len(presets.MODELS) * 3 == 288  # DiffusionNFT's, then Flow-GRPO's and AWM's
+    assert len(expected) == 16 * len(presets.MODELS) * 3 == 336  # DiffusionNFT's, then Flow-GRPO's and AWM's
 
     def files(directory):
         return {p.relative_to(directory).as_posix(): p.read_text() for p in directory.rglob("*.yaml")}
@@ -140,7 +145,7 @@ def test_each_header_says_what_the_settings_are():
                 title = f"{presets.TITLES[model]}, {family}, trained on {presets.TITLES[reward]}: "
                 assert header.startswith(title)
                 assert all(len(line) <= presets.HEADER_WIDTH for line in text.splitlines() if line.startswith("#"))
-                if model in ("sd35m", "qwenimage", "wan"):
+                if model in ("sd35m", "qwenimage", "wan", "wan14b"):
                     assert official not in header
                     assert "no official Sol-RL setting" in header
                     assert f"configs/parts/models/{model}.yaml" in header
@@ -250,7 +255,7 @@ OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
 OFFICIAL_LORA["qwenimage"] = [*OFFICIAL_LORA["sd35l"], "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj",
                               "txt_mlp.net.2"]
 # no official setting: Flow-Factory's Wan targets (both attentions and the feed-forward of each block)
-OFFICIAL_LORA["wan"] = [*OFFICIAL_LORA["sana"], "ffn.net.0.proj", "ffn.net.2"]
+OFFICIAL_LORA["wan"] = OFFICIAL_LORA["wan14b"] = [*OFFICIAL_LORA["sana"], "ffn.net.0.proj", "ffn.net.2"]
 
 
 @pytest.mark.parametrize("model", presets.MODELS)
@@ -270,5 +275,4 @@ def test_null_lora_targets_mean_the_official_ones(model):
     cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")
     assert cfg.train.lora_targets is None
     assert adapter_class(cfg.model.kind).defaults.lora_targets == OFFICIAL_LORA[model]
-    if model != "wan":  # the planner has no full-size Wan model yet
-        assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts
+    assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts

@@ -12,7 +12,10 @@ from solrl_core.planner import memory
 # published sizes (model cards / papers)
 TRANSFORMERS = {"flux1": 12.0e9, "sd35l": 8.1e9, "sd35m": 2.5e9, "sana": 1.6e9, "qwenimage": 20e9}
 ENCODERS = {"T5_XXL": 4.7e9, "CLIP_L_TEXT": 123e6, "CLIP_G_TEXT": 695e6, "GEMMA2_2B": 2.6e9, "CLIP_H14": 986e6,
-            "QWEN25_VL_7B": 8.29e9}
+            "QWEN25_VL_7B": 8.29e9,
+            "UMT5_XXL": 5.68e9}  # Wan-AI's models_t5_umt5-xxl-enc-bf16.pth: 11.4 GB of bf16
+# Wan 2.1's published dimensions (Wan-Video/Wan2.1 wan/configs/wan_t2v_{1_3B,14B}.py): width, feed-forward, blocks
+WAN = {"wan": (1536, 8960, 30), "wan14b": (5120, 13824, 40)}
 
 
 @pytest.mark.parametrize("model", list(TRANSFORMERS))
@@ -23,6 +26,16 @@ def test_full_size_transformers_have_their_published_sizes(model):
 @pytest.mark.parametrize("entry", list(ENCODERS))
 def test_text_encoders_and_reward_model_have_their_published_sizes(entry):
     assert memory.hf_params(entry) == pytest.approx(ENCODERS[entry], rel=0.03)
+
+
+@pytest.mark.parametrize("model", list(WAN))
+def test_wan_transformers_have_the_size_of_their_published_dimensions(model):
+    # each block: self- and cross-attention (4 d x d projections each) and the feed-forward (d -> ffn -> d); besides,
+    # the text embedder (4096 -> d -> d) and the time embedder's d -> d and d -> 6 d (the blocks' modulation); norms,
+    # biases and the rest are under 1%
+    d, ffn, blocks = WAN[model]
+    hand = blocks * (8 * d * d + 2 * d * ffn) + (4096 * d + d * d) + 7 * d * d
+    assert memory.transformer_params(model) == pytest.approx(hand, rel=0.01)
 
 
 def test_positional_table_buffers_and_tied_weights_count_once():

@@ -119,12 +119,64 @@ def test_the_plan_states_the_update_of_the_configs_objective():
     assert seconds["awm"] / seconds["nft"] == pytest.approx(16 / 20)
 
 
-def test_a_backbone_without_a_full_size_model_is_refused_in_one_line():
+def test_a_backbone_without_a_full_size_model_is_refused_in_one_line(monkeypatch):
     from solrl_core.errors import SolrlError
+    from solrl_core.planner import flops, memory
     from solrl_core.planner.fits import check_memory_fits
 
     cfg = load_config(ROOT / "configs" / "presets" / "wan_sol_rl_pickscore.yaml")
+    # a backbone solrl runs whose full-size config the planner lacks (every shipped one has it): Wan without its rows
+    monkeypatch.setattr(flops, "MODELS", {k: m for k, m in flops.MODELS.items() if m.backbone != "wan"})
+    monkeypatch.setattr(memory, "SPECS", {k: s for k, s in memory.SPECS.items() if k != "wan"})
     with pytest.raises(SolrlError, match=r"^the planner has no full-size model of Wan2.1-T2V-1.3B \(model.kind wan\): "
                                          r"it prices flux1, sd35l"):
         plan_config(cfg, "h100")
     assert check_memory_fits(cfg, 80 * 2**30) is None  # nothing to price: the run is not refused for it
+
+
+@pytest.mark.parametrize("path, model", [("Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan"),
+                                         ("/models/Wan2.1-T2V-14B-Diffusers", "wan14b"),
+                                         ("stabilityai/stable-diffusion-3.5-medium", "sd35m"),
+                                         ("stabilityai/stable-diffusion-3.5-large", "sd35l")])
+def test_the_planner_model_is_the_one_the_path_names(path, model):
+    preset = {"wan": "wan", "wan14b": "wan", "sd35m": "sd35l", "sd35l": "sd35l"}[model]
+    cfg = load_config(PRESETS / f"{preset}_sol_rl_pickscore.yaml", [f"model.path={path}"])
+    assert planner_model(cfg) == model
+
+
+def test_a_video_config_is_priced_at_its_frames_and_resolution():
+    """Tokens and latents grow with the frames (4 to a latent frame after the first) and the area; the decode and
+    every frame's reward are priced per video."""
+    from solrl_core.planner import flops
+    from solrl_core.planner.fits import config_tokens
+    from solrl_core.planner.samples import full_size_latent
+
+    cfg = load_config(PRESETS / "wan_sol_rl_pickscore.yaml")
+    assert config_tokens(cfg, "wan") == (None, None)  # the official 5 frames at 256 px: 2 latent frames of 16 x 16
+    longer = load_config(PRESETS / "wan_sol_rl_pickscore.yaml", ["model.frames=33", "model.resolution=512"])
+    assert config_tokens(longer, "wan") == (9 * 32 * 32, None)
+    assert full_size_latent("wan", 512, 33) == (16, 9, 64, 64)
+    assert full_size_latent("wan") == (16, 2, 32, 32)
+    per_video = flops.decode_and_score_flops("wan")
+    assert per_video["reward"] == 5 * flops.REWARD_FLOPS_PER_IMAGE
+    assert per_video["decode"] == flops.vae_decode_flops("wan-f8c16", (16, 2, 32, 32))
+
+
+def test_wan_presets_are_priced_and_fit_an_80_gb_gpu():
+    """The memory check prices both Wan sizes (a hub id: the official checkpoint its path names), and a longer
+    video's update holds more activations and samples."""
+    from solrl_core.planner.fits import check_memory_fits, stage_memory
+
+    small = load_config(PRESETS / "wan_sol_rl_pickscore.yaml")
+    large = load_config(PRESETS / "wan14b_sol_rl_pickscore.yaml")
+    for cfg in (small, large):
+        stages = {s.stage: s for s in stage_memory(cfg)}
+        assert set(stages) >= {"explore", "regenerate", "update", "evaluation"}
+        assert [s.stage for s in check_memory_fits(cfg, 80 * 2**30)] == list(stages)  # priced, and it fits
+    weights = {cfg.model.path: stage_memory(cfg)[0].parts["weights"] for cfg in (small, large)}
+    assert weights[large.model.path] > 9 * weights[small.model.path]  # 14.3 B against 1.4 B
+    longer = load_config(PRESETS / "wan_sol_rl_pickscore.yaml", ["model.frames=33"])
+    update = {cfg.model.frames: next(s for s in stage_memory(cfg) if s.stage == "update").parts["activations"]
+              for cfg in (small, longer)}
+    # 9 latent frames against 2: 2304 + 512 text tokens per sample against 512 + 512
+    assert update[33] > (2304 + 512) / (512 + 512) * update[5]

@@ -24,6 +24,7 @@ SPEC = replace(
         ),
     ),
     aliases=("sd35-medium", "sd3.5-medium"),
+    path_marker="medium",
     micro_batch=8,
     settings=("SD3.5-Large's official settings (docs/method.md) and choices made here, as configs/parts/models/"
               "sd35m.yaml says (there is no official Sol-RL setting for SD3.5-Medium)"),

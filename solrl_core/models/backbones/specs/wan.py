@@ -5,9 +5,14 @@ max grad norm 1.0) and its default LoRA targets (src/flow_factory/models/wan/wan
 chosen here as SD3.5-Large's is (min width = the hidden width, so the attention stays in high precision and the
 feed-forward goes to 4 bits; the time and text embedders and the output projection are kept)."""
 
-from solrl_core.models.backbones.spec import BackboneDefaults, BackboneSpec
+from solrl_core.models.backbones.spec import BackboneDefaults, BackboneSpec, CoverageRow, TokenLayout
 
 WIDTH = 1536  # Wan2.1-T2V-1.3B's hidden width: 12 heads x 128 (Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py)
+
+# Wan's transformer by its layer names: the timestep embedder runs once per sample; the UMT5 states go through the
+# text embedder and the cross-attention's keys and values; every other layer sees the video's tokens.
+TOKENS = TokenLayout(sample=("condition_embedder.time_embedder", "condition_embedder.time_proj"),
+                     text=("condition_embedder.text_embedder", "attn2.to_k", "attn2.to_v"))
 
 DEFAULTS = BackboneDefaults(
     lora_targets=["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
@@ -28,9 +33,19 @@ SPEC = BackboneSpec(
     adapter="solrl_core.models.backbones.wan:WanBackbone",
     order=60,
     defaults=DEFAULTS,
+    config_file="wan2.1-t2v-1.3b.transformer.json",
+    tokens=TOKENS,
     image_tokens=512,  # 256 px, VAE f8 -> 32x32, 1x2x2 patches -> 256 tokens per latent frame, 2 latent frames
     text_tokens=DEFAULTS.max_sequence_length,
+    coverage=(CoverageRow("wan2.1-t2v-1.3b", "Wan2.1-T2V-1.3B", "no official setting: min width = its hidden width "
+                          "1536 (configs/parts/models/wan.yaml)", planner_key="wan",
+                          planner_note="no official Sol-RL setting: Flow-Factory's Wan 2.1 GRPO rollouts (256 px, 5 "
+                          "frames), the quantization rule chosen here"),),
     timestep_fraction=0.6,
+    vae="wan-f8c16",
+    latent_shape=(16, 2, 32, 32),  # 5 frames at 256 px: 1 + (5 - 1) / 4 latent frames of 32 x 32
+    aliases=("wan2.1-t2v-1.3b", "wan-1.3b", "wan2.1"),
+    text_encoders={"UMT5-XXL encoder": "UMT5_XXL"},
     lora_rank=64,
     lora_alpha=128,
     micro_batch=8,

@@ -23,9 +23,9 @@ FULL_SIZE = [s.key for s in SPECS if s.config_file]
 
 
 def test_every_consumer_lists_the_models_of_the_specs():
-    assert FULL_SIZE == ["flux1", "sd35l", "sd35m", "sana", "qwenimage"]
-    assert list(presets.MODELS) == [*FULL_SIZE, "wan"]
-    assert list(tiny_models()) == [*FULL_SIZE, "wan"]  # Wan: a tiny maker, no full-size config yet
+    assert FULL_SIZE == ["flux1", "sd35l", "sd35m", "sana", "qwenimage", "wan", "wan14b"]
+    assert list(presets.MODELS) == FULL_SIZE
+    assert list(tiny_models()) == FULL_SIZE[:-1]  # the 14B's tiny is the 1.3B's: the same architecture
     assert list(memory.MODELS) == FULL_SIZE
     assert [m.backbone for m in flops.MODELS.values() if m.key == m.backbone] == FULL_SIZE
     assert {m.backbone for m in flops.MODELS.values()} == set(FULL_SIZE)
@@ -41,7 +41,7 @@ def test_planner_names_resolve_through_the_specs():
     for spec in SPECS:
         for alias in spec.aliases:
             assert flops.get_model(alias).backbone == spec.key
-    with pytest.raises(SolrlError, match="known: flux1, sd35l, sd35m, sana, sana-diffusers, qwenimage"):
+    with pytest.raises(SolrlError, match="known: flux1, sd35l, sd35m, sana, sana-diffusers, qwenimage, wan, wan14b"):
         flops.get_model("nope")
 
 

@@ -136,3 +136,47 @@ def test_load_and_config_errors(tiny_dir, tmp_path):
         load_config(TINY, ["model.kind=wan", f"model.path={tiny_dir}", "model.frames=4"])
     with pytest.raises(ConfigError, match="the embedded model makes images; set model.frames: null"):
         load_config(TINY, ["model.frames=5"])
+
+
+@pytest.fixture(scope="module")
+def wan22_dirs(tiny_dir, tmp_path_factory):
+    """The tiny Wan in Wan 2.2's two layouts: TI2V-5B's (one transformer; a residual VAE that compresses 16x in space,
+    its decoder unpatchifying 2x2; the pipeline's expand_timesteps: one timestep per token) and A14B's (two experts,
+    transformer_2 below the boundary)."""
+    from diffusers import AutoencoderKLWan, WanPipeline
+
+    from solrl_core.models.backbones.tiny.wan import tiny_transformer
+
+    torch.manual_seed(3)
+    vae = AutoencoderKLWan(base_dim=16, decoder_base_dim=16, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                           temperal_downsample=[False, True, True], is_residual=True, patch_size=2, in_channels=12,
+                           out_channels=12, scale_factor_spatial=16).eval()
+    out = tmp_path_factory.mktemp("wan22")
+    WanPipeline.from_pretrained(tiny_dir, vae=vae, expand_timesteps=True).save_pretrained(out / "ti2v")
+    WanPipeline.from_pretrained(tiny_dir, transformer_2=tiny_transformer(5),
+                                boundary_ratio=0.875).save_pretrained(out / "a14b")
+    return out
+
+
+def test_wan22_ti2v_matches_its_pipeline(wan22_dirs):
+    """TI2V-5B's text-to-video: the pipeline feeds one timestep per token, all the step's (no image to condition
+    on), which is the adapter's one timestep per sample; its latents are 16x smaller than the frames."""
+    backbone = checks.load_tiny(MODEL_KIND, wan22_dirs / "ti2v")
+    assert backbone.pipe.config.expand_timesteps and backbone.latent_shape == (16, 2, RES // 16, RES // 16)
+    x = backbone.initial_noise([5, 6])
+    reference, sigma, seen = _pipeline_step(backbone, x, "np")
+    tokens = 2 * (RES // 32) ** 2  # latent frames x (latent side / 2)^2
+    assert seen["timestep"].shape == (2, tokens) and (seen["timestep"] == seen["timestep"][0, 0]).all()
+    cond = backbone.encode_prompts(PROMPTS)
+    v = backbone.velocity(backbone.transformer, x, seen["timestep"][:, 0].float() / 1000, cond)
+    torch.testing.assert_close(v, seen["out"], atol=1e-5, rtol=1e-5)
+    video = backbone.decode(x - sigma * v)
+    assert video.shape == (2, FRAMES, RES, RES, 3)
+    assert np.abs(video.astype(np.int16) - (reference * 255).round().astype(np.int16)).max() <= 1
+    with pytest.raises(SolrlError, match="must be a multiple of 32"):
+        checks.load_tiny(MODEL_KIND, wan22_dirs / "ti2v", resolution=48)
+
+
+def test_wan22_two_experts_are_refused_in_one_line(wan22_dirs):
+    with pytest.raises(SolrlError, match=r"has two experts \(Wan 2.2 A14B: .*solrl trains one transformer"):
+        checks.load_tiny(MODEL_KIND, wan22_dirs / "a14b")
