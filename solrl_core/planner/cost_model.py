@@ -247,7 +247,8 @@ def assumptions(update: str = NFT_UPDATE) -> list[str]:
         "4-bit share = FLOPs of the layers the project's eligibility rule replaces (official skip names and min "
         "width); attention products and kept layers run in BF16",
         update,
-        "decode + reward per sample: VAE decoder FLOPs + CLIP ViT-H/14 image tower on the image or on each frame of a video, in BF16",
+        "decode + reward per sample: VAE decoder FLOPs + CLIP ViT-H/14 image tower on the image or on each frame of "
+        "a video, in BF16",
         "not modeled: quantization of the explore copy, text encoding, LoRA FLOPs, optimizer step, communication, "
         "kernel-launch and host overheads",
     ]
