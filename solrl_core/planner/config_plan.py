@@ -6,9 +6,10 @@ the same sizes, so the four can be compared: the same prompts, N and K; the conf
 sampling and its reduced explore step count for sol_rl (the official 6 when the config has no reduced count); for a
 diffusionnft config, which samples only K seeds, N = 4·K (the official 96 / 24).
 
-The backbone: ``model.kind`` (flux1, sana; sd35 → sd35m when ``model.path`` names a medium checkpoint, else sd35l),
-counted at its official resolution with the config's ``quant.skip_names`` / ``quant.min_width`` when set; or the
-embedded model's own forward (decode and reward free); ``model`` (``--model``) prices the shapes on another backbone.
+The backbone: ``model.kind`` (flux1, sana; sd35 → sd35m when ``model.path`` names a medium checkpoint, else sd35l;
+``flops.planner_model``), counted at the config's resolution, frames and text length with the config's
+``quant.skip_names`` / ``quant.min_width`` when set; or the embedded model's own forward (decode and reward free);
+``model`` (``--model``) prices the shapes on another backbone, at its official resolution and rule.
 """
 
 from __future__ import annotations
@@ -77,20 +78,30 @@ def embedded_forward(cfg) -> ForwardFlops:
 
 
 def config_forward(cfg, model: str | None = None) -> tuple[ForwardFlops, dict, str, str | None]:
-    """(one forward's FLOPs, decoding and scoring FLOPs per image, title, note) of the config's backbone (`model`:
-    a full-size backbone to price it on instead, with that backbone's own quantization rule)."""
+    """(one forward's FLOPs, decoding and scoring FLOPs per sample, title, note) of the config's backbone at the
+    config's resolution, frames and text length, with its quantization rule (`model`: a full-size backbone to price
+    it on instead, at that backbone's official shapes and rule)."""
+    from solrl_core.planner.fits import config_tokens
     from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
 
     key = model or planner_model(cfg)
     if key == "embedded":
         return embedded_forward(cfg), {"total": 0.0}, "embedded default", None
     m = get_model(key)
-    rule = {}  # the config's own quantization rule, for its own backbone only
-    if not model and cfg.quant.skip_names is not None:
-        rule["skip_names"] = tuple(cfg.quant.skip_names)
-    if not model and cfg.quant.min_width is not None:
-        rule["min_width"] = cfg.quant.min_width
-    return forward_flops(m.key, **rule), decode_and_score_flops(m.key), m.spec.title, m.note
+    if model:
+        return forward_flops(m.key), decode_and_score_flops(m.key), m.spec.title, m.note
+    shape = {}  # the config's own sample and quantization rule
+    if cfg.quant.skip_names is not None:
+        shape["skip_names"] = tuple(cfg.quant.skip_names)
+    if cfg.quant.min_width is not None:
+        shape["min_width"] = cfg.quant.min_width
+    image, text = config_tokens(cfg, m.backbone)
+    if image is not None:
+        shape.update(image_tokens=image, resolution=cfg.model.resolution or m.spec.resolution)
+    if text is not None:
+        shape["text_tokens"] = text
+    sample = {"resolution": cfg.model.resolution, "frames": cfg.model.frames} if image is not None else {}
+    return forward_flops(m.key, **shape), decode_and_score_flops(m.key, **sample), m.spec.title, m.note
 
 
 def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None,

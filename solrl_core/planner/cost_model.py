@@ -242,8 +242,8 @@ def assumptions(update: str = NFT_UPDATE) -> list[str]:
     return [
         "peak = published dense tensor-core TFLOPS (no sparsity); sustained = peak x utilisation, one number for "
         "every precision and stage",
-        "FLOPs counted with torch FlopCounterMode on the meta-device diffusers model, one sample at the official "
-        "resolution (matmuls, attention products, convolutions; elementwise work not counted)",
+        "FLOPs counted with torch FlopCounterMode on the meta-device diffusers model, one sample of the tokens "
+        "above (matmuls, attention products, convolutions; elementwise work not counted)",
         "4-bit share = FLOPs of the layers the project's eligibility rule replaces (official skip names and min "
         "width); attention products and kept layers run in BF16",
         update,

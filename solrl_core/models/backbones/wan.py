@@ -44,15 +44,15 @@ class WanBackbone(DiffusersPipelineBackbone):
 
     @classmethod
     def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
-        """A video latent of `image_tokens` patches: the spec's latent frames (where they divide the tokens) of a
-        grid as near square as the count allows. A forward's FLOPs and memory depend on the count alone (the
-        attention is over all of a video's tokens; its 3D rotary embedding is elementwise)."""
-        frames = SPEC.latent_frames if image_tokens % SPEC.latent_frames == 0 else 1
-        per_frame = image_tokens // frames
-        rows = max(d for d in range(1, math.isqrt(per_frame) + 1) if per_frame % d == 0)
+        """A video latent of `image_tokens` patches: the fewest latent frames of square grids that hold them (the
+        planner's counts are a side squared times the latent frames). A forward's FLOPs and memory depend on the
+        count alone (the attention is over all of a video's tokens; its 3D rotary embedding is elementwise)."""
+        frames = next(f for f in range(1, image_tokens + 1)
+                      if image_tokens % f == 0 and math.isqrt(image_tokens // f) ** 2 == image_tokens // f)
+        side = math.isqrt(image_tokens // frames)
         pt, ph, pw = config["patch_size"]
         return dict(
-            hidden_states=torch.randn(batch, config["in_channels"], frames * pt, rows * ph, per_frame // rows * pw),
+            hidden_states=torch.randn(batch, config["in_channels"], frames * pt, side * ph, side * pw),
             encoder_hidden_states=torch.randn(batch, text_tokens, config["text_dim"]),
             timestep=torch.ones(batch),
         )

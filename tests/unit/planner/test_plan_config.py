@@ -180,3 +180,29 @@ def test_wan_presets_are_priced_and_fit_an_80_gb_gpu():
               for cfg in (small, longer)}
     # 9 latent frames against 2: 2304 + 512 text tokens per sample against 512 + 512
     assert update[33] > (2304 + 512) / (512 + 512) * update[5]
+
+
+def test_a_config_is_priced_at_its_own_shapes():
+    """`solrl plan CONFIG` counts the forward at the config's tokens and the decode and reward at its sample: a Wan run
+    at 480 px and 81 frames, an SD3.5-L run at 512 px; `--model` keeps the other backbone's official shapes."""
+    from solrl_core.planner import flops
+    from solrl_core.planner.config_plan import config_forward
+
+    long = load_config(PRESETS / "wan_sol_rl_pickscore.yaml", ["model.frames=81", "model.resolution=480"])
+    fwd, per_sample, _, _ = config_forward(long)
+    assert (fwd.resolution, fwd.image_tokens, fwd.text_tokens) == (480, 21 * 30 * 30, 512)
+    assert fwd.total == flops.forward_flops("wan", image_tokens=21 * 30 * 30, resolution=480).total
+    assert per_sample["decode"] == flops.vae_decode_flops("wan-f8c16", (16, 21, 60, 60))
+    assert per_sample["reward"] == 81 * flops.REWARD_FLOPS_PER_IMAGE
+    # attention products, 2 FLOPs a multiply-add: in each of the 30 blocks the scores and values of the video's n
+    # tokens over themselves (self-attention) and over the 512 text tokens (cross-attention), width 1536
+    n = 21 * 30 * 30
+    assert fwd.attention == pytest.approx(30 * 2 * 2 * 1536 * n * (n + 512), rel=1e-9)
+    assert plan_config(long, "b200")["forward"]["image_tokens"] == 18900
+
+    small = load_config(PRESETS / "sd35l_sol_rl_pickscore.yaml", ["model.resolution=512"])
+    fwd, per_sample, _, _ = config_forward(small)
+    assert fwd.image_tokens == 4096 // 4 and fwd.total < flops.forward_flops("sd35l").total / 3
+    assert per_sample["decode"] == flops.vae_decode_flops("kl-f8c16", (16, 64, 64))
+    fwd, per_sample, _, _ = config_forward(small, "flux1")  # priced on another backbone: its own shapes
+    assert fwd == flops.forward_flops("flux1") and per_sample == flops.decode_and_score_flops("flux1")
