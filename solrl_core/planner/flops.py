@@ -303,11 +303,9 @@ def decode_and_score_flops(model: str, resolution: int | None = None, frames: in
     """Per-sample FLOPs of the VAE decode and the reward model's image tower for ``model`` at ``resolution`` and, for
     a video model, ``frames`` (None: its own): of one image, or of one video, each frame of which an image reward
     scores (reward_models.<name>.video_frames' default)."""
-    from solrl_core.planner.samples import full_size_latent
-
     m = get_model(model)
-    latent = m.latent_shape if resolution is None and frames is None else full_size_latent(m.backbone, resolution,
-                                                                                           frames)
+    latent = m.latent_shape if resolution is None and frames is None else backbone_spec(m.backbone).latent_at(
+        resolution, frames)
     decode = vae_decode_flops(m.vae, tuple(latent))
     reward = REWARD_FLOPS_PER_IMAGE * (frames or backbone_spec(m.backbone).defaults.frames or 1)
     return {"decode": decode, "reward": reward, "total": decode + reward}

@@ -13,13 +13,7 @@ def full_size_latent(model: str, resolution: int | None = None, frames: int | No
     """One sample's latent of a full-size model at `resolution` and, for a video model, `frames` (None: its own)."""
     from solrl_core.planner.memory import SPECS
 
-    spec = SPECS[model]
-    native = spec.defaults.resolution
-    resolution = resolution or native
-    *channels, height, width = spec.latent_shape
-    if spec.defaults.frames is not None:  # (C, latent frames, H, W)
-        channels = [channels[0], spec.latent_frames_at(frames)]
-    return (*channels, height * resolution // native, width * resolution // native)
+    return SPECS[model].latent_at(resolution, frames)
 
 
 def kept_samples(cfg) -> int:

@@ -115,6 +115,8 @@ class BackboneSpec:
     fixed_resolution: bool = False
     # a video model's VAE: frames per latent frame after the first ((frames - 1) must be a multiple of it)
     temporal_compression: int = 1
+    # the weights ship with solrl (the embedded models): the planner prices the loaded model itself
+    shipped: bool = False
 
     @property
     def resolution_multiple(self) -> int | None:
@@ -136,6 +138,16 @@ class BackboneSpec:
         if self.defaults.frames is None:
             return 1
         return ((frames or self.defaults.frames) - 1) // self.temporal_compression + 1
+
+    def latent_at(self, resolution: int | None = None, frames: int | None = None) -> tuple[int, ...]:
+        """One sample's latent (`latent_shape`, as the VAE decoder takes it) at `resolution` and, for a video model,
+        `frames` (None: the defaults')."""
+        native = self.defaults.resolution
+        resolution = resolution or native
+        *channels, height, width = self.latent_shape
+        if self.defaults.frames is not None:  # (C, latent frames, H, W)
+            channels = [channels[0], self.latent_frames_at(frames)]
+        return (*channels, height * resolution // native, width * resolution // native)
 
     @property
     def part(self) -> Path:
