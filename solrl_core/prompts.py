@@ -3,6 +3,7 @@
 A prompt set is named by a spec string (config keys `prompts.train` and `eval.prompts`):
 
 * `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/models/embedded/shapes.py);
+  `builtin:motion-train`, `builtin:motion-test`: the embedded video model's (solrl_core/models/embedded/motion.py);
 * a `.jsonl` file: one JSON object per line with a required "prompt" string; every other key is kept as the
   prompt's metadata (e.g. GenEval's "tag" and "include"). A "split" key assigns the line to a split, chosen by
   `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line;
@@ -21,7 +22,7 @@ from pathlib import Path
 from solrl_core.errors import SolrlError
 from solrl_core.userfiles import read_text
 
-BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test")
+BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test", "builtin:motion-train", "builtin:motion-test")
 CALIBRATION_PROMPT = "a red circle"  # the quantize stage's fixed calibration forward
 
 
@@ -79,9 +80,10 @@ def _load(spec: str, key: str, split: str | None, stamp) -> PromptSet:
 
 
 def _builtin(spec: str, key: str) -> list[tuple[str, dict]]:
-    from solrl_core.models.embedded import shapes
+    from solrl_core.models.embedded import motion, shapes
 
-    sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts}
+    sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts,
+            "builtin:motion-train": motion.train_prompts, "builtin:motion-test": motion.test_prompts}
     if spec not in sets:
         raise SolrlError(f"{key}: unknown builtin set '{spec}' (known: {', '.join(BUILTIN_SETS)})")
     return [(p, {}) for p in sets[spec]()]

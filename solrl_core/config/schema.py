@@ -146,7 +146,8 @@ class GuidanceConfig(_Strict):
 class PromptsConfig(_Strict):
     train: str = Field(
         "builtin:shapes-train",
-        description="builtin:shapes-train | builtin:shapes-test | a text file (one prompt per line, # comments) | "
+        description="builtin:shapes-train | builtin:shapes-test | builtin:motion-train | builtin:motion-test | a "
+        "text file (one prompt per line, # comments) | "
         'a .jsonl file (one {"prompt": ...} object per line, other keys kept as metadata) (solrl_core/prompts.py)',
     )
     split: str | None = Field(

@@ -1,9 +1,10 @@
-"""Pretraining of the embedded model: rectified flow on freshly rendered scenes of the training prompts.
+"""Pretraining of the embedded models: rectified flow on freshly rendered scenes of the training prompts, images of
+shapes (the image model) or videos of moving shapes (the video model; `World`).
 
 Loss: x_t = (1 - t) x0 + t eps, the transformer predicts v = eps - x0 (mean squared error), t ~ uniform(0, 1).
 The text encoder trains jointly. AdamW with warm-up, a constant rate, then a linear decay; the EMA of the weights is
 what gets saved.
-Held-out prompts (`shapes.test_prompts()`) are never trained on. Same seed and thread count -> same weights.
+Held-out prompts (the world's `test_prompts()`) are never trained on. Same seed and thread count -> same weights.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from solrl_core.models.embedded.model import (
 
 # The run that produced the shipped weights (solrl_core/models/embedded/pretrained/).
 DEFAULT_STEPS = 9000
+MOTION_STEPS = 4000  # the video model's (solrl_core/models/embedded/pretrained_video/)
 DEFAULT_BATCH = 32
 DEFAULT_LR = 1e-3
 DEFAULT_SEED = 0
@@ -64,15 +67,57 @@ def ema_update(ema: torch.nn.Module, model: torch.nn.Module, step: int) -> None:
         e.lerp_(p, 1 - decay)
 
 
-def sample_rewards(
-    model: EmbeddedModel, prompts: Sequence[str], seeds: Sequence[int], steps: int, batch: int = 128
-) -> tuple[np.ndarray, np.ndarray]:
-    """Euler samples of every (prompt, seed) pair and their embedded reward: (images (P*S, H, W, 3), rewards (P, S))."""
-    from solrl_core.models.backbones.embedded import EmbeddedBackbone
+@dataclass(frozen=True)
+class World:
+    """What the pretraining draws and trains on: the image world of shapes or the video world of moving shapes."""
+
+    name: str
+    build: Callable[..., EmbeddedModel]  # (resolution, seed) -> a randomly initialised model
+    render: Callable[..., np.ndarray]  # (prompts, rng, resolution) -> uint8 samples
+    to_latents: Callable[[np.ndarray], torch.Tensor]
+    velocity: Callable[..., torch.Tensor]  # (transformer, x_t, sigma, cond)
+    train_prompts: Callable[[], list[str]]
+    test_prompts: Callable[[], list[str]]
+    reward: Callable[[np.ndarray, Sequence[str]], dict]  # the world's programmatic reward
+    backbone: str  # "module:Class" of the adapter that samples the model
+    steps: int = DEFAULT_STEPS  # the optimizer steps of its shipped weights
+
+
+def world(name: str) -> World:
+    """The world called `name`: "shapes" (images, the default model) or "motion" (videos)."""
+    from solrl_core.models.embedded import motion
+    from solrl_core.models.embedded.video_model import build_video_model, predict_video_velocity, videos_to_latents
     from solrl_core.rewards.embedded import prompt_match_reward
+    from solrl_core.rewards.embedded_motion import motion_match_reward
+
+    worlds = {
+        "shapes": World("shapes", lambda resolution, seed: build_model(resolution, seed=seed),
+                        lambda prompts, rng, resolution: shapes.render_batch(prompts, rng, resolution),
+                        images_to_latents, predict_velocity, shapes.train_prompts, shapes.test_prompts,
+                        prompt_match_reward, "solrl_core.models.backbones.embedded:EmbeddedBackbone"),
+        "motion": World("motion", lambda resolution, seed: build_video_model(resolution, seed=seed),
+                        lambda prompts, rng, resolution: motion.render_batch(prompts, rng, resolution=resolution),
+                        videos_to_latents, predict_video_velocity, motion.train_prompts, motion.test_prompts,
+                        motion_match_reward, "solrl_core.models.backbones.embedded_video:EmbeddedVideoBackbone",
+                        MOTION_STEPS),
+    }
+    if name not in worlds:
+        raise SolrlError(f"unknown world '{name}' (known: {', '.join(worlds)})")
+    return worlds[name]
+
+
+def sample_rewards(
+    model: EmbeddedModel, prompts: Sequence[str], seeds: Sequence[int], steps: int, batch: int = 128,
+    world_name: str = "shapes",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Euler samples of every (prompt, seed) pair and their world's reward: (samples (P*S, ...), rewards (P, S))."""
+    import importlib
+
     from solrl_core.models.sampler import sample
 
-    backbone = EmbeddedBackbone(model)
+    w = world(world_name)
+    module, _, cls = w.backbone.partition(":")
+    backbone = getattr(importlib.import_module(module), cls)(model)
     pairs = [(p, s) for p in prompts for s in seeds]
     images = []
     for start in range(0, len(pairs), batch):
@@ -82,17 +127,18 @@ def sample_rewards(
         x0 = sample(backbone, backbone.transformer, cond, noise, steps, sampler="euler").x0
         images.append(backbone.decode(x0))
     images = np.concatenate(images)
-    reward = prompt_match_reward(images, [p for p, _ in pairs])["reward"]
+    reward = w.reward(images, [p for p, _ in pairs])["reward"]
     return images, reward.reshape(len(prompts), len(seeds))
 
 
-def evaluate(model: EmbeddedModel, seeds_per_prompt: int = EVAL_SEEDS_PER_PROMPT) -> dict:
+def evaluate(model: EmbeddedModel, seeds_per_prompt: int = EVAL_SEEDS_PER_PROMPT, world_name: str = "shapes") -> dict:
     """Mean reward of samples (train / held-out prompts, 6 and 10 Euler steps) and the mean within-prompt std."""
+    w = world(world_name)
     seeds = list(range(10_000, 10_000 + seeds_per_prompt))
     out = {}
     for steps in (6, 10):
-        for split, prompts in (("train", shapes.train_prompts()), ("test", shapes.test_prompts())):
-            _, reward = sample_rewards(model, prompts, seeds, steps)
+        for split, prompts in (("train", w.train_prompts()), ("test", w.test_prompts())):
+            _, reward = sample_rewards(model, prompts, seeds, steps, world_name=world_name)
             out[f"reward_{split}_{steps}steps"] = round(float(reward.mean()), 4)
             out[f"within_prompt_std_{split}_{steps}steps"] = round(float(reward.std(axis=1).mean()), 4)
     return out
@@ -100,7 +146,7 @@ def evaluate(model: EmbeddedModel, seeds_per_prompt: int = EVAL_SEEDS_PER_PROMPT
 
 def pretrain(
     out_dir: str | Path,
-    steps: int | None = DEFAULT_STEPS,
+    steps: int | None = None,
     batch_size: int | None = DEFAULT_BATCH,
     lr: float | None = DEFAULT_LR,
     seed: int = DEFAULT_SEED,
@@ -110,23 +156,26 @@ def pretrain(
     save_every: int = 0,
     evaluate_samples: bool = True,
     threads: int = 2,
+    world_name: str = "shapes",
 ) -> dict:
-    """Train the embedded model from scratch and save it to `out_dir`; returns the summary also stored there.
+    """Train the embedded model of `world_name` ("shapes": the image model; "motion": the video model) from scratch
+    and save it to `out_dir`; returns the summary also stored there.
 
-    `steps`, `batch_size`, `lr` of None mean the defaults (those of the shipped weights).
+    `steps`, `batch_size`, `lr` of None mean the defaults (those of the world's shipped weights).
     `save_every` > 0 also saves the EMA weights every that many steps (same directory, overwritten), so a long run
     can be inspected while it trains. Saved weights are fp16 (loaded back as fp32).
     Bit-for-bit reproducibility holds for the same seed and `threads` (float sums are ordered per thread count).
     On a busy machine set OMP_WAIT_POLICY=PASSIVE before starting Python: spinning OpenMP threads otherwise slow
     2-thread torch down several-fold when another process holds a core.
     """
-    steps = DEFAULT_STEPS if steps is None else steps
+    w = world(world_name)
+    steps = w.steps if steps is None else steps
     batch_size = DEFAULT_BATCH if batch_size is None else batch_size
     lr = DEFAULT_LR if lr is None else lr
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise SolrlError(f"pretrain needs steps >= 1, batch size >= 1 and lr > 0 (got {steps}, {batch_size}, {lr})")
     torch.set_num_threads(threads)
-    model = build_model(resolution, seed=seed)
+    model = w.build(resolution, seed)
     transformer, text_encoder = model.transformer.train(), model.text_encoder.train()
     params = list(transformer.parameters()) + list(text_encoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
@@ -136,17 +185,18 @@ def pretrain(
 
     data_rng = np.random.default_rng(seed)
     noise_gen = torch.Generator().manual_seed(seed)
-    prompts = shapes.train_prompts()
+    prompts = w.train_prompts()
     losses, curve = [], []
     start = time.perf_counter()
     bar = tqdm(range(steps), desc="pretrain", disable=not progress)
     for step in bar:
         batch_prompts = [prompts[i] for i in data_rng.integers(0, len(prompts), batch_size)]
-        x0 = images_to_latents(shapes.render_batch(batch_prompts, data_rng, resolution))
+        x0 = w.to_latents(w.render(batch_prompts, data_rng, resolution))
         eps = torch.randn(x0.shape, generator=noise_gen)
         t = _sample_t(batch_size, noise_gen)
-        x_t = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * eps
-        v = predict_velocity(transformer, x_t, t, model.encode(batch_prompts))
+        tb = t.view(-1, *[1] * (x0.ndim - 1))
+        x_t = (1 - tb) * x0 + tb * eps
+        v = w.velocity(transformer, x_t, t, model.encode(batch_prompts))
         loss = torch.nn.functional.mse_loss(v, eps - x0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -163,12 +213,14 @@ def pretrain(
             if not progress:
                 print(f"pretrain step {step + 1}/{steps} loss {recent:.4f}", flush=True)
         if save_every and (step + 1) % save_every == 0 and step + 1 < steps:
-            partial = EmbeddedModel(ema_transformer, ema_text, model.tokenizer, resolution)
+            partial = EmbeddedModel(ema_transformer, ema_text, model.tokenizer, resolution, frames=model.frames)
             partial.save(out_dir, metadata={"pretraining": {"steps": step + 1, "of_steps": steps, "partial": True}})
     seconds = time.perf_counter() - start
 
-    trained = EmbeddedModel(ema_transformer.eval(), ema_text.eval(), model.tokenizer, resolution)
+    trained = EmbeddedModel(ema_transformer.eval(), ema_text.eval(), model.tokenizer, resolution,
+                            frames=model.frames)
     summary = {
+        "world": world_name,
         "steps": steps,
         "batch_size": batch_size,
         "lr": lr,
@@ -182,7 +234,7 @@ def pretrain(
     out = trained.save(out_dir, metadata={"pretraining": summary})
     if evaluate_samples:
         # evaluate what was saved (fp16-rounded weights), exactly as users will load it
-        summary["samples"] = evaluate(load_model(out))
+        summary["samples"] = evaluate(load_model(out), world_name=world_name)
         meta = json.loads((out / METADATA_FILE).read_text())
         meta["pretraining"] = summary
         (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")

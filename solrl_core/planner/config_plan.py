@@ -8,7 +8,8 @@ diffusionnft config, which samples only K seeds, N = 4·K (the official 96 / 24)
 
 The backbone: ``model.kind`` (flux1, sana; sd35 → sd35m when ``model.path`` names a medium checkpoint, else sd35l;
 ``flops.planner_model``), counted at the config's resolution, frames and text length with the config's
-``quant.skip_names`` / ``quant.min_width`` when set; or the embedded model's own forward (decode and reward free);
+``quant.skip_names`` / ``quant.min_width`` when set; or, for a model shipped with solrl (the embedded image and video
+models), its own forward (decode and reward free);
 ``model`` (``--model``) prices the shapes on another backbone, at its official resolution and rule.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from solrl_core.models.backbones.registry import backbone_spec, backbone_specs
 from solrl_core.planner.flops import ForwardFlops, planner_model
 from solrl_core.rl.objectives import objective_for
 from solrl_core.planner.cost_model import (
@@ -52,25 +54,33 @@ def family_shapes(cfg) -> dict[str, Shapes]:
 
 
 def embedded_forward(cfg) -> ForwardFlops:
-    """FLOPs of one forward of the run's own (embedded) transformer for one sample, counted on the real module,
-    with the Linear layers the explore copy quantizes as the low-precision share."""
+    """FLOPs of one forward of the run's own transformer, a model whose weights ship with solrl (the embedded image or
+    video model: its spec's `shipped`), for one sample, counted on the real module, with the Linear layers the explore
+    copy quantizes as the low-precision share."""
+    import math
+
     import torch
 
     from solrl_core.planner.flops import count_flops
     from solrl_core.models.quant.linear import eligible_linears, explore_rule
     from solrl_core.models.backbones.cache import load_backbone
+    from solrl_core.prompts import CALIBRATION_PROMPT
 
     backbone = load_backbone(cfg)
     transformer = backbone.transformer
     low = eligible_linears(transformer, *explore_rule(cfg.quant, backbone.defaults))
-    cond = backbone.encode_prompts(["a red circle"])
+    cond = backbone.encode_prompts([CALIBRATION_PROMPT])
     x = torch.zeros(1, *backbone.latent_shape)
     sigma = torch.full((1,), 0.5)
     b = count_flops(transformer, lambda: backbone.velocity(transformer, x, sigma, cond), low)
+    patch = transformer.config.patch_size  # an image model's side, a video model's (frames, height, width)
+    patch = tuple(patch) if isinstance(patch, (list, tuple)) else (patch, patch)
+    grid = backbone.latent_shape[-len(patch):]
+    spec = backbone_spec(planner_model(cfg))
     return ForwardFlops(
-        model="embedded", title="embedded default (SD3-architecture, pixel space)",
+        model=spec.key, title=f"{spec.title} ({type(transformer).__name__}, pixel space, shipped with solrl)",
         model_class=type(transformer).__name__, params=sum(p.numel() for p in transformer.parameters()),
-        resolution=int(backbone.latent_shape[-1]), image_tokens=(backbone.latent_shape[-1] // transformer.config.patch_size) ** 2,
+        resolution=int(backbone.latent_shape[-1]), image_tokens=math.prod(g // k for g, k in zip(grid, patch)),
         text_tokens=int(cond["encoder_hidden_states"].shape[1]), total=b.total, linear=b.linear,
         conv=b.conv, attention=b.attention, low_precision=b.low_precision, low_precision_layers=len(low),
         by_op=b.by_op,
@@ -85,8 +95,9 @@ def config_forward(cfg, model: str | None = None) -> tuple[ForwardFlops, dict, s
     from solrl_core.planner.flops import decode_and_score_flops, forward_flops, get_model
 
     key = model or planner_model(cfg)
-    if key == "embedded":
-        return embedded_forward(cfg), {"total": 0.0}, "embedded default", None
+    if key in {s.key for s in backbone_specs() if s.shipped}:
+        fwd = embedded_forward(cfg)
+        return fwd, {"total": 0.0}, fwd.title, None
     m = get_model(key)
     if model:
         return forward_flops(m.key), decode_and_score_flops(m.key), m.spec.title, m.note

@@ -146,6 +146,17 @@ def _score_one(image_u8: np.ndarray, prompt: str) -> dict[str, float]:
     return scores
 
 
+def foreground_centroid(image_u8: np.ndarray) -> tuple[float, float] | None:
+    """(x, y) in pixels of the foreground's alpha-weighted centroid of a uint8 image (H, W, 3); None if it is empty."""
+    alpha = _alpha(image_u8.astype(np.float32) / 255.0)
+    mass = alpha.sum()
+    if mass < 1e-6:
+        return None
+    h, w = alpha.shape
+    return (float((alpha.sum(axis=0) * (np.arange(w) + 0.5)).sum() / mass),
+            float((alpha.sum(axis=1) * (np.arange(h) + 0.5)).sum() / mass))
+
+
 def prompt_match_reward(images: np.ndarray, prompts: Sequence[str]) -> dict[str, np.ndarray]:
     """Reward of uint8 images (B, H, W, 3) for their prompts: {"reward": (B,), and each component (B,)}.
 

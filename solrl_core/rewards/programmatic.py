@@ -1,5 +1,5 @@
-"""Rewards without weights, as `Reward` classes: the embedded prompt-match reward, DDPO's JPEG rewards and a video's
-temporal consistency."""
+"""Rewards without weights, as `Reward` classes: the embedded prompt-match rewards (images, and videos of moving
+shapes), DDPO's JPEG rewards and a video's temporal consistency."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 
 from solrl_core.rewards.base import Reward
 from solrl_core.rewards.embedded import prompt_match_reward
+from solrl_core.rewards.embedded_motion import motion_match_reward
 from solrl_core.rewards.jpeg import jpeg_compressibility, jpeg_incompressibility
 
 
@@ -16,6 +17,16 @@ class EmbeddedReward(Reward):
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
         return prompt_match_reward(images, prompts)["reward"]
+
+
+class EmbeddedMotionReward(Reward):
+    name = "embedded_motion"
+    summary = ("videos of the embedded motion world: prompt match of every frame times the move in the named "
+               "direction, in [0, 1]")
+    takes_videos = True
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        return motion_match_reward(images, prompts)["reward"]
 
 
 class JpegCompressibility(Reward):

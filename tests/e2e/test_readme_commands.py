@@ -56,6 +56,8 @@ SERVERS = "tests/e2e/test_servers.py::test_prefect_ui_calls_the_api_of_its_own_p
 MAKE_SERVER = "tests/e2e/test_servers.py::test_make_server_starts_prefect_through_flows_servers"
 DASK = "tests/e2e/test_explore_shards_processes.py::test_explore_through_a_running_dask_cluster_equals_one_device"
 PRETRAIN = "tests/lab/test_embedded_pretrain.py::test_pretraining_is_reproducible_from_the_seed"
+PRETRAIN_VIDEO = "tests/lab/test_embedded_pretrain.py::test_the_motion_world_pretrains_a_video_model"
+VIDEO_DEMO = "tests/unit/stages/test_video_iteration.py::test_the_embedded_video_model_trains_in_its_world"
 PRESETS = "tests/unit/config/test_presets.py::test_checked_in_presets_equal_the_generator_output"
 COVERAGE = "tests/lab/test_quant_coverage.py::test_markdown_and_doc_are_current"
 MEMORY = "tests/unit/planner/test_model_sizes.py::test_memory_estimate_adds_up"
@@ -102,6 +104,8 @@ SOLRL_CONCRETE = {
     "solrl train configs/demo.yaml": PIPELINE,
     "solrl train configs/demo.yaml --run-dir runs/demo": PIPELINE,  # what `make demo` runs
     "solrl train configs/demo_learned.yaml": LEARNED_DEMO,
+    "solrl train configs/demo_video.yaml": VIDEO_DEMO,
+    "solrl pretrain --out DIR --world motion": PRETRAIN_VIDEO,
     "solrl distill-reward --out DIR": LEARNED_DISTILL,
     "solrl train configs/pools.yaml": POOLS,
     "solrl deploy configs/pools.yaml --set iterations=2 --interval 600": DEPLOY,

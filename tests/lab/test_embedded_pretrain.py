@@ -27,3 +27,21 @@ def test_pretraining_is_reproducible_from_the_seed(tmp_path):
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
     assert not all(torch.equal(runs[0][k], runs[2][k]) for k in runs[0])
     assert load_model(tmp_path / "a").metadata["pretraining"]["seed"] == 3
+
+
+def test_the_motion_world_pretrains_a_video_model(tmp_path):
+    """`solrl pretrain --world motion`: the video model, trained on rendered videos of the motion prompts, saved with
+    its frames and loaded by its adapter; an unknown world is one line."""
+    from solrl_core.errors import SolrlError
+    from solrl_core.lab.embedded_pretrain import MOTION_STEPS, pretrain, world
+    from solrl_core.models.backbones.embedded_video import EmbeddedVideoBackbone
+    from solrl_core.models.embedded import motion
+
+    summary = pretrain(tmp_path / "video", steps=2, batch_size=4, progress=False, log_every=1, evaluate_samples=False,
+                       threads=1, world_name="motion")
+    assert summary["world"] == "motion" and np.isfinite(summary["final_loss"])
+    backbone = EmbeddedVideoBackbone.from_pretrained(tmp_path / "video")
+    assert backbone.frames == motion.FRAMES and backbone.latent_shape == (3, motion.FRAMES, 32, 32)
+    assert world("motion").steps == MOTION_STEPS and world("motion").train_prompts() == motion.train_prompts()
+    with pytest.raises(SolrlError, match=r"unknown world 'clouds' \(known: shapes, motion\)"):
+        pretrain(tmp_path / "x", steps=1, world_name="clouds")

@@ -26,8 +26,14 @@ PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "embedded" / "pretrain
 class EmbeddedBackbone(Backbone):
     name = "embedded"
     defaults = SPEC.defaults
+    pretrained_dir = PRETRAINED_DIR  # the weights shipped with solrl, loaded when model.path is null
+    makes_videos = False  # the weights' kind: images, or videos (EmbeddedVideoBackbone)
 
     def __init__(self, model: EmbeddedModel, device: str = "cpu"):
+        if bool(model.frames) != self.makes_videos:
+            raise SolrlError("model.path holds an embedded video model; set model.kind: embedded_video" if model.frames
+                             else f"model.path holds an embedded image model; model.kind {self.name} needs a video "
+                             "one (solrl pretrain --world motion)")
         self.model = model
         self.device = torch.device(device)
         self.transformer = model.transformer.to(self.device).eval()
@@ -37,7 +43,7 @@ class EmbeddedBackbone(Backbone):
 
     @classmethod
     def check_files(cls, model) -> None:
-        check_model_dir(PRETRAINED_DIR if model.path is None else model.path)
+        check_model_dir(cls.pretrained_dir if model.path is None else model.path)
 
     @classmethod
     def load(cls, model) -> "EmbeddedBackbone":
@@ -49,7 +55,7 @@ class EmbeddedBackbone(Backbone):
     ) -> "EmbeddedBackbone":
         """Load a saved model directory (transformer and text encoder in `dtype`); None loads the weights shipped
         with solrl."""
-        model = load_model(PRETRAINED_DIR if path is None else path, device=device, dtype=dtype)
+        model = load_model(cls.pretrained_dir if path is None else path, device=device, dtype=dtype)
         return cls(model, device=device)
 
     def load_sibling_transformer(self, path: str) -> torch.nn.Module:

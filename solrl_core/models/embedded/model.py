@@ -6,15 +6,19 @@ Everything is built from configs in code (no hub). On disk it is a standard dire
     <dir>/tokenizer/      transformers PreTrainedTokenizerFast (tokenizer.json)
     <dir>/solrl_embedded.json   resolution, format version, pretraining summary
 The "latent" is the image itself: 3 x R x R pixels scaled to [-1, 1]. With patch size 4 a 32x32 image is 64 tokens.
+The video model (solrl_core/models/embedded/video_model.py) is the same directory with a video transformer and the
+frames in the metadata.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import diffusers
 import numpy as np
 import torch
 from diffusers import SD3Transformer2DModel
@@ -40,15 +44,16 @@ REQUIRED_FILES = (
 )
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer trained on the grammar's prompts; encodes '<bos> words <eos>' padded to TEXT_LENGTH."""
+def build_tokenizer(prompts: Sequence[str] | None = None) -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer trained on `prompts` (default: the image grammar's); encodes '<bos> words <eos>' padded to
+    TEXT_LENGTH."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     trainer = trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, show_progress=False)
-    tok.train_from_iterator(all_prompts(), trainer)
+    tok.train_from_iterator(all_prompts() if prompts is None else list(prompts), trainer)
     bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
     tok.post_processor = processors.TemplateProcessing(
         single="<bos> $A <eos>", special_tokens=[("<bos>", bos), ("<eos>", eos)]
@@ -106,6 +111,7 @@ class EmbeddedModel:
     tokenizer: PreTrainedTokenizerFast
     resolution: int = 32
     metadata: dict = field(default_factory=dict)
+    frames: int | None = None  # frames of a video model's samples; None: an image model
 
     def tokenize(self, prompts) -> torch.Tensor:
         """Token ids (B, L), L = the tokenizer's fixed length (TEXT_LENGTH when built here)."""
@@ -127,7 +133,8 @@ class EmbeddedModel:
         for name, module in (("transformer", self.transformer), ("text_encoder", self.text_encoder)):
             copy.deepcopy(module).to(dtype).save_pretrained(out / name, safe_serialization=True)
         self.tokenizer.save_pretrained(out / "tokenizer")
-        meta = {"format": "solrl-embedded", "version": FORMAT_VERSION, "resolution": self.resolution}
+        meta = {"format": "solrl-embedded", "version": FORMAT_VERSION, "resolution": self.resolution,
+                **({"frames": self.frames} if self.frames else {})}
         meta.update(metadata or self.metadata)
         (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return out
@@ -164,12 +171,12 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     """Load a saved directory, transformer and text encoder in `dtype`; SolrlError naming the first missing file."""
     root = Path(path)
     meta = check_model_dir(root)
-    transformer = SD3Transformer2DModel.from_pretrained(root / "transformer", torch_dtype=dtype)
+    transformer_class = json.loads((root / "transformer" / "config.json").read_text())["_class_name"]
+    transformer = getattr(diffusers, transformer_class).from_pretrained(root / "transformer", torch_dtype=dtype)
     text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=dtype)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tokenizer")
-    return EmbeddedModel(
-        transformer.to(device).eval(), text_encoder.to(device).eval(), tokenizer, int(meta["resolution"]), meta
-    )
+    return EmbeddedModel(transformer.to(device).eval(), text_encoder.to(device).eval(), tokenizer,
+                         int(meta["resolution"]), meta, meta.get("frames"))
 
 
 def predict_velocity(transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor, cond: dict) -> torch.Tensor:

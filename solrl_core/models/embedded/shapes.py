@@ -175,21 +175,36 @@ def render_scene(scene: Scene | str, rng: np.random.Generator, resolution: int =
         scene = parse_prompt(scene)
     if resolution < 16:
         raise SolrlError(f"resolution must be >= 16, got {resolution}")
+    image = blank_image(resolution)
+    for cx, cy, size in _place(scene, rng, resolution):
+        draw_object(image, scene.shape, object_colour(scene.colour, rng), cx, cy, size)
+    return np.round(image).astype(np.uint8)
+
+
+def blank_image(resolution: int) -> np.ndarray:
+    """The background, float32 (resolution, resolution, 3), to draw objects on."""
     image = np.empty((resolution, resolution, 3), dtype=np.float32)
     image[:] = BACKGROUND
-    ss = SUPERSAMPLE
-    for cx, cy, size in _place(scene, rng, resolution):
-        colour = np.clip(np.array(COLOURS[scene.colour]) + rng.integers(-COLOUR_JITTER, COLOUR_JITTER + 1, 3), 0, 255)
-        x0, x1 = max(int(cx - size / 2) - 1, 0), min(int(cx + size / 2) + 2, resolution)
-        y0, y1 = max(int(cy - size / 2) - 1, 0), min(int(cy + size / 2) + 2, resolution)
-        # sub-pixel sample centres of the object's window
-        xs = x0 + (np.arange((x1 - x0) * ss) + 0.5) / ss
-        ys = y0 + (np.arange((y1 - y0) * ss) + 0.5) / ss
-        inside = _shape_mask(scene.shape, xs[None, :], ys[:, None], cx, cy, size)
-        alpha = inside.reshape(y1 - y0, ss, x1 - x0, ss).mean(axis=(1, 3))[..., None]
-        window = image[y0:y1, x0:x1]
-        image[y0:y1, x0:x1] = window * (1 - alpha) + colour * alpha
-    return np.round(image).astype(np.uint8)
+    return image
+
+
+def object_colour(colour: str, rng: np.random.Generator) -> np.ndarray:
+    """The palette colour with a small per-object jitter."""
+    return np.clip(np.array(COLOURS[colour]) + rng.integers(-COLOUR_JITTER, COLOUR_JITTER + 1, 3), 0, 255)
+
+
+def draw_object(image: np.ndarray, shape: str, colour: np.ndarray, cx: float, cy: float, size: float) -> None:
+    """Draw a `shape` filling a size x size box centred at (cx, cy) onto the float `image`, anti-aliased."""
+    resolution, ss = image.shape[0], SUPERSAMPLE
+    x0, x1 = max(int(cx - size / 2) - 1, 0), min(int(cx + size / 2) + 2, resolution)
+    y0, y1 = max(int(cy - size / 2) - 1, 0), min(int(cy + size / 2) + 2, resolution)
+    # sub-pixel sample centres of the object's window
+    xs = x0 + (np.arange((x1 - x0) * ss) + 0.5) / ss
+    ys = y0 + (np.arange((y1 - y0) * ss) + 0.5) / ss
+    inside = _shape_mask(shape, xs[None, :], ys[:, None], cx, cy, size)
+    alpha = inside.reshape(y1 - y0, ss, x1 - x0, ss).mean(axis=(1, 3))[..., None]
+    window = image[y0:y1, x0:x1]
+    image[y0:y1, x0:x1] = window * (1 - alpha) + colour * alpha
 
 
 def render_batch(prompts: Sequence[str], rng: np.random.Generator, resolution: int = 32) -> np.ndarray:

@@ -206,3 +206,15 @@ def test_a_config_is_priced_at_its_own_shapes():
     assert per_sample["decode"] == flops.vae_decode_flops("kl-f8c16", (16, 64, 64))
     fwd, per_sample, _, _ = config_forward(small, "flux1")  # priced on another backbone: its own shapes
     assert fwd == flops.forward_flops("flux1") and per_sample == flops.decode_and_score_flops("flux1")
+
+
+def test_the_embedded_video_model_is_priced_by_its_own_forward():
+    cfg = load_config(ROOT / "configs" / "demo_video.yaml")
+    f = plan_config(cfg, "b200", gpus=1)["forward"]
+    from solrl_core.models.backbones.specs.embedded_video import WIDTH
+
+    # 4 blocks, width 192, over 4 frames x 16 patches = 64 video tokens: self-attention over them and cross-attention
+    # to the 8 text tokens, q k^T and attn v, 2 FLOPs per multiply-add
+    assert (f["image_tokens"], f["text_tokens"], WIDTH) == (64, 8, 192)
+    assert f["attention"] == pytest.approx(4 * 2 * 2 * WIDTH * 64 * (64 + 8))
+    assert f["model"] == "embedded_video" and 0.3 < f["low_precision_share"] < 0.8  # feed-forward in 4 bits

@@ -32,7 +32,10 @@ from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
 
 from repo_paths import ROOT, TINY
 
-BACKBONES = ("embedded", "flux1", "sd35l", "sana", "qwenimage", "wan")
+BACKBONES = ("embedded", "embedded_video", "flux1", "sd35l", "sana", "qwenimage", "wan")
+# the embedded video model's world in the tiny run (its shipped weights)
+EMBEDDED_VIDEO = ["model.kind=embedded_video", "prompts.train=builtin:motion-train", "eval.prompts=builtin:motion-test",
+                  "rewards={embedded_motion: 1.0}"]
 # one prompt, four seeds, two steps: what the fake device costs is per op, so fewer ops are what makes this fast
 SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1", "explore.seeds_per_prompt=4",
          "explore.batch_size=2", "explore.steps=2", "select.k=2", "regenerate.steps=2", "regenerate.batch_size=2",
@@ -56,8 +59,9 @@ def tiny_models(tmp_path_factory):
 
 
 def _config(model: str, tiny_models, *overrides):
-    if model == "embedded":
-        return load_config(TINY, [*SMALL, "eval.every=1", *overrides])
+    if model.startswith("embedded"):
+        world = EMBEDDED_VIDEO if model == "embedded_video" else []
+        return load_config(TINY, [*world, *SMALL, "eval.every=1", *overrides])
     preset = ROOT / "configs" / "presets" / f"{model}_sol_rl_pickscore.yaml"
     return load_config(preset, [f"model.path={tiny_models(model)}", *SMALL, "eval.every=1", "train.processes=1",
                                 "train.dist_backend=gloo", *overrides])

@@ -24,5 +24,6 @@ SPEC = BackboneSpec(
         # within-prompt Spearman 0.68 vs 0.79 at 128 (the fidelity sweep in docs/lab/fidelity-sweep.md)
         quant_min_width=WIDTH,
     ),
+    shipped=True,
     fixed_resolution=True,  # defaults.resolution = 32: the shipped weights' (pretrained/solrl_embedded.json)
 )

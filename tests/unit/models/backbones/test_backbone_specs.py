@@ -47,14 +47,14 @@ def test_planner_names_resolve_through_the_specs():
 
 def test_config_validation_accepts_exactly_the_kinds_of_the_specs():
     kinds = {s.kind for s in SPECS}
-    assert set(adapters()) == kinds == {"embedded", "flux1", "sd35", "sana", "qwenimage", "wan"}
+    assert set(adapters()) == kinds == {"embedded", "embedded_video", "flux1", "sd35", "sana", "qwenimage", "wan"}
     for kind in kinds:
         assert validate_config({"model": {"kind": kind}}).model.kind == kind
     with pytest.raises(ConfigError) as info:
         validate_config({"model": {"kind": "flux2"}})
     assert str(info.value) == (
-        "config: model.kind 'flux2' is not a backbone (known: embedded, flux1, sd35, sana, qwenimage, wan; or "
-        "package.module:Class)")
+        "config: model.kind 'flux2' is not a backbone (known: embedded, embedded_video, flux1, sd35, sana, qwenimage, "
+        "wan; or package.module:Class)")
 
 
 def test_each_adapter_is_a_backbone_with_the_defaults_of_its_kind():
