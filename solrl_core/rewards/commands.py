@@ -3,6 +3,7 @@
 list_rewards(models)            one row per registered reward: what it is, what it needs, whether its files are found
 check_rewards(weights, models)  one row per configured reward: files found or not, load time, scores of a sample batch
 check_config_rewards(cfg)       check_rewards of a run config's training and evaluation rewards, at its image side
+                                (videos of its frames for a video backbone)
 format_table(rows, columns)     the rows as an aligned text table for the terminal
 """
 
@@ -57,15 +58,16 @@ def list_rewards(models: ModelsConfig | None = None) -> list[dict]:
 
 def check_rewards(
     weights: Mapping[str, float], models: ModelsConfig | None = None, n_images: int = 4,
-    image_size: int = FALLBACK_IMAGE_SIZE,
+    image_size: int = FALLBACK_IMAGE_SIZE, frames: int | None = None,
 ) -> list[dict]:
-    """For each configured reward: files found or not, and its scores of a small deterministic sample batch.
+    """For each configured reward: files found or not, and its scores of a small deterministic sample batch (of
+    videos of `frames` frames when given).
 
     Never raises for a broken reward: its row carries `ok: False` and the one-line `error`.
     """
     if models is not None:
         models = parse_reward_models(models)
-    images, prompts = sample_batch(n_images, image_size)
+    images, prompts = sample_batch(n_images, image_size, frames=frames)
     rows = []
     for name, weight in weights.items():
         row = {"name": name, "weight": float(weight), "ok": False, "found": None, "files": {}, "scores": None,
@@ -108,13 +110,24 @@ def config_image_size(cfg) -> int:
     return specs[0].defaults.resolution if specs else FALLBACK_IMAGE_SIZE
 
 
+def config_frames(cfg) -> int | None:
+    """The frames of the videos a run of `cfg` scores: model.frames, else its backbone's default; None for images."""
+    if cfg.model.frames is not None:
+        return cfg.model.frames
+    from solrl_core.models.backbones.registry import specs_of_kind
+
+    specs = specs_of_kind(cfg.model.kind)
+    return specs[0].defaults.frames if specs else None
+
+
 def check_config_rewards(cfg, n_images: int = 4) -> list[dict]:
     """`check_rewards` of the rewards a run of `cfg` scores (training, then evaluation and gold at their weights or
-    0), on sample images of the size the run makes (`config_image_size`)."""
+    0), on sample images (or videos) of the size the run makes (`config_image_size`, `config_frames`)."""
     weights = dict(cfg.rewards)
     for name in cfg.evaluation_rewards():
         weights.setdefault(name, 0.0)
-    return check_rewards(weights, cfg.reward_models, n_images=n_images, image_size=config_image_size(cfg))
+    return check_rewards(weights, cfg.reward_models, n_images=n_images, image_size=config_image_size(cfg),
+                         frames=config_frames(cfg))
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:

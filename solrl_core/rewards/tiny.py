@@ -199,15 +199,28 @@ def write_tiny_checkpoints(out_dir: str | Path, seed: int = 0) -> dict[str, dict
     return specs
 
 
-def sample_batch(n: int = 4, size: int = 64, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+def sample_batch(n: int = 4, size: int = 64, seed: int = 0,
+                 frames: int | None = None) -> tuple[np.ndarray, list[str]]:
     """A small deterministic (uint8 images (n, size, size, 3), prompts) batch: renders of the embedded shapes world,
-    upscaled, so every reward (including "embedded") has something meaningful to score."""
+    upscaled, so every reward (including "embedded") has something meaningful to score. With `frames`, videos
+    (n, frames, size, size, 3) of the embedded motion world and its prompts ("embedded_motion" scores them)."""
     from PIL import Image
 
-    from solrl_core.models.embedded import shapes
+    from solrl_core.models.embedded import motion, shapes
 
-    prompts = ["a red circle", "two blue squares", "three green triangles", "a yellow square on the left"]
-    prompts = [prompts[i % len(prompts)] for i in range(n)]
-    small = shapes.render_batch(prompts, np.random.default_rng(seed))
-    images = np.stack([np.asarray(Image.fromarray(img).resize((size, size), Image.Resampling.NEAREST)) for img in small])
-    return images, prompts
+    rng = np.random.default_rng(seed)
+    if frames is None:
+        prompts = ["a red circle", "two blue squares", "three green triangles", "a yellow square on the left"]
+        prompts = [prompts[i % len(prompts)] for i in range(n)]
+        small = shapes.render_batch(prompts, rng)
+    else:
+        prompts = ["a red circle moving left", "a blue square moving up", "a green triangle moving right"]
+        prompts = [prompts[i % len(prompts)] for i in range(n)]
+        small = motion.render_batch(prompts, rng, max(frames, 2))[:, :frames]
+
+    def resized(image: np.ndarray) -> np.ndarray:
+        return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.NEAREST))
+
+    if frames is None:
+        return np.stack([resized(img) for img in small]), prompts
+    return np.stack([np.stack([resized(f) for f in video]) for video in small]), prompts

@@ -59,3 +59,17 @@ def test_a_reward_that_fails_in_its_own_code_is_a_row_not_a_traceback(monkeypatc
     assert all(not row["ok"] for row in rows)
     assert rows[0]["error"] == ("embedded failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x4160 and "
                                 "1088x128)")
+
+
+def test_a_video_config_is_checked_on_videos_of_its_frames():
+    """The video demo's motion reward and a Wan preset's image reward (scoring every frame) get videos."""
+    from solrl_core.rewards.commands import config_frames
+
+    assert config_frames(load_config("demo_video")) == 4 and config_frames(load_config("demo")) is None
+    rows = check_config_rewards(load_config("demo_video"), n_images=3)
+    assert rows[0]["name"] == "embedded_motion" and rows[0]["ok"] and min(rows[0]["scores"]) > 0.9  # renders
+    wan = load_config("wan_sol_rl_pickscore", ["rewards={jpeg: 1.0, temporal_consistency: 0.5}", "eval.rewards=null"])
+    assert config_frames(wan) == 5
+    rows = {row["name"]: row for row in check_config_rewards(wan, n_images=2)}
+    assert rows["jpeg"]["ok"] and rows["temporal_consistency"]["ok"]
+    assert max(rows["temporal_consistency"]["scores"]) < 1  # the frames move
