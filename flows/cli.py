@@ -7,7 +7,8 @@ import os
 import signal
 import sys
 
-from flows.commands import calibrate, config, deploy, distill, doctor, models, plan, presets, pretrain, runs, train
+from flows.commands import (calibrate, config, deploy, distill, doctor, matrix, models, plan, presets, pretrain, runs,
+                            train)
 from flows.signals import RESUME_LINE, interrupted_exit_code, stop_late, stop_on_signals
 from flows.user_errors import as_user_error, hide_user_error_logs, report, say
 from solrl_core import stop
@@ -37,7 +38,7 @@ def _terminal(args) -> None:
 
 
 # The command groups in the order `solrl --help` lists them; each module's register(sub) adds its subcommands.
-COMMANDS = (train, deploy, runs, presets, models, plan, calibrate, doctor, pretrain, distill, config)
+COMMANDS = (train, deploy, runs, presets, models, plan, matrix, calibrate, doctor, pretrain, distill, config)
 
 
 def installed_version() -> str:

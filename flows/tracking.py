@@ -582,20 +582,33 @@ def log_audit(run: RunDir, cfg: RunConfig, iteration: int) -> dict[str, float]:
     return metrics
 
 
-def log_bench_report(root: Path, uri: str, experiment: str, report: dict, files: list[Path]) -> dict:
-    """Log a benchmark report (Markdown, plots, JSON) and its headline numbers to one MLflow run of `experiment`.
-
-    The run is created once per benchmark directory (`<root>/mlflow.json` records it); a resumed benchmark logs
-    the regenerated report into the same run. Headline metrics, at step = iterations: `bench/<family>/final_reward`
-    (mean over seeds), `.../final_reward_std`, `.../target_cost_gpu_s` and `.../speedup_vs_<reference>`."""
+def log_report(root: Path, uri: str, experiment: str, kind: str, metrics: dict[str, float], step: int,
+               files: list[Path], tags: dict[str, str] | None = None, dicts: dict[str, dict] | None = None) -> dict:
+    """Log a report of `kind` (bench, matrix: its Markdown, plots and JSON under artifacts `<kind>/`) and its headline
+    `metrics` at `step` to one MLflow run of `experiment`, created once per report directory (`<root>/mlflow.json`
+    records it): a resumed benchmark or matrix logs the regenerated report into the same run."""
     record = Path(root) / "mlflow.json"
     mlflow = connect(uri)
     info = read_json(record) if record.is_file() else None
     if info is None or info.get("tracking_uri") != uri:
         experiment_id = _experiment_id(experiment, uri)
-        with mlflow.start_run(experiment_id=experiment_id, run_name=f"bench-{Path(root).name}") as active:
+        with mlflow.start_run(experiment_id=experiment_id, run_name=f"{kind}-{Path(root).name}") as active:
             info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
         write_json_atomic(record, info)
+    with mlflow.start_run(run_id=info["mlflow_run_id"]):
+        mlflow.set_tags({f"{kind}_dir": str(Path(root).resolve()), "kind": kind, **(tags or {})})
+        if metrics:
+            mlflow.log_metrics(metrics, step=step)
+        for path in files:
+            mlflow.log_artifact(str(path), artifact_path=kind)
+        for name, value in (dicts or {}).items():
+            mlflow.log_dict(value, f"{kind}/{name}")
+    return info
+
+
+def log_bench_report(root: Path, uri: str, experiment: str, report: dict, files: list[Path]) -> dict:
+    """A benchmark report (`log_report`). Headline metrics, at step = iterations: `bench/<family>/final_reward`
+    (mean over seeds), `.../final_reward_std`, `.../target_cost_gpu_s` and `.../speedup_vs_<reference>`."""
     metrics: dict[str, float] = {}
     for family, fam in report.get("families", {}).items():
         for key in ("final_reward", "final_reward_std"):
@@ -608,12 +621,19 @@ def log_bench_report(root: Path, uri: str, experiment: str, report: dict, files:
         for ref, ratio in (ttt or {}).get("speedup", {}).items():
             if ratio is not None and np.isfinite(ratio):
                 metrics[f"bench/{family}/speedup_vs_{ref}"] = float(ratio)
-    with mlflow.start_run(run_id=info["mlflow_run_id"]):
-        mlflow.set_tags({"bench_dir": str(Path(root).resolve()), "kind": "bench",
-                         "cost_axis": str(report.get("cost", {}).get("title", ""))[:5000]})
-        if metrics:
-            mlflow.log_metrics(metrics, step=int(report.get("iterations", 0)))
-        for path in files:
-            mlflow.log_artifact(str(path), artifact_path="bench")
-        mlflow.log_dict(report.get("runs", {}), "bench/runs.json")
-    return info
+    return log_report(root, uri, experiment, "bench", metrics, int(report.get("iterations", 0)), files,
+                      tags={"cost_axis": str(report.get("cost", {}).get("title", ""))[:5000]},
+                      dicts={"runs.json": report.get("runs", {})})
+
+
+def log_matrix_report(root: Path, uri: str, experiment: str, report: dict, files: list[Path]) -> dict:
+    """A learning-matrix report (`log_report`): per cell `matrix/<world>/<objective>/<family>/rise` (mean over seeds)
+    and its interval's ends `.../rise_lo`, `.../rise_hi`."""
+    metrics: dict[str, float] = {}
+    for name, cell in report.get("cells", {}).items():
+        rise = cell.get("rise") or {}
+        for key, suffix in (("value", "rise"), ("lo", "rise_lo"), ("hi", "rise_hi")):
+            value = rise.get(key)
+            if value is not None and np.isfinite(value):
+                metrics[f"matrix/{name}/{suffix}"] = float(value)
+    return log_report(root, uri, experiment, "matrix", metrics, 0, files)

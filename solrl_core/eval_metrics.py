@@ -17,3 +17,18 @@ def evaluation_metrics(total: np.ndarray, per: dict[str, np.ndarray], gold: str 
         metrics[GOLD_KEY] = float(np.mean(per[gold]))
         metrics[GAP_KEY] = metrics[TOTAL_KEY] - metrics[GOLD_KEY]
     return metrics
+
+
+def seed_blocks(total: np.ndarray, per: dict[str, np.ndarray], gold: str | None, seeds_per_prompt: int
+                ) -> dict[str, list[float]]:
+    """The evaluation cut into `seeds_per_prompt` blocks, block j holding every prompt's j-th seed (the samples are
+    prompt-major, `evaluate.eval_inputs`): per block the mean of the total and of the gold reward. Their spread is
+    the evaluation's own noise: sd(block means) / sqrt(blocks) is the standard error of its mean (the benchmark
+    reports it)."""
+    def blocks(values: np.ndarray) -> list[float]:
+        return [float(v) for v in np.asarray(values, dtype=np.float64).reshape(-1, seeds_per_prompt).mean(axis=0)]
+
+    out = {TOTAL_KEY: blocks(total)}
+    if gold is not None:
+        out[GOLD_KEY] = blocks(per[gold])
+    return out

@@ -16,7 +16,7 @@ import torch
 
 from solrl_core.run import commit
 from solrl_core.config.schema import RunConfig
-from solrl_core.eval_metrics import evaluation_metrics
+from solrl_core.eval_metrics import evaluation_metrics, seed_blocks
 from solrl_core.grids import Tile, labelled_grid, rank_captions
 from solrl_core.run.integrity import FILES_KEY, inventory, sealed, verify_checkpoint
 from solrl_core.prompts import eval_prompt_set
@@ -143,10 +143,11 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
     (total, per), score_shards = split_or_whole(ctx, scoring)
     pool = writer.group
     metrics = evaluation_metrics(total, per, cfg.eval.gold)
+    blocks = seed_blocks(total, per, cfg.eval.gold, cfg.eval.seeds_per_prompt)
     images = np.asarray(pool["image"][...])
     grid = sample_grid(images, np.asarray(total), np.asarray(pool["prompt_index"][...]), list(pool.attrs["prompts"]))
     save_image(Image.fromarray(grid), partial / "samples.png")
-    summary = {"step": step, "metrics": metrics, "ema": ema_used, "samples": int(len(images)),
+    summary = {"step": step, "metrics": metrics, "seed_blocks": blocks, "ema": ema_used, "samples": int(len(images)),
                "prompts": list(pool.attrs["prompts"]), "sampler": pool.attrs["sampler"], "guidance": cfg.guidance.eval,
                "shards": sample_shards, "score_shards": score_shards, "seconds": round(time.perf_counter() - started, 3),
                **lineage(inputs=inputs)}

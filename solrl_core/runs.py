@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from solrl_core.run import commit
-from solrl_core.config.schema import MAX_SEED, RunConfig, dump_config, load_yaml
+from solrl_core.config.schema import RunConfig, dump_config, load_yaml
 from solrl_core.config.loading import validate_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
 from solrl_core.run.integrity import config_body, config_text, read_record
@@ -60,7 +60,6 @@ def prepare_run(run: RunDir, cfg: RunConfig) -> RunConfig:
     that has computed nothing yet (`computed`) takes `cfg` instead of its frozen config, saying so in one line on
     stderr: its unfinished attempts and its MLflow run record (run.json) are dropped, as they belong to the old one.
     The frozen config's fingerprint (FINGERPRINT_FILE) lets a run whose config.yaml was deleted refuse another one."""
-    check_seed_range(cfg)
     if not run.config_path.is_file():
         _check_fingerprint(run, cfg)
     if run.config_path.is_file():
@@ -118,26 +117,6 @@ def _discard_attempts(run: RunDir) -> None:
                      run.root / "eval"]:
         remove_tree(leftover)
     run.run_json.unlink(missing_ok=True)
-
-
-def check_seed_range(cfg: RunConfig) -> None:
-    """A SolrlError when the run's noise seeds (solrl_core/stages/draws.py: candidate_seed) would pass the largest
-    64-bit integer, which the pools store them as: too large a `seed` for this many iterations, prompts and seeds."""
-    from solrl_core.stages.draws import candidate_seed  # torch: only where a run is prepared
-
-    def largest(seed: int) -> int:
-        last = cfg.model_copy(update={"seed": seed})
-        n_prompts, n_seeds = cfg.prompts.per_iteration, cfg.explore.seeds_per_prompt
-        return candidate_seed(last, cfg.iterations - 1, n_prompts - 1, n_seeds - 1)
-
-    if largest(cfg.seed) <= MAX_SEED:
-        return
-    low, high = 0, cfg.seed  # the largest seed that fits: largest() grows with the seed
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if largest(middle) <= MAX_SEED else (low, middle - 1)
-    raise SolrlError(f"seed {cfg.seed} is too large for this run: its noise seeds would pass 2**63 - 1; use a seed "
-                     f"from 0 to {low} (or fewer iterations, prompts or seeds per prompt)")
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.commands.options import output_options, show_progress
+from flows.commands.options import output_options, protocol_options, show_progress
 from flows.prefect_server import client_env, prefect_api
 from flows.preflight import check_services
 from solrl_core.models.backbones.registry import full_size_models
@@ -137,14 +137,6 @@ def register(sub) -> None:
                        "numbers, a verdict per claim of the method and each interval's simulated coverage. "
                        "configs/bench.yaml takes about 55 minutes on 2 CPU cores; --quick runs its smaller "
                        "protocol (under 15 minutes).")
-    p.add_argument("config", help="bench YAML: a file, or a packaged bench config's name, e.g. bench")
-    p.add_argument("--run-dir", help="where the runs and the report go (default: the config's run_root, runs/bench)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a bench config key, e.g. --set iterations=4 or --set seeds=1 (repeatable)")
-    p.add_argument("--quick", action="store_true",
-                   help="the config's smaller 'quick' protocol (fewer seeds and iterations; its own run directory), "
-                   "the report labelled quick")
-    p.add_argument("--report-only", action="store_true",
-                   help="do not train: rebuild the report from the runs already in the run directory")
+    protocol_options(p, "bench", "bench")
     output_options(p, no_progress=True)
     p.set_defaults(func=cmd_bench)

@@ -11,36 +11,45 @@ from solrl_core.errors import SolrlError
 def config_rows() -> tuple[list[dict], list[dict]]:
     """(run configs, bench configs) shipped in the package, one row each: a run config's name, model, family and
     trained reward(s); a bench config's name and the family configs it trains."""
-    from solrl_core.config.schema import load_yaml
-    from solrl_core.config.loading import load_config
+    from solrl_core.config.loading import config_kind, load_config
     from solrl_core.config.packaged import packaged_configs
     from solrl_core.config.presets import preset_models
 
+    from solrl_core.config.learning_status import cell_status, learning_label, read_status
+
     models = preset_models()
+    status = read_status()
     runs, benches = [], []
     for name, path in packaged_configs().items():
-        own = load_yaml(path.read_text(encoding="utf-8")) or {}
-        if "families" in own:  # a bench config (solrl_core/bench/bench_config.py): its family configs are files beside it
-            families = ", ".join(Path(f).stem for f in own["families"])
+        kind, data = config_kind(path)
+        if kind == "bench":  # solrl_core/bench/bench_config.py: its family configs are files beside it
+            families = ", ".join(Path(f).stem for f in data["families"])
             benches.append({"name": name, "families": families, "run": f"solrl bench {name}"})
+            continue
+        if kind == "matrix":  # a learning matrix (solrl_core/bench/matrix_config.py): its worlds' families
+            families = "; ".join(f"{world}: " + ", ".join(Path(f).stem for f in spec.get("families", []))
+                                 for world, spec in data["worlds"].items())
+            benches.append({"name": name, "families": families, "run": f"solrl matrix {name}"})
             continue
         cfg = load_config(path)
         runs.append({"name": name, "model": models.get(name, cfg.model.kind), "family": cfg.family,
-                     "objective": cfg.objective.name, "reward": "+".join(r for r, w in cfg.rewards.items() if w)})
+                     "objective": cfg.objective.name, "reward": "+".join(r for r, w in cfg.rewards.items() if w),
+                     "learning": learning_label(cell_status(cfg, status)[1])})
     return runs, benches
 
 
 def write_preset(name: str, file: Path, overrides: list[str], force: bool = False) -> Path:
     """Write the run config `name` (a packaged name or a file), resolved as `solrl config --show` prints it (every
     key, no `extends`), to `file`: it works anywhere, whatever happens to the package later."""
-    from solrl_core.config.schema import dump_config, load_yaml
-    from solrl_core.config.loading import load_config
+    from solrl_core.config.schema import dump_config
+    from solrl_core.config.loading import config_kind, load_config
     from solrl_core.config.packaged import resolve_config
 
     source = resolve_config(name)
-    if "families" in (load_yaml(source.read_text(encoding="utf-8")) or {}):
-        raise SolrlError(f"{name} is a bench config, whose family configs are files beside it: run it by name "
-                         f"(solrl bench {name}); --write writes run configs")
+    kind, _ = config_kind(source)
+    if kind != "run":
+        raise SolrlError(f"{name} is a {kind} config, whose family configs are files beside it: run it by name "
+                         f"(solrl {kind} {name}); --write writes run configs")
     if file.exists() and not force:
         raise SolrlError(f"{file} exists; give another FILE or --force to replace it")
     text = dump_config(load_config(source, overrides))
@@ -64,10 +73,13 @@ def cmd_presets(args) -> int:
 
     runs, benches = config_rows()
     print("run configs (solrl train NAME, solrl plan NAME --gpu GPU, solrl config --show NAME, ...):")
-    print(format_table(runs, ["name", "model", "family", "objective", "reward"]))
-    print("\nbench configs:")
+    print(format_table(runs, ["name", "model", "family", "objective", "reward", "learning"]))
+    print("\nbench and learning-matrix configs:")
     print(format_table(benches, ["name", "families", "run"]))
-    print("\na file path works wherever a NAME does (a file that exists wins); to edit one: "
+    print("\nlearning: what the learning matrix measured of the config's objective x family on the embedded testbed "
+          "(rises: its held-out reward rose, the 95% interval over seeds above 0; experimental: it did not, or was "
+          "not trained there; `solrl train` says which, with the numbers; configs/measured/learning_status.yaml)")
+    print("a file path works wherever a NAME does (a file that exists wins); to edit one: "
           "solrl presets --write NAME FILE")
     return 0
 

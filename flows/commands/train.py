@@ -26,6 +26,12 @@ def cmd_train(args) -> int:
     cfg = load_config(args.config, overrides)
     run = RunDir(args.run_dir or default_run_dir(cfg))
     run.check_writable()
+    if not args.quiet:  # what the learning matrix measured of this objective x family (configs/measured/learning_status.yaml)
+        from solrl_core.config.learning_status import learning_note
+
+        note = learning_note(cfg)
+        if note:
+            print(f"solrl: note: {note}", file=sys.stderr)
     client_env()
     check_services(cfg, run)
     with run.hold():

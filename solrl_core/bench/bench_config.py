@@ -50,8 +50,12 @@ class BenchConfig(_Strict):
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted run-config keys set in every family "
                                       "(e.g. prompts.per_iteration: 4), so all share the same shapes")
     run_root: str = Field("runs/bench", description="where runs/<family>-s<seed>/ and the report go")
-    margin: float = _real(0.01, "non-inferiority margin of the final-value claims (absolute reward): 'A is not below "
-                          "B' holds when the CI of A - B lies above -margin", ge=0)
+    margin: float = _real(0.01, "the relative non-inferiority margin of 'sol_rl ends no more than this below "
+                          "naive_scaling' (the paper: within ~1%): holds when the CI of their paired difference lies "
+                          "above - this x naive_scaling's final value", ge=0)
+    target_gain: float = _real(0.03, "the pre-registered target of time to target: the baseline's held-out value "
+                               "before training plus this (fixed before the runs: a baseline that does not rise "
+                               "leaves its seeds censored, never the claim untestable)", gt=0)
     quick: dict[str, Any] = Field(default_factory=dict, description="bench keys replaced under `solrl bench "
                                   "--quick` (a smaller protocol, e.g. {seeds: 3, iterations: 6})")
     protocol: Literal["full", "quick"] = Field("full", description="set by the loader: 'quick' under --quick")
@@ -101,11 +105,10 @@ def check_cost_names(bench: BenchConfig) -> None:
             get_model(name)
 
 
-def load_bench_config(path: str | Path, overrides: list[str] | None = None,
-                      quick: bool = False) -> tuple[BenchConfig, Path]:
-    """Read and validate a bench YAML (a file, or a packaged bench config's name; with `extends` and `--set`
-    overrides); returns it with its directory. `quick`: the config's `quick` keys replace the protocol's (before the
-    overrides), labelled protocol 'quick'."""
+def read_protocol(path: str | Path, overrides: list[str] | None, quick: bool, what: str) -> tuple[dict, Path]:
+    """The YAML of a protocol config (a bench or a learning matrix: a file or a packaged name, with `extends`), its
+    `quick` keys replacing the protocol's under `quick` (labelled protocol 'quick'), then the `--set` overrides;
+    with the file's path. `what` names the config's kind in errors."""
     from solrl_core.config.packaged import resolve_config
 
     path = resolve_config(path)
@@ -114,13 +117,22 @@ def load_bench_config(path: str | Path, overrides: list[str] | None = None,
     if quick:
         smaller = data.get("quick") or {}
         if not isinstance(smaller, dict) or not smaller:
-            raise ConfigError(f"{path}: --quick needs a 'quick' section (bench keys of the smaller protocol)")
+            raise ConfigError(f"{path}: --quick needs a 'quick' section ({what} keys of the smaller protocol)")
         if "quick" in smaller or "protocol" in smaller:
-            raise ConfigError(f"{path}: quick: set bench keys such as seeds or iterations, not quick/protocol")
+            raise ConfigError(f"{path}: quick: set {what} keys such as seeds or iterations, not quick/protocol")
         data = _deep_merge(data, {**smaller, "protocol": "quick"})
     data = apply_overrides(data, overrides or [])
     if data.get("protocol", "full") != ("quick" if quick else "full"):
         raise ConfigError(f"{path}: protocol is set by --quick, not in the file or by --set")
+    return data, path
+
+
+def load_bench_config(path: str | Path, overrides: list[str] | None = None,
+                      quick: bool = False) -> tuple[BenchConfig, Path]:
+    """Read and validate a bench YAML (a file, or a packaged bench config's name; with `extends` and `--set`
+    overrides); returns it with its directory. `quick`: the config's `quick` keys replace the protocol's (before the
+    overrides), labelled protocol 'quick'."""
+    data, path = read_protocol(path, overrides, quick, "bench")
     try:
         return BenchConfig.model_validate(data), path.resolve().parent
     except ValidationError as exc:

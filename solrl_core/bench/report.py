@@ -15,7 +15,8 @@ predicts for each finished iteration's shapes (P prompts, N seeds, K kept, the e
 used, regenerate steps, training timesteps), see `PlannerPricer`. Both are cumulative: the cost of the evaluation
 after s iterations is that of iterations 0..s-1.
 
-Time to target. target = the baseline family's (diffusionnft) final evaluation reward, averaged over seeds. For
+Time to target. target = the baseline family's (diffusionnft) evaluation before training plus the bench config's
+`target_gain`, fixed before the runs (pre-registered). For
 each family the cost to target is the cost at the first evaluation whose seed-averaged reward reaches the target
 (no interpolation: the resolution is the evaluation interval), on three axes: iterations, measured CPU seconds,
 modeled GPU-seconds (costs averaged over seeds at that evaluation). speed-up vs a reference = reference's cost to
@@ -41,8 +42,8 @@ from typing import Callable, Protocol
 import numpy as np
 
 from solrl_core.bench.coverage import TARGET as COVERAGE_TARGET, coverage_table
-from solrl_core.bench.stats import LEVEL, MIN_SEEDS, mean_interval
-from solrl_core.bench.verdicts import claims, family_statistics, pair_statistics, target_below_start
+from solrl_core.bench.stats import LEVEL, MIN_SEEDS, mean_interval, paired_difference
+from solrl_core.bench.verdicts import claims, difference_power, family_statistics, pair_statistics
 from solrl_core.eval_metrics import GOLD_KEY, TOTAL_KEY
 from solrl_core.rl.selection import kept_per_prompt
 from solrl_core.run.rundir import STAGES, RunDir, write_json_atomic
@@ -135,6 +136,7 @@ class RunHistory:
     audits: dict[int, dict] = field(default_factory=dict)  # iteration -> audit summary
     eval_seconds: dict[int, float] = field(default_factory=dict)  # step -> wall seconds of that evaluation
     eval_samples: dict[int, int] = field(default_factory=dict)  # step -> images in that evaluation
+    eval_errors: dict[int, float] = field(default_factory=dict)  # step -> standard error of that evaluation's mean
     eval_key: str = TOTAL_KEY  # which metric `evals` holds (see `eval_key`)
     mlflow_run_id: str | None = None
 
@@ -174,6 +176,9 @@ def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
             hist.eval_samples[step] = int(data.get("samples", 0))
             hist.eval_metrics[step] = {k: float(v) for k, v in data["metrics"].items()}
             hist.eval_seconds[step] = float(data.get("seconds", math.nan))
+            blocks = (data.get("seed_blocks") or {}).get(hist.eval_key)
+            if blocks and len(blocks) > 1:  # its seed blocks' spread (eval_metrics.seed_blocks)
+                hist.eval_errors[step] = float(np.std(blocks, ddof=1) / math.sqrt(len(blocks)))
     _orchestration_overhead(hist)
     info = run.run_info()
     if info is not None:
@@ -389,7 +394,8 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
         }
     baseline = bench.baseline
     references = [r for r in dict.fromkeys([baseline, *bench.ratio_to]) if r in groups]
-    target = families[baseline]["final_reward"] if baseline in families else math.nan
+    start = families[baseline]["initial_reward"] if baseline in families else None
+    target = start + bench.target_gain if start is not None else math.nan  # pre-registered: its start + a gain
     ttt = time_to_target(curves, target, references) if np.isfinite(target) else {}
     for fam in families:
         families[fam]["time_to_target"] = ttt.get(fam, {})
@@ -408,6 +414,7 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
         "eval_samples": min((n for h in all_hs for n in h.eval_samples.values()), default=0),
         "eval_key": GOLD_KEY if any(h.eval_key == GOLD_KEY for h in all_hs) else TOTAL_KEY,
         "margin": bench.margin,
+        "target_gain": bench.target_gain,
         "baseline": baseline,
         "references": references,
         "target": target,
@@ -422,12 +429,40 @@ def analyse(runs, bench, pricer: Callable, alternatives: dict[str, Callable] | N
                                           "iterations": len(h.iterations)}
                  for hs in groups.values() for h in hs},
     }
+    report["eval_noise"] = eval_noise(groups)
     fidelity = _audits_per_seed(groups)
     report["fidelity_per_seed"] = fidelity
     report["claims"] = claims({fam: d["statistics"] for fam, d in families.items()}, pairs, baseline,
                               bench.margin, fidelity, target)
     report["coverage"] = coverage_table(tuple(sorted({MIN_SEEDS, bench.seeds})))
+    report["resolution"] = resolution(families, pairs, report["eval_noise"], bench.margin)
     return report
+
+
+def eval_noise(groups: dict[str, list[RunHistory]]) -> dict:
+    """The evaluation's own noise: per family the mean over its seeds and evaluations of the standard error of an
+    evaluation's mean (from its seed blocks), and overall; NaN for runs whose evaluations have no blocks."""
+    per = {fam: _stats([e for h in hs for e in h.eval_errors.values()])["mean"] for fam, hs in groups.items()}
+    values = [v for v in per.values() if np.isfinite(v)]
+    return {"per_family": per, "standard_error": float(np.mean(values)) if values else math.nan}
+
+
+def resolution(families: dict, pairs: list[dict], noise: dict, margin: float) -> list[dict]:
+    """What this benchmark can tell apart, per pair of families: the spread of their paired final differences, the
+    smallest mean difference its seeds detect 80% of the time, the seeds that would resolve `margin` of the second
+    family's final value, and how much of the spread is the evaluation's own noise (2 se² of the variance)."""
+    out = []
+    for row in pairs:
+        a, b = row["a"], row["b"]
+        fa, fb = (families[f]["statistics"]["final_reward_per_seed"] for f in (a, b))
+        bound = margin * abs(families[b]["final_reward"]) if np.isfinite(families[b]["final_reward"]) else math.nan
+        power = difference_power(fa, fb, bound)
+        se = noise["standard_error"]
+        share = 2 * se * se / power["sd"] ** 2 if np.isfinite(se) and power["sd"] and np.isfinite(power["sd"]) else \
+            math.nan
+        out.append({"a": a, "b": b, "difference": paired_difference(fa, fb).as_dict(), **power, "margin": bound,
+                    "eval_noise_share": share})
+    return out
 
 
 def _audits_per_seed(groups: dict[str, list[RunHistory]]) -> dict[str, dict[int, dict]]:
@@ -461,7 +496,7 @@ def _plot_curves(report: dict, axis: str, path: Path) -> None:
         if len(data["seeds"]) > 1:
             ax.fill_between(x, c["reward_lo"], c["reward_hi"], color=line.get_color(), alpha=0.15, lw=0)
     if np.isfinite(report["target"]):
-        ax.axhline(report["target"], color="grey", ls="--", lw=1, label=f"target ({report['baseline']} final)")
+        ax.axhline(report["target"], color="grey", ls="--", lw=1, label=f"target ({report['baseline']} start + {report['target_gain']:g})")
     ax.set_xlabel(AXIS_TITLES[axis])
     ax.set_ylabel(f"held-out eval {report['eval_key']} (EMA)")
     ax.set_title(f"eval reward vs {AXIS_TITLES[axis]}" + (" (band: 95% CI of the seed mean)" if report["seeds"] > 1
@@ -621,8 +656,8 @@ def format_statistics(report: dict) -> list[str]:
     L = ["## Statistics over training seeds", "",
          f"Mean over seeds [{_pct(LEVEL)} interval: Student t for the final value, Hall's skewness-corrected t for "
          "the time to target]. Time to target per seed: the cost at its first evaluation reaching "
-         f"{_f(report['target'])}; a seed that never does counts at its last cost and the mean is a lower bound (>)."
-         + _untestable_target(report),
+         f"{_f(report['target'])} ({report['baseline']}'s value before training + {report['target_gain']:g}, "
+         "pre-registered); a seed that never does counts at its last cost and the mean is a lower bound (>).",
          "", "| family | seeds | final value | iterations to target | CPU s to target | GPU-s to target (modeled) |",
          "|---|---:|---|---|---|---|"]
     for fam, d in fams.items():
@@ -639,6 +674,7 @@ def format_statistics(report: dict) -> list[str]:
         sp = row["speedup"]
         L.append(f"| {row['a']} | {row['b']} | {_ci(row['final_reward_diff'])} | {_ratio(sp['iteration'])} | "
                  f"{_ratio(sp['cpu'])} | {_ratio(sp['gpu'])} |")
+    L += format_resolution(report)
     L += ["", "## Verdicts", "",
           f"Each claim of the method with its test: **holds** when the whole {_pct(LEVEL)} interval satisfies it, "
           "**does not hold** when the whole interval contradicts it, else **cannot tell at this power** (more seeds "
@@ -653,14 +689,26 @@ def format_statistics(report: dict) -> list[str]:
     return L + format_per_seed(report) + format_coverage(report)
 
 
-def _untestable_target(report: dict) -> str:
-    stats = {fam: d["statistics"] for fam, d in report["families"].items()}
-    start = target_below_start(stats, report["baseline"], report["target"])
-    if start is None:
-        return ""
-    return (f" **The target is not above {report['baseline']}'s value before training ({_f(start)})**: every seed "
-            "is at it before training, so the times to target below are 0 and no speed-up can be measured (the "
-            "speed-up claim is untestable in this benchmark).")
+def format_resolution(report: dict) -> list[str]:
+    """The evaluation's noise and, per pair of families, what the benchmark's seeds can tell apart."""
+    noise = report.get("eval_noise") or {}
+    se = noise.get("standard_error", math.nan)
+    L = ["", "## What this benchmark can resolve", "",
+         f"An evaluation of {report['eval_samples']} samples has a standard error of {_f(se)} (the spread of its seed "
+         "blocks, each every prompt's j-th fixed seed, over their number's root; mean over runs and evaluations). "
+         "Per pair: the spread of the per-seed final differences, the smallest mean difference the seeds detect "
+         f"80% of the time, and the seeds that would resolve {100 * report['margin']:g}% of the second family's final "
+         "value; 'eval noise' is the share of the difference's variance two independent evaluation errors make "
+         "(2 se²).", "",
+         "| a | b | a − b [95% CI] | paired sd | detectable at 80% | seeds for "
+         f"{100 * report['margin']:g}% | eval noise |", "|---|---|---|---:|---:|---:|---:|"]
+    for r in report.get("resolution", []):
+        need = r.get("seeds_for_effect")
+        share = r.get("eval_noise_share")
+        shown = "–" if share is None or not np.isfinite(share) else f"{100 * share:.0f}%"
+        L.append(f"| {r['a']} | {r['b']} | {_ci(r['difference'])} | {_f(r['sd'])} | {_f(r['detectable'])} | "
+                 f"{'–' if need is None else f'~{need}'} (±{_f(r['margin'])}) | {shown} |")
+    return L
 
 
 def _pct(level: float) -> str:
@@ -733,11 +781,13 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None = N
           f"compared: `{report['eval_key']}`.",
           f"- Full-fidelity audit every {report['audit_every']} iterations of the low-precision families."
           if report["audit_every"] else "- No full-fidelity audit.",
-          f"- Target for time to target: {report['baseline']}'s final value (mean over seeds), reached per seed at "
-          "one-evaluation resolution; a seed that never reaches it is censored at its last cost (shown as >).",
+          f"- Target for time to target (pre-registered): {report['baseline']}'s value before training + "
+          f"{report['target_gain']:g} = {_f(report['target'])}, reached per seed at one-evaluation resolution; a seed "
+          "that never reaches it is censored at its last cost (shown as >).",
           f"- Intervals: {_pct(LEVEL)} over training seeds, closed-form (no resampling, no RNG): Student t for means "
           "and paired differences, Hall's skewness-corrected t for a family's time to target, Fieller's paired "
-          f"interval for speed-ups; non-inferiority margin {report['margin']:g}.", ""]
+          f"interval for speed-ups; the 'within' bound is {100 * report['margin']:g}% of the reference's final "
+          "value. Every cannot-tell verdict states its power: the difference its seeds detect 80% of the time.", ""]
     L += ["", "## Families", "",
           "| family | explore | select | regenerate | iterations done | seeds |", "|---|---|---|---|---:|---|"]
     for fam, d in fams.items():

@@ -169,6 +169,44 @@ def seed_time_to_target(rewards, costs, target: float) -> tuple[float, bool]:
     return last, True
 
 
+# ----------------------------------------------------------------------------------------------- power
+
+POWER = 0.8
+
+
+def minimal_detectable(sd: float, n: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The smallest true mean (of a quantity over seeds, e.g. a paired difference) that a t interval at `level` over
+    `n` seeds with standard deviation `sd` excludes 0 with probability `power`: (t_(1+level)/2 + t_power) · sd / √n,
+    both quantiles of t(n - 1) (the usual approximation of the t test's power). NaN below 2 seeds."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    return float((_t_quantile(n, level) + student_t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def seeds_to_resolve(sd: float, effect: float, level: float = LEVEL, power: float = POWER,
+                     most: int = 100_000) -> int | None:
+    """The fewest seeds whose `minimal_detectable` reaches |effect| (at least 2); None when `effect` is 0 or the spread
+    unknown, or more than `most` would be needed."""
+    if not (math.isfinite(sd) and math.isfinite(effect)) or effect == 0:
+        return None
+    if sd == 0:
+        return 2
+
+    def enough(n: int) -> bool:
+        return minimal_detectable(sd, n, level, power) <= abs(effect)
+
+    hi = 2
+    while not enough(hi):  # the detectable difference falls with n: double, then bisect
+        hi *= 2
+        if hi > 2 * most:
+            return None
+    lo = max(2, hi // 2)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid + 1, hi)
+    return lo if lo <= most else None
+
+
 # ----------------------------------------------------------------------------------------------- verdicts
 
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "cannot tell at this power"

@@ -10,7 +10,8 @@ from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.models.backbones.registry import check_kind, resolution_problem
 from solrl_core.placement import check_device_list
 from solrl_core.rewards.registry import check_reward_names, parse_reward_models
-from solrl_core.rl.objectives import check_objective_name
+from solrl_core.plugins import is_plugin
+from solrl_core.rl.objectives import check_objective_name, objective_class
 from solrl_core.rl.selection import selection_rule
 
 
@@ -37,4 +38,37 @@ def registry_problem(cfg: RunConfig) -> str | None:
             check_reward_names([cfg.eval.gold])
     except SolrlError as exc:
         return ("eval.gold: " if "reward_models" not in str(exc) else "") + str(exc)
-    return family_conflict(cfg) or resolution_problem(cfg.model)
+    return family_conflict(cfg) or rollout_problem(cfg) or resolution_problem(cfg.model)
+
+
+def rollout_noise_level(cfg: RunConfig) -> float:
+    """The noise level of the SDE the config's objective samples its rollouts with (0: the ODE); a registered
+    objective's from its settings (no torch), a plug-in's from the class it names."""
+    name = cfg.objective.name
+    if is_plugin(name):
+        return float(objective_class(name)(cfg.objective.options, cfg.train).sampling_noise_level())
+    return getattr(cfg.objective, name).rollout_noise_level()
+
+
+def rollout_problem(cfg: RunConfig) -> str | None:
+    """One line naming what breaks SDE rollouts: an explore on another schedule than the regenerate's (an SDE sample
+    at 6 steps is another image than at 10, so the explore would rank other samples than those trained on), a
+    guardrail rung on another step count, or an SDE window outside the schedule; None for ODE rollouts."""
+    if rollout_noise_level(cfg) <= 0:
+        return None
+    name, explore, regen = cfg.objective.name, cfg.explore, cfg.regenerate
+    if regen.enabled and explore.steps != regen.steps:
+        return (f"objective {name} samples SDE rollouts, and a seed's SDE sample at {explore.steps} steps is another "
+                f"image than at {regen.steps} (every step draws noise): the explore runs the regenerate's schedule, "
+                f"so that a seed's explore and regenerated samples differ by precision alone; set explore.steps: "
+                f"{regen.steps} (explore.precision, explore.cache, explore.sibling or explore.full_precision_first/"
+                "_last keep the sample and make the explore cheaper)")
+    if regen.enabled and explore.guardrail.enabled:
+        off = [rung for rung in explore.guardrail.ladder if rung[1] != regen.steps]
+        if off:
+            return (f"explore.guardrail.ladder: the rung {list(off[0])} samples {off[0][1]} steps, but objective "
+                    f"{name} samples SDE rollouts on the regenerate's {regen.steps} steps; give every rung "
+                    f"{regen.steps} steps (e.g. [[fp8_emulated, {regen.steps}], [fp32, {regen.steps}]])")
+    if not is_plugin(name):
+        return getattr(cfg.objective, name).schedule_problem(explore.steps)
+    return None

@@ -59,6 +59,15 @@ def family_conflict(cfg: RunConfig) -> str | None:
     if family == "naive_quant" and full:
         return (f"{head} explore.precision is {explore.precision}, but naive_quant samples in low precision; set "
                 "explore.precision: auto (or family: naive_scaling)")
+    selective = explore.full_precision_first + explore.full_precision_last
+    if selective and full:
+        return (f"{head} explore.full_precision_first/_last run some explore steps at full precision instead of "
+                f"explore.precision, which is {explore.precision} already: they change nothing; set them to 0 (or "
+                "explore.precision: auto)")
+    if selective >= explore.steps:
+        return (f"{head} explore.full_precision_first ({explore.full_precision_first}) + _last "
+                f"({explore.full_precision_last}) cover all {explore.steps} explore steps, so none runs in "
+                f"{explore.precision}; leave at least one step to it (or set explore.precision: fp32)")
     cheaper_model = explore.cache.kind != "none" or explore.sibling.path is not None
     if family == "sol_rl" and full and explore.steps >= regen.steps and not cheaper_model:
         return (f"{head} explore.precision is {explore.precision} with explore.steps ({explore.steps}) >= "

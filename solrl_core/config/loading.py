@@ -16,6 +16,17 @@ from solrl_core.errors import ConfigError
 from solrl_core.excerpts import one_line
 
 
+PROTOCOL_KEYS = {"bench": "families", "matrix": "worlds"}  # the key that marks a config of `solrl bench` / `solrl matrix`
+
+
+def config_kind(config: str | Path) -> tuple[str, dict]:
+    """("run", "bench" or "matrix", the config's YAML with its `extends` resolved): what command a config file or
+    packaged name is for (a bench config lists `families`, a learning matrix `worlds`)."""
+    data = _read_yaml(resolve_config(config))
+    kind = next((kind for kind, key in PROTOCOL_KEYS.items() if key in data), "run")
+    return kind, data
+
+
 def validate_config(data: dict, source: str = "config") -> RunConfig:
     """`data` as a RunConfig: the schema's values (pydantic), then the names the registries must know."""
     try:

@@ -3,7 +3,8 @@ as package data) and what a CONFIG argument names: a YAML file, or one of these 
 
 A packaged config's name is its path under configs/ without `.yaml`, the presets' without `presets/` too: `demo`,
 `bench`, `families/sol_rl`, `flux1_sol_rl_pickscore`. The parts (configs/parts/) are pieces the presets extend, not
-configs of their own, and have no name. A file that exists wins over a name; `configs/presets/X.yaml` as the docs
+configs of their own, and have no name; neither has what solrl measured of its configs (configs/measured/: the
+learning matrix's verdicts). A file that exists wins over a name; `configs/presets/X.yaml` as the docs
 write it names the packaged preset X where no such file exists (outside a checkout).
 """
 
@@ -18,6 +19,7 @@ from solrl_core.errors import ConfigError
 CONFIGS_DIR = Path(configs.__file__).resolve().parent
 PRESETS_SUBDIR = "presets"
 PARTS_SUBDIR = "parts"
+MEASURED_SUBDIR = "measured"
 _SUFFIXES = (".yaml", ".yml")
 
 
@@ -26,7 +28,7 @@ def packaged_configs() -> dict[str, Path]:
     found = {}
     for path in sorted(CONFIGS_DIR.rglob("*.yaml"), key=lambda p: (p.parent.name == PRESETS_SUBDIR, p)):
         relative = path.relative_to(CONFIGS_DIR)
-        if relative.parts[0] == PARTS_SUBDIR:
+        if relative.parts[0] in (PARTS_SUBDIR, MEASURED_SUBDIR):
             continue
         if relative.parts[0] == PRESETS_SUBDIR:
             relative = relative.relative_to(PRESETS_SUBDIR)

@@ -243,6 +243,13 @@ class ExploreConfig(_Strict):
         "(official NVFP4; solrl_core/models/quant/backends.py)"
     )
     steps: int = _count(6, 1, MAX_STEPS, "ODE steps of the explore copy (official 6)")
+    full_precision_first: int = _count(
+        0, 0, MAX_STEPS, "the explore's first steps sampled at full precision (θ_old on W0, the regenerate's model), "
+        "the others in `precision` (step-selective precision: Tencent-Hunyuan/UniRL's Sol-RL bf16_prefix_steps, "
+        "default 0); a guardrail escalation drops it")
+    full_precision_last: int = _count(
+        0, 0, MAX_STEPS, "the explore's last steps sampled at full precision, likewise (UniRL's bf16_suffix_steps, "
+        "default 0)")
     seeds_per_prompt: int = _count(16, 1, MAX_SEEDS, "N, candidates per prompt (official 96)")
     batch_size: int = _count(32, 1, MAX_BATCH, "candidates per forward batch; also the commit unit of the pool")
     keep_latents: bool = Field(
@@ -349,10 +356,29 @@ class TrainConfig(_Strict):
 
 
 # the group-relative advantages every objective clips (solrl_core/rl/advantages.py)
-ADVANTAGES = "advantages (reward − prompt mean) / (iteration std + 1e-4) are clipped to ±this"
+ADVANTAGES = "advantages (reward − prompt mean) / (std + 1e-4, advantage_std's) are clipped to ±this"
 
 
-class DiffusionNFTSettings(_Strict):
+class _AdvantageSettings(_Strict):
+    """What every objective's group-relative advantages share (solrl_core/rl/advantages.py)."""
+
+    advantage_std: Literal["global", "prompt"] = Field(
+        "global", description="the std the centred rewards are divided by: global = of every reward of the iteration "
+        "(NVlabs/Sana sol_rl; flow_grpo config/grpo.py pickscore_sd3 sample.global_std True; AWM's pickscore "
+        "configs), prompt = of the prompt's own group (flow_grpo's general_ocr_wan2_1 and X-GenGroup/Flow-Factory's "
+        "Wan 2.1 GRPO recipe: global_std false)")
+
+    def rollout_noise_level(self) -> float:
+        """The noise level of the SDE the objective samples its rollouts with; 0 = the ODE (the config checks read
+        it here, without the objective's torch code)."""
+        return 0.0
+
+    def schedule_problem(self, steps: int) -> str | None:
+        """One line saying what of these settings a `steps`-step rollout cannot hold; None when it holds them."""
+        return None
+
+
+class DiffusionNFTSettings(_AdvantageSettings):
     """The DiffusionNFT loss (solrl_core/rl/nft_loss.py): the method's reference objective."""
 
     beta: float = _real(
@@ -366,7 +392,7 @@ class DiffusionNFTSettings(_Strict):
         "none (official 1e-4, NVlabs/Sana configs/sol_rl `config.train.beta`)", ge=0)
 
 
-class FlowGRPOSettings(_Strict):
+class FlowGRPOSettings(_AdvantageSettings):
     """Flow-GRPO (solrl_core/rl/flow_grpo.py): rollouts on an SDE, the clipped-ratio loss on its log-probabilities.
     Defaults from yifan123/flow_grpo config/base.py and config/grpo.py (`pickscore_sd3`)."""
 
@@ -385,11 +411,26 @@ class FlowGRPOSettings(_Strict):
         0, description="first SDE step of a rollout, the steps before it are ODE steps; a list = each "
         "iteration draws one of them from the run seed, explore and regenerate alike (Flow-GRPO-Fast / MixGRPO "
         f"windows; flow_grpo: 0; Flow-Factory's sde_steps: [1, 2, 3]); 0 to {MAX_STEPS:,}")
-    window_size: int | None = _count(None, 1, MAX_STEPS, "SDE steps from window_start, ODE after them; null = to the "
-                                     "last step (flow_grpo config/base.py: every step; its Fast configs 2 or 3)")
+    window_size: int | None = _count(None, 1, MAX_STEPS, "SDE steps from window_start, ODE after them, every one of "
+                                     "them trained (Flow-GRPO-Fast: flow_grpo scripts/train_sd3_fast.py trains "
+                                     "sample.sde_window_size steps, its Fast configs 2 or 3; Flow-Factory num_sde_steps); "
+                                     "null = to the last step (flow_grpo config/base.py: every step)")
     timestep_fraction: float = _real(
-        0.99, "the window's first int(steps·this) steps are trained, in order (flow_grpo config/grpo.py 0.99: 9 of 10 "
-        "steps)", gt=0, le=1)
+        0.99, "with window_size null: the window's first int(steps·this) steps are trained, in order (flow_grpo "
+        "scripts/train_sd3.py, config/grpo.py 0.99: 9 of 10 steps); a window of window_size steps trains all of them",
+        gt=0, le=1)
+
+    def rollout_noise_level(self) -> float:
+        return self.noise_level
+
+    def schedule_problem(self, steps: int) -> str | None:
+        starts = self.window_start if isinstance(self.window_start, list) else [self.window_start]
+        last = max(starts) + (self.window_size or 1)
+        if last > steps:
+            return (f"objective.flow_grpo: a window from step {max(starts)} of window_start {self.window_start} with "
+                    f"window_size {self.window_size} reaches step {last - 1}, past the {steps} steps the rollouts "
+                    f"sample; keep window_start + window_size within {steps}")
+        return None
 
     @field_validator("window_start")
     @classmethod
@@ -401,7 +442,7 @@ class FlowGRPOSettings(_Strict):
         return value
 
 
-class AWMSettings(_Strict):
+class AWMSettings(_AdvantageSettings):
     """Advantage-weighted matching (solrl_core/rl/awm_loss.py): the flow-matching error of the final samples as a
     log-likelihood, weighted by the advantage. Defaults from scxue/advantage_weighted_matching config/dgx_awm.py
     (`pickscore_sd3_no_cfg_1node`) and config/base_awm.py."""
@@ -543,7 +584,8 @@ class RunConfig(_Strict):
         "naive_quant or sol_rl; checked against explore.precision, select.mode and regenerate.enabled"
     )
     seed: int = _count(0, 0, MAX_SEED, "root of every random draw (prompts, noise seeds, selection, timesteps); the "
-                       "noise seeds drawn from it must fit 64 bits as well (checked when the run starts)")
+                       "noise seeds of candidate c of prompt slot p do not depend on explore.seeds_per_prompt, so "
+                       "families of one seed share their noise (solrl_core/stages/draws.py)")
     iterations: int = _count(10, 1, MAX_ITERATIONS, "RL iterations to train (each one optimizer_steps steps)")
     model: ModelConfig = Field(ModelConfig(), description="the backbone: adapter, weights, device, resolution")
     guidance: GuidanceConfig = Field(GuidanceConfig(), description="guidance scales per phase (official 1.0: none)")

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from solrl_core.models.backbones.base import Backbone, Conditioning, module_device
 from solrl_core.models.step_cache import fresh_trajectories, step_context
+from solrl_core.models.step_precision import model_at, models_of
 
 SAMPLERS = ("euler", "dpmpp_2m")
 
@@ -129,11 +130,13 @@ def sample(
     # the model's timestep inputs, moved once (a copy per step would be a host-to-device transfer in the loop)
     model_sigmas = (scheduler.timesteps / scheduler.config.num_train_timesteps).to(device=x.device, dtype=x.dtype)
     x0_prev = None
-    fresh_trajectories(transformer)  # an explore policy's step cache (models/step_cache.py) starts from nothing
+    for model in models_of(transformer):  # an explore policy's step cache (models/step_cache.py) starts afresh
+        fresh_trajectories(model)
     for i, t in enumerate(tqdm(scheduler.timesteps, desc=desc, leave=False, disable=not progress)):
         sigma = model_sigmas[i].expand(batch)
-        with step_context(transformer, i, steps, sigmas[i]):
-            v = guided_velocity(backbone, transformer, x, sigma, cond, guidance, uncond)
+        model = model_at(transformer, i, steps)  # step-selective precision: models/step_precision.py
+        with step_context(model, i, steps, sigmas[i]):
+            v = guided_velocity(backbone, model, x, sigma, cond, guidance, uncond)
         if sampler == "euler":
             x = scheduler.step(v, t, x, return_dict=False)[0]
         else:

@@ -17,8 +17,10 @@ import torch
 from solrl_core.models.backbones.base import Backbone, Conditioning, module_device
 from solrl_core.models.sampler import guided_velocity, make_scheduler
 from solrl_core.models.step_cache import fresh_trajectories, step_context
+from solrl_core.models.step_precision import model_at, models_of
 from solrl_core.models.seeds import derived_generator
-from solrl_core.rl.flow_grpo import schedule_sigma_max, sde_step
+from solrl_core.errors import SolrlError
+from solrl_core.rl.flow_grpo import schedule_sigma_max, sde_step, sde_window_problem
 
 PURPOSE_SDE_NOISE = 7  # a stream of its own among a seed's draws (the initial noise is the seed's own generator)
 
@@ -51,6 +53,9 @@ def sample_sde(backbone: Backbone, transformer: torch.nn.Module, cond: Condition
         raise ValueError(f"the SDE window [{start}, {stop}) must lie within the {steps} steps")
     scheduler = make_scheduler(backbone.sigmas(steps))
     sigmas = [float(s) for s in scheduler.sigmas]
+    problem = sde_window_problem(sigmas, (start, stop))
+    if problem:  # before the first step: a window that divides by ~0 samples noise, not images
+        raise SolrlError(problem)
     sigma_max = schedule_sigma_max(sigmas)
     device = module_device(transformer)
     x = backbone.initial_noise(list(seeds)).to(device)
@@ -62,10 +67,12 @@ def sample_sde(backbone: Backbone, transformer: torch.nn.Module, cond: Condition
     # every window step's noise drawn on the CPU and moved at once (a copy per step would stall the loop)
     noise = torch.stack([step_noise(seeds, i, x.shape[1:]) for i in range(start, stop)], dim=1).to(device)
     latents, log_probs = [], []
-    fresh_trajectories(transformer)  # an explore policy's step cache (models/step_cache.py) starts from nothing
+    for model in models_of(transformer):  # an explore policy's step cache (models/step_cache.py) starts afresh
+        fresh_trajectories(model)
     for i in range(steps):
-        with step_context(transformer, i, steps, sigmas[i]):
-            v = guided_velocity(backbone, transformer, x, model_sigmas[i].expand(batch), cond, guidance, uncond)
+        model = model_at(transformer, i, steps)  # step-selective precision: models/step_precision.py
+        with step_context(model, i, steps, sigmas[i]):
+            v = guided_velocity(backbone, model, x, model_sigmas[i].expand(batch), cond, guidance, uncond)
         if start <= i < stop:
             if i == start:
                 latents.append(x.float())

@@ -58,6 +58,7 @@ class Shapes:
     k: int = 24
     explore_steps: int = 10
     explore_precision: str = "bf16"
+    explore_full_steps: int = 0  # explore steps at full precision (explore.full_precision_first + _last)
     regenerate: bool = False
     regenerate_steps: int = 10
     train_timesteps: int = 6
@@ -118,6 +119,7 @@ def shapes_from_config(cfg) -> Shapes:
         k=min(k, seeds),
         explore_steps=cfg.explore.steps,
         explore_precision=_CONFIG_PRECISION[cfg.explore.precision],
+        explore_full_steps=cfg.explore.full_precision_first + cfg.explore.full_precision_last,
         regenerate=regen,
         regenerate_steps=cfg.regenerate.steps,
         train_timesteps=objective.trained_times(sampling_steps),
@@ -169,7 +171,9 @@ def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_
     bf16 = tp.rate("bf16")
     n_explore = shapes.prompts * shapes.seeds
     n_kept = shapes.trained_samples
-    explore_denoise = n_explore * shapes.explore_steps * forward_seconds(fwd, precision, tp)
+    low_steps = shapes.explore_steps - shapes.explore_full_steps
+    explore_denoise = n_explore * (low_steps * forward_seconds(fwd, precision, tp)
+                                   + shapes.explore_full_steps * fwd.total / bf16)
     explore_images = n_explore * per_image_flops / bf16
     regen_denoise = n_kept * shapes.regenerate_steps * fwd.total / bf16 if shapes.regenerate else 0.0
     regen_images = n_kept * per_image_flops / bf16 if shapes.regenerate else 0.0

@@ -2,9 +2,12 @@
 seeds as the full-precision regenerate would, and what it costs.
 
 An explore policy is what the explore stage samples with: a precision (`explore.precision`), a step count
-(`explore.steps`), a step cache from diffusers' hooks (`explore.cache`, models/step_cache.py) and the model, the
-trained one or a sibling (`explore.sibling`: a smaller or step-distilled model sharing its latent space and text
-encoders; sampled on its own schedule, with W0's place taken by its weights). The calibration
+(`explore.steps`), full-precision first and last steps (`explore.full_precision_first/_last`, step-selective
+precision: models/step_precision.py), a step cache from diffusers' hooks (`explore.cache`, models/step_cache.py)
+and the model, the trained one or a sibling (`explore.sibling`: a smaller or step-distilled model sharing its latent
+space and text encoders; sampled on its own schedule, with W0's place taken by its weights). An objective that
+samples SDE rollouts (Flow-GRPO) keeps the regenerate's step count: its candidates vary only what keeps a seed's
+sample (precision, full-precision steps, cache, sibling). The calibration
 samples one batch of prompts × seeds with the config's base model (W0) under each candidate and under the reference
 (the regenerate setting: full precision, `regenerate.steps`, no cache; with the objective's SDE when its rollouts
 are SDE rollouts), and reports for each candidate:
@@ -37,6 +40,7 @@ DEFAULT_GPUS = ("h100", "b200")  # Hopper (no NVFP4) and Blackwell
 FULL = "fp32"  # the explore precision that replaces nothing: the model in its own dtype
 PRECISIONS = ("nvfp4", "fp8", FULL)
 CACHE_CANDIDATES = (("none", {}), ("taylorseer", {"cache_interval": 2, "disable_cache_before_step": 2}))
+FULL_STEP_CANDIDATES = ((1, 0), (0, 1), (1, 1))  # (first, last) steps at full precision
 SEED_BASE = 7_000_000  # calibration seeds: far from the training and evaluation seeds of any run
 
 
@@ -47,22 +51,30 @@ class ExplorePolicy:
     cache: str = "none"
     cache_options: dict = field(default_factory=dict, hash=False, compare=False)
     sibling: str | None = None  # explore.sibling.path; None = the trained model
+    full_first: int = 0  # explore.full_precision_first: its first steps at full precision
+    full_last: int = 0  # explore.full_precision_last
 
     def label(self) -> str:
         options = ", ".join(f"{k}={v}" for k, v in self.cache_options.items())
         cache = "" if self.cache == "none" else f" + {self.cache}({options})"
         model = "" if self.sibling is None else f"sibling {Path(self.sibling).name}, "
-        return f"{model}{'full precision' if self.precision == FULL else self.precision} @ {self.steps}{cache}"
+        full = ", ".join(f"{where} {n} at full precision" for where, n in (("first", self.full_first),
+                                                                            ("last", self.full_last)) if n)
+        return (f"{model}{'full precision' if self.precision == FULL else self.precision} @ {self.steps}{cache}"
+                + (f" ({full})" if full else ""))
 
     def short_label(self) -> str:
-        """For a plot: "sib:" with a sibling, the precision without "_emulated", the steps, "+cache" with a cache."""
+        """For a plot: "sib:" with a sibling, the precision without "_emulated", the steps, "+cache" with a cache,
+        "+f1" / "+l1" for full-precision first / last steps."""
         precision = "full" if self.precision == FULL else self.precision.removesuffix("_emulated")
         return (("" if self.sibling is None else "sib:") + f"{precision}@{self.steps}"
-                + ("" if self.cache == "none" else f"+{self.cache}"))
+                + ("" if self.cache == "none" else f"+{self.cache}")
+                + (f"+f{self.full_first}" if self.full_first else "") + (f"+l{self.full_last}" if self.full_last else ""))
 
     def overrides(self) -> list[str]:
         """The config keys that set this policy (`--set` form)."""
         return [f"explore.precision={self.precision}", f"explore.steps={self.steps}",
+                f"explore.full_precision_first={self.full_first}", f"explore.full_precision_last={self.full_last}",
                 f"explore.cache.kind={self.cache}", f"explore.cache.options={json.dumps(self.cache_options)}",
                 f"explore.sibling.path={json.dumps(self.sibling)}"]
 
@@ -81,15 +93,25 @@ def runnable_precision(name: str, device: str) -> str:
 
 def candidate_policies(cfg, siblings: tuple[str, ...] = ()) -> list[ExplorePolicy]:
     """precision (4-bit, 8-bit, full) × steps (half the explore's, the explore's, between it and the regenerate's,
-    the regenerate's) × cache (none, TaylorSeer every other step from step 2), without the reference itself; and
-    for each sibling precision × a few steps (1, 2, 4, the explore's), without a cache."""
+    the regenerate's) × cache (none, TaylorSeer every other step from step 2); the 4- and 8-bit ones also with their
+    first, last, or first and last step at full precision (FULL_STEP_CANDIDATES); without the reference itself; and
+    for each sibling precision × a few steps (1, 2, 4, the explore's), without a cache. SDE rollouts (Flow-GRPO) keep
+    the regenerate's steps: every candidate samples them."""
+    from solrl_core.config.checks import rollout_noise_level
+
     lo, hi = cfg.explore.steps, cfg.regenerate.steps
-    steps = sorted({max(1, lo // 2), lo, (lo + hi) // 2, hi})
-    policies = [ExplorePolicy(runnable_precision(p, cfg.model.device), s, kind, dict(options))
+    same_sample = rollout_noise_level(cfg) > 0 and cfg.regenerate.enabled
+    steps = [hi] if same_sample else sorted({max(1, lo // 2), lo, (lo + hi) // 2, hi})
+    device = cfg.model.device
+    policies = [ExplorePolicy(runnable_precision(p, device), s, kind, dict(options))
                 for p in PRECISIONS for s in steps for kind, options in CACHE_CANDIDATES
                 if not (kind != "none" and s < 4)]  # a cache needs steps to skip after its warm-up
-    policies += [ExplorePolicy(runnable_precision(p, cfg.model.device), s, sibling=sibling)
-                 for sibling in siblings for p in PRECISIONS for s in sorted({1, 2, 4, lo}) if s <= hi]
+    policies += [ExplorePolicy(runnable_precision(p, device), s, full_first=first, full_last=last)
+                 for p in PRECISIONS if p != FULL for s in steps for first, last in FULL_STEP_CANDIDATES
+                 if s > first + last + 1]  # at least two steps left in low precision
+    policies += [ExplorePolicy(runnable_precision(p, device), s, sibling=sibling)
+                 for sibling in siblings for p in PRECISIONS
+                 for s in ([hi] if same_sample else sorted({1, 2, 4, lo})) if s <= hi]
     reference = reference_policy(cfg)
     return [p for p in policies if p != reference and family_accepts(cfg, p)]
 
@@ -127,6 +149,7 @@ def policy_transformer(backbone, cfg, policy: ExplorePolicy) -> torch.nn.Module:
     from solrl_core.models.quant.backends import apply_backend
     from solrl_core.models.quant.linear import explore_rule
     from solrl_core.models.step_cache import enable_step_cache
+    from solrl_core.models.step_precision import StepSelective
     from solrl_core.stages.transformer_copies import weight_sharing_transformer
 
     transformer = weight_sharing_transformer(backbone)
@@ -134,7 +157,10 @@ def policy_transformer(backbone, cfg, policy: ExplorePolicy) -> torch.nn.Module:
         quant = cfg.quant
         apply_backend(transformer, policy.precision, *explore_rule(quant, backbone.defaults),
                       weight_fmt=quant.weight_format, act_fmt=quant.act_format)
-    return enable_step_cache(transformer, policy.cache, policy.cache_options)
+    transformer = enable_step_cache(transformer, policy.cache, policy.cache_options)
+    if policy.full_first or policy.full_last:  # the full-precision steps on the model itself (its weights)
+        return StepSelective(transformer, weight_sharing_transformer(backbone), policy.full_first, policy.full_last)
+    return transformer
 
 
 @dataclass
@@ -241,7 +267,9 @@ def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_rat
     from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
 
     fwd, per_image, _, _ = forward or config_forward(cfg)
-    explore = cfg.explore.model_copy(update={"precision": policy.precision, "steps": policy.steps})
+    explore = cfg.explore.model_copy(update={"precision": policy.precision, "steps": policy.steps,
+                                             "full_precision_first": policy.full_first,
+                                             "full_precision_last": policy.full_last})
     shapes = shapes_from_config(cfg.model_copy(update={"explore": explore}))  # the reference too, any family
     out = {}
     for gpu in gpus:
@@ -392,6 +420,11 @@ def written_config(cfg, chosen: dict) -> str:
     overrides = [*policy.overrides(), f"name={cfg.name}_calibrated"]  # its own run directory
     if cfg.regenerate.enabled:
         overrides.append("explore.guardrail.enabled=true")
+        from solrl_core.config.checks import rollout_noise_level
+
+        if rollout_noise_level(cfg) > 0:  # SDE rollouts: every rung on the regenerate's steps
+            steps = cfg.regenerate.steps
+            overrides.append(f"explore.guardrail.ladder=[[fp8_emulated, {steps}], [fp32, {steps}]]")
     return dump_config(with_overrides(cfg, overrides))
 
 

@@ -29,6 +29,29 @@ class EmbeddedMotionReward(Reward):
         return motion_match_reward(images, prompts)["reward"]
 
 
+class EmbeddedMotionPart(Reward):
+    """One part of `embedded_motion` alone (its `part`), to score beside it at weight 0: what of the reward rose."""
+
+    part = ""
+    takes_videos = True
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        return motion_match_reward(images, prompts)[self.part]
+
+
+class EmbeddedMotionAppearance(EmbeddedMotionPart):
+    name = "embedded_motion_appearance"
+    part = "appearance"
+    summary = "embedded_motion's appearance part: every frame's prompt match (colour, shape), averaged, in [0, 1]"
+
+
+class EmbeddedMotionMove(EmbeddedMotionPart):
+    name = "embedded_motion_move"
+    part = "motion"
+    summary = ("embedded_motion's motion part: the shape's move from the first frame to the last along the named "
+               "direction, exp(-|move / travel - 1| / 0.5), in [0, 1] (standing still 0.14)")
+
+
 class JpegCompressibility(Reward):
     name = "jpeg_compressibility"
     summary = "minus the JPEG size (quality 95) in kB: smaller files score higher (DDPO)"

@@ -27,15 +27,17 @@ from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
 from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.imagereward import ImageReward
 from solrl_core.rewards.learned import LearnedEmbeddedReward
-from solrl_core.rewards.programmatic import (EmbeddedMotionReward, EmbeddedReward, Jpeg, JpegCompressibility,
-                                             JpegIncompressibility, TemporalConsistency)
+from solrl_core.rewards.programmatic import (EmbeddedMotionAppearance, EmbeddedMotionMove, EmbeddedMotionReward,
+                                             EmbeddedReward, Jpeg, JpegCompressibility, JpegIncompressibility,
+                                             TemporalConsistency)
 
 ModelsConfig = Mapping[str, RewardModelSpec | Mapping | None]
 
 REWARDS: dict[str, type[Reward]] = {
     cls.name: cls
     for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward,
-                LearnedEmbeddedReward, TemporalConsistency, EmbeddedMotionReward)
+                LearnedEmbeddedReward, TemporalConsistency, EmbeddedMotionReward, EmbeddedMotionAppearance,
+                EmbeddedMotionMove)
 }
 
 _configured: dict[str, RewardModelSpec] = {}

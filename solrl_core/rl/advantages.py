@@ -6,13 +6,20 @@ import numpy as np
 import torch
 
 
-def group_advantages(
-    rewards: np.ndarray, prompt_index: np.ndarray, clip: float = 5.0, eps: float = 1e-4
-) -> np.ndarray:
-    """A = (R - mean of R over the same prompt) / (std of R over the whole set + eps), clipped to [-clip, clip].
+STD_SCOPES = ("global", "prompt")
 
-    The std is the population std (ddof=0) of all rewards of the iteration, as in the reference code.
+
+def group_advantages(
+    rewards: np.ndarray, prompt_index: np.ndarray, clip: float = 5.0, eps: float = 1e-4, std: str = "global"
+) -> np.ndarray:
+    """A = (R - mean of R over the same prompt) / (a std of R + eps), clipped to [-clip, clip].
+
+    The std is a population std (ddof=0): `std` "global" = of all rewards of the iteration (NVlabs/Sana sol_rl,
+    flow_grpo's `global_std: True`), "prompt" = of the prompt's own rewards (flow_grpo's PerPromptStatTracker with
+    `global_std: False`: a group whose rewards are all equal has advantages 0).
     """
+    if std not in STD_SCOPES:
+        raise ValueError(f"std must be one of {STD_SCOPES}, got {std!r}")
     rewards = np.asarray(rewards, dtype=np.float64)
     prompt_index = np.asarray(prompt_index)
     if rewards.ndim != 1 or prompt_index.shape != rewards.shape:
@@ -22,10 +29,13 @@ def group_advantages(
     if len(rewards) == 0:
         return np.zeros(0)
     centred = np.empty_like(rewards)
+    scale = np.full_like(rewards, rewards.std(ddof=0))
     for prompt in np.unique(prompt_index):
         members = prompt_index == prompt
         centred[members] = rewards[members] - rewards[members].mean()
-    return np.clip(centred / (rewards.std(ddof=0) + eps), -clip, clip)
+        if std == "prompt":
+            scale[members] = rewards[members].std(ddof=0)
+    return np.clip(centred / (scale + eps), -clip, clip)
 
 
 def optimality(adv, clip: float = 5.0):

@@ -4,13 +4,20 @@ policy loss with a KL term to the reference policy.
 The SDE step, `flow_grpo/diffusers_patch/sd3_sde_with_logprob.py` `sde_step_with_logprob` (sde_type "sde"): from x at
 sigma σ to σ' (dt = σ' - σ < 0), with velocity v and noise level a,
 
-    s      = a · sqrt(σ / (1 - σ̃)),  σ̃ = σ except at σ = 1, where it is the schedule's second sigma
+    s      = a · sqrt(σ / (1 - σ̃)),  σ̃ = min(σ, the schedule's second sigma)
     mean   = x · (1 + s² dt / (2σ)) + v · (1 + s² (1 - σ) / (2σ)) · dt
     x'     = mean + s · sqrt(-dt) · ε
     log p  = mean over a sample's elements of the Gaussian log-density of x' under N(mean, (s · sqrt(-dt))²)
 
 computed in float32 whatever the model's dtype (the reference casts too: bf16 overflows). At a = 0 it is the Euler
 ODE step and has no density (the caller keeps log p only on the SDE steps).
+
+The stand-in σ̃ is where the SDE's scale, infinite at σ = 1, is made finite. The reference substitutes the second
+sigma where σ == 1 exactly; here every σ above the second sigma takes it, which is the schedule's first step
+whatever its value: the same as the reference on schedules that start at 1 (SD3, FLUX.1, the embedded model), and
+finite on those that start just below it (diffusers' UniPC flow schedule of Wan starts at 0.999999, where the
+reference's test never fires and the first step's scale would be ~700 times a). `sde_window_problem` refuses a
+window whose steps would still divide by about 0 (a schedule whose second sigma is itself near 1).
 
 The loss, `scripts/train_sd3.py`: A clipped to ±adv_clip, ratio = exp(log p_θ - log p_old),
 policy = mean(max(-A · ratio, -A · clip(ratio, 1 - ε, 1 + ε))), kl = mean over samples of
@@ -35,17 +42,36 @@ class SdeStep:
     std: torch.Tensor  # (B,): s, the noise level's scale at σ (the KL term divides by 2 s²)
 
 
+# The least 1 - σ̃ an SDE step may divide by: below it the step's scale passes a·31.6 and its noise swamps the
+# sample. The references' schedules keep far above it (10 steps of SD3 or Wan: 0.036; 28 steps of Wan at shift 5:
+# 0.007).
+SDE_MIN_GAP = 1e-3
+
+
 def schedule_sigma_max(sigmas: list[float]) -> float:
-    """The σ that stands in for σ in 1 - σ at σ = 1: the schedule's second sigma (the reference's choice; a one-step
-    schedule, [1, 0], has none, so half of the first)."""
+    """The σ̃ that stands in for every σ above it in 1 - σ̃: the schedule's second sigma (the reference's choice at
+    σ = 1; a one-step schedule, [σ0, 0], has none, so half of the first)."""
     return sigmas[1] if len(sigmas) > 2 else sigmas[0] / 2
 
 
 def sde_std(sigma: float, sigma_max: float, noise_level: float) -> float:
-    """s = a · sqrt(σ / (1 - σ̃)): σ̃ = σ, except at σ = 1 (no finite value), where σ̃ = `sigma_max`, the schedule's
-    second sigma (the reference's choice)."""
-    denominator = 1.0 - (sigma_max if sigma >= 1.0 else sigma)
-    return noise_level * math.sqrt(sigma / denominator)
+    """s = a · sqrt(σ / (1 - σ̃)), σ̃ = min(σ, `sigma_max`): the schedule's second sigma stands in on its first step,
+    at σ = 1 (no finite value) and just below it alike."""
+    return noise_level * math.sqrt(sigma / (1.0 - min(sigma, sigma_max)))
+
+
+def sde_window_problem(sigmas: list[float], window: tuple[int, int]) -> str | None:
+    """One line saying which step of the SDE window [start, stop) of schedule `sigmas` (terminal 0 included) would
+    divide by about 0 (1 - σ̃ below SDE_MIN_GAP), and what to change; None when every step is finite."""
+    sigma_max = schedule_sigma_max(sigmas)
+    for i in range(*window):
+        gap = 1.0 - min(sigmas[i], sigma_max)
+        if gap < SDE_MIN_GAP:
+            return (f"the SDE window [{window[0]}, {window[1]}) of this {len(sigmas) - 1}-step schedule has step {i} at "
+                    f"σ = {sigmas[i]:.6f}, where the SDE's scale a·sqrt(σ / (1 − σ)) divides by {gap:.1e} and its "
+                    "noise would swamp the sample; start the window later (objective.flow_grpo.window_start) or "
+                    "sample fewer steps")
+    return None
 
 
 def _column(value, like: torch.Tensor) -> torch.Tensor:
@@ -70,7 +96,7 @@ def sde_step(x: torch.Tensor, v: torch.Tensor, sigma, sigma_next, sigma_max: flo
     x, v = x.float(), v.float()
     sig, sig_next = _column(sigma, x), _column(sigma_next, x)
     dt = sig_next - sig
-    s = noise_level * torch.sqrt(sig / (1.0 - torch.where(sig >= 1.0, torch.full_like(sig, sigma_max), sig)))
+    s = noise_level * torch.sqrt(sig / (1.0 - sig.clamp(max=sigma_max)))
     mean = x * (1 + s * s * dt / (2 * sig)) + v * (1 + s * s * (1 - sig) / (2 * sig)) * dt
     scale = s * torch.sqrt(-dt)
     prev_sample = mean + scale * noise.float() if prev_sample is None else prev_sample.float()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from solrl_core.rl.advantages import group_advantages
 from solrl_core.rl.awm_loss import awm_log_prob, awm_loss
 from solrl_core.rl.nft_loss import forward_noise
 from solrl_core.rl.noised_samples import NoisedSampleStep, shard_with_noise
@@ -61,7 +60,7 @@ class AWM(Objective):
 
     def prepare(self, data: TrainingData) -> dict:
         device = data.latents.device
-        adv = group_advantages(data.rewards, data.prompt_index, clip=self.settings.adv_clip)
+        adv = self.group_advantages(data)
         return {"adv_np": adv, "adv": torch.as_tensor(adv, dtype=torch.float64).to(device),
                 "times": torch.tensor(data.sigmas[:-1], dtype=torch.float32).to(device)}
 

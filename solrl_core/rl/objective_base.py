@@ -95,6 +95,14 @@ class Objective:
         """η of θ_old ← η·θ_old + (1 − η)·θ after optimizer step `step` (θ_old samples the next rollouts)."""
         raise NotImplementedError
 
+    def group_advantages(self, data: TrainingData) -> np.ndarray:
+        """The samples' group-relative advantages under its settings' `adv_clip` and `advantage_std` (the registered
+        objectives' common form: `rl.advantages.group_advantages`)."""
+        from solrl_core.rl.advantages import group_advantages
+
+        return group_advantages(data.rewards, data.prompt_index, clip=self.settings.adv_clip,
+                                std=self.settings.advantage_std)
+
     def summary_metrics(self, prepared: dict) -> dict[str, float]:
         """Iteration figures for the update's summary (e.g. the mean |advantage|)."""
         return {}

@@ -9,16 +9,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from solrl_core.rl.advantages import group_advantages
 from solrl_core.rl.flow_grpo import grpo_loss, schedule_sigma_max, sde_step
 from solrl_core.rl.objective_base import Forward, Objective, ObjectiveStep, TrainingData
 
 
 def sde_window(steps: int, start: int, size: int | None) -> tuple[int, int]:
-    """The SDE steps [start, stop) of a `steps`-step rollout: `size` steps from `start` (None: to the end), cut to
-    the schedule (a 6-step explore of a window set for 10 steps keeps what lies within its 6)."""
-    start = min(start, steps - 1)
-    stop = steps if size is None else min(steps, start + size)
+    """The SDE steps [start, stop) of a `steps`-step rollout: `size` steps from `start` (None: to the end). A
+    ValueError when they leave the schedule (the config check refuses such settings first:
+    `FlowGRPOSettings.schedule_problem`)."""
+    stop = steps if size is None else start + size
+    if not 0 <= start < stop <= steps:
+        raise ValueError(f"the SDE window [{start}, {stop}) must lie within the {steps} steps")
     return start, stop
 
 
@@ -59,7 +60,7 @@ class FlowGRPO(Objective):
         return ("default", "reference") if self.settings.kl_weight > 0 else ("default",)
 
     def sampling_noise_level(self) -> float:
-        return self.settings.noise_level
+        return self.settings.rollout_noise_level()
 
     def sde_window(self, steps: int, draw: torch.Generator | None = None) -> tuple[int, int]:
         starts = self.settings.window_start
@@ -68,8 +69,13 @@ class FlowGRPO(Objective):
         return sde_window(steps, starts, self.settings.window_size)
 
     def trained_steps(self, window: tuple[int, int]) -> int:
-        """The window's first steps trained, in order (flow_grpo: int(steps · timestep_fraction), at least 1)."""
-        return max(1, int((window[1] - window[0]) * self.settings.timestep_fraction))
+        """The window's first steps trained, in order: every step of a window of `window_size` steps (Flow-GRPO-Fast:
+        flow_grpo scripts/train_sd3_fast.py trains sample.sde_window_size steps; Flow-Factory its num_sde_steps),
+        else int(steps · timestep_fraction), at least 1 (flow_grpo scripts/train_sd3.py: 9 of 10)."""
+        width = window[1] - window[0]
+        if self.settings.window_size is not None:
+            return width
+        return max(1, int(width * self.settings.timestep_fraction))
 
     def trained_times(self, steps: int) -> int:
         return self.trained_steps(self.sde_window(steps))
@@ -79,7 +85,7 @@ class FlowGRPO(Objective):
             raise ValueError("flow_grpo trains on SDE trajectories: the regenerate stage's samples have none (a run "
                              "made with another objective?)")
         device = data.latents.device
-        adv = group_advantages(data.rewards, data.prompt_index, clip=self.settings.adv_clip)
+        adv = self.group_advantages(data)
         sigmas = data.sigmas
         return {"adv_np": adv, "adv": torch.as_tensor(adv, dtype=torch.float32).to(device),
                 "sigmas": torch.tensor(sigmas, dtype=torch.float32).to(device),

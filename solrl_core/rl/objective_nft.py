@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from solrl_core.rl.advantages import group_advantages, optimality
+from solrl_core.rl.advantages import optimality
 from solrl_core.rl.nft_loss import forward_noise, nft_loss
 from solrl_core.rl.noised_samples import NoisedSampleStep, shard_with_noise
 from solrl_core.rl.objective_base import Forward, Objective, TrainingData
@@ -57,7 +57,7 @@ class DiffusionNFT(Objective):
 
     def prepare(self, data: TrainingData) -> dict:
         device = data.latents.device
-        adv = group_advantages(data.rewards, data.prompt_index, clip=self.settings.adv_clip)
+        adv = self.group_advantages(data)
         return {
             "adv": adv,
             "r": torch.as_tensor(optimality(adv, clip=self.settings.adv_clip), dtype=torch.float32).to(device),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from solrl_core.config.limits import MAX_ITERATIONS, MAX_PROMPTS, MAX_SEEDS, MAX_SEED
 from solrl_core.config.schema import RunConfig
 from solrl_core.prompts import check_train_prompts
 from solrl_core.models.seeds import derived_generator
@@ -22,7 +23,16 @@ def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
     return [prompts[i] for i in order]
 
 
+# A run's candidate seeds lie in a block of this many (every iteration x prompt slot x candidate a run may have);
+# run seed s starts its block at s times it, modulo 2**63 (the pools' int64), so that any run seed fits.
+RUN_SEED_STRIDE = MAX_ITERATIONS * MAX_PROMPTS * MAX_SEEDS
+
+
 def candidate_seed(cfg: RunConfig, iteration: int, prompt_slot: int, candidate: int) -> int:
-    """The noise seed of candidate `candidate` of the prompt in slot `prompt_slot`: unique within a run."""
-    n = cfg.explore.seeds_per_prompt
-    return ((cfg.seed * 100_003 + iteration) * cfg.prompts.per_iteration + prompt_slot) * n + candidate
+    """The noise seed of candidate `candidate` of the prompt in slot `prompt_slot`: unique within a run, and a
+    function of (run seed, iteration, slot, candidate) alone. Neither N (explore.seeds_per_prompt) nor the prompts
+    per iteration enter it, so a family that explores fewer seeds per prompt draws the first of another's N: the
+    families of one run seed share their noise (and the iteration's prompts, `iteration_prompts`: the first of one
+    seeded order)."""
+    within = (iteration * MAX_PROMPTS + prompt_slot) * MAX_SEEDS + candidate  # < RUN_SEED_STRIDE
+    return (cfg.seed * RUN_SEED_STRIDE + within) % (MAX_SEED + 1)

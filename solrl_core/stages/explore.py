@@ -16,14 +16,10 @@ import numpy as np
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import candidate_seed, iteration_prompts
 from solrl_core.stages.explore_setting import explore_setting
-from solrl_core.stages.quantize import explore_copy, explore_source
+from solrl_core.stages.quantize import explore_sampler, explore_source
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.rl.objectives import objective_for
 from solrl_core.stages.shards import sample_pool
-
-
-def _model(ctx: StageContext, backbone):
-    return explore_copy(ctx, backbone)[0]
 
 
 def sampling(ctx: StageContext) -> PoolSampling:
@@ -42,9 +38,9 @@ def sampling(ctx: StageContext) -> PoolSampling:
         keep_latents=cfg.explore.keep_latents or not cfg.regenerate.enabled,
         # without a regenerate stage the update trains on these samples: the objective's trajectories with them
         keep_trajectory=objective_for(cfg).trajectory and not cfg.regenerate.enabled,
-        attrs={"precision": setting.precision, "iteration": ctx.iteration, "sibling": setting.sibling},
-        desc=f"explore it{ctx.iteration} ({setting.precision}, {setting.steps} steps)",
-        model=_model,
+        attrs={"precision": setting.precision, "iteration": ctx.iteration, **setting.record()},
+        desc=f"explore it{ctx.iteration} ({setting.label()})",
+        model=explore_sampler,
         sampling_backbone=explore_source,
     )
 

@@ -66,7 +66,7 @@ def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tens
 def setting_info(setting) -> dict:
     """What the quantize report says of the iteration's explore setting."""
     return {"precision": setting.precision, "steps": setting.steps, "reason": setting.reason,
-            "escalations": list(setting.escalations), "sibling": setting.sibling}
+            "escalations": list(setting.escalations), **setting.record()}
 
 
 def old_policy_merged(ctx: StageContext, backbone, onto: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
@@ -150,6 +150,27 @@ def explore_copy(ctx: StageContext, backbone):
     if not setting.escalations:  # a guardrail rung is a precision and steps alone: the cache goes with the first
         enable_step_cache(transformer, cache.kind, cache.options)
     return transformer, report
+
+
+def explore_sampler(ctx: StageContext, backbone):
+    """What the iteration's explore samples with: the explore copy, or with explore.full_precision_first/_last (while
+    the configured setting holds: an escalation drops them, as the cache) a `StepSelective` whose first and last
+    steps run at full precision on the same source: θ_old on W0 as the regenerate samples (no merged copy), or the
+    sibling with θ_old's update merged (policy delta) or as loaded (frozen)."""
+    from solrl_core.models.step_precision import StepSelective
+    from solrl_core.stages.old_policy import old_policy_transformer
+
+    low = explore_copy(ctx, backbone)[0]
+    first, last = explore_setting(ctx).full_precision
+    if not (first or last):
+        return low
+    source = explore_source(ctx, backbone)
+    if source is backbone:
+        full = old_policy_transformer(ctx, backbone)
+    else:
+        follows = ctx.cfg.explore.sibling.policy == "delta"
+        full = merged_transformer(source, old_policy_merged(ctx, backbone, source.transformer) if follows else {})
+    return StepSelective(low, full, first, last)
 
 
 def base_key(ctx: StageContext) -> str:

@@ -51,6 +51,7 @@ POOLS = "tests/e2e/test_work_pools.py::test_iteration_runs_its_stages_on_their_p
 DEPLOY = "tests/e2e/test_deploy.py::test_deploy_registers_pools_training_with_schedule_and_stages"
 DEPLOY_RUN = "tests/e2e/test_deploy.py::test_a_worker_started_in_another_directory_runs_a_stage_deployment"
 BENCH = "tests/e2e/test_audit_bench.py::test_bench_report_of_two_families"
+MATRIX = "tests/e2e/test_learning_matrix_cli.py::test_the_cells_asked_for_train_first_and_the_rest_later"
 NODES = "tests/e2e/test_distributed_update_processes.py::test_two_nodes_on_loopback_give_the_one_process_update"
 SERVERS = "tests/e2e/test_servers.py::test_prefect_ui_calls_the_api_of_its_own_port"
 MAKE_SERVER = "tests/e2e/test_servers.py::test_make_server_starts_prefect_through_flows_servers"
@@ -85,7 +86,8 @@ CHECKED = "checked by this file, not run"  # environment commands; a benchmark o
 # subcommand's entry.
 SOLRL_SUBCOMMANDS = {
     "train": PIPELINE, "deploy": DEPLOY, "stage": HERE, "status": HERE, "inspect": HERE, "eval": HERE,
-    "plan": HERE, "rewards": HERE, "bench": BENCH, "pretrain": PRETRAIN, "update-node": NODES, "make-tiny": HERE,
+    "plan": HERE, "rewards": HERE, "bench": BENCH, "matrix": MATRIX, "pretrain": PRETRAIN, "update-node": NODES,
+    "make-tiny": HERE,
     "config": CONFIG_EXPLAIN,
     "distill-reward": LEARNED_DISTILL,
     "doctor": DOCTOR,  # `solrl doctor --gpu-bench` needs CUDA: its logic runs on a CPU in DOCTOR_BENCH

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from repo_paths import TINY
 from solrl_core.config import schema as config_module
-from solrl_core.config.schema import MAX_ITERATIONS, MAX_SEED, RunConfig
+from solrl_core.config.schema import MAX_ITERATIONS, MAX_PROMPTS, MAX_SEED, MAX_SEEDS, RunConfig
 from solrl_core.config.loading import load_config
 from solrl_core.config.explain import sections
 from solrl_core.errors import ConfigError, SolrlError
@@ -81,25 +81,21 @@ def test_the_cli_refuses_an_out_of_range_value_in_one_line_before_writing(capsys
     assert not run_dir.exists()
 
 
-def test_a_seed_whose_noise_seeds_pass_int64_is_refused_before_the_run_is_written(tmp_path):
-    from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import prepare_run
+def test_any_run_seed_gives_unique_int64_noise_seeds_independent_of_n():
     from solrl_core.stages.draws import candidate_seed
 
-    run = RunDir(tmp_path / "run")
-    cfg = load_config(TINY, [f"seed={MAX_SEED}"])
-    with pytest.raises(SolrlError, match="seed 9223372036854775807 is too large") as info:
-        prepare_run(run, cfg)
-    assert not run.config_path.exists()
-    largest = int(str(info.value).split("use a seed from 0 to ")[1].split()[0])
-
-    def last_noise_seed(seed):
-        return candidate_seed(cfg.model_copy(update={"seed": seed}), cfg.iterations - 1,
-                              cfg.prompts.per_iteration - 1, cfg.explore.seeds_per_prompt - 1)
-
-    assert last_noise_seed(largest) <= MAX_SEED < last_noise_seed(largest + 1)
-    prepare_run(run, load_config(TINY, [f"seed={largest}"]))  # the largest one named is taken
-    assert run.config_path.is_file()
+    cfg = load_config(TINY)
+    for seed in (0, 7, MAX_SEED):
+        run = cfg.model_copy(update={"seed": seed})
+        seeds = [candidate_seed(run, it, p, c) for it in (0, 1, 5) for p in range(3) for c in range(5)]
+        assert len(set(seeds)) == len(seeds) and all(0 <= s <= MAX_SEED for s in seeds)
+    # the largest iteration, prompt slot and candidate the bounds allow stay within 64 bits and below the next slot
+    last = candidate_seed(cfg, MAX_ITERATIONS - 1, MAX_PROMPTS - 1, MAX_SEEDS - 1)
+    assert last < candidate_seed(cfg.model_copy(update={"seed": 1}), 0, 0, 0) <= MAX_SEED
+    # neither N nor the prompts per iteration enter a seed: fewer seeds per prompt draw the first of more
+    few = load_config(TINY, ["explore.seeds_per_prompt=2", "select.k=2", "prompts.per_iteration=1"])
+    many = load_config(TINY, ["explore.seeds_per_prompt=8", "prompts.per_iteration=3"])
+    assert [candidate_seed(few, 4, 0, c) for c in range(2)] == [candidate_seed(many, 4, 0, c) for c in range(2)]
 
 
 def _get(cfg: BaseModel, key: str):

@@ -61,3 +61,43 @@ def test_sol_rl_may_explore_at_full_precision_with_fewer_steps_than_the_regenera
     assert family_conflict(cfg) is None
     with pytest.raises(ConfigError, match=r"explore\.steps \(4\) >= regenerate\.steps \(4\)"):
         _load("sol_rl", "explore.precision=fp32", "explore.steps=4", "regenerate.steps=4")
+
+
+SDE_OBJECTIVE = '''
+from solrl_core.rl.objective_grpo import FlowGRPO
+
+
+class NoisyRollouts(FlowGRPO):
+    """A plug-in that samples its rollouts on an SDE, as Flow-GRPO does."""
+
+    section = None
+
+    def sampling_noise_level(self):
+        return self.settings.get("noise", 0.5)
+'''
+
+
+def test_sde_rollouts_explore_on_the_regenerate_schedule(tmp_path, monkeypatch):
+    """An SDE sample at 6 steps is another image than at 10: an objective that samples SDE rollouts (Flow-GRPO, or a
+    plug-in whose noise level is above 0) explores at the regenerate's step count, every guardrail rung too, and its
+    window lies within the schedule; each refusal is one line naming the keys."""
+    with pytest.raises(ConfigError) as info:
+        _load("sol_rl", "objective.name=flow_grpo")
+    message = str(info.value)
+    assert "\n" not in message and "set explore.steps: 10" in message and "another image than at 10" in message
+    cfg = _load("sol_rl", "objective.name=flow_grpo", "explore.steps=10")  # cheaper by precision alone
+    assert cfg.explore.steps == cfg.regenerate.steps and family_conflict(cfg) is None
+    _load("naive_quant", "objective.name=flow_grpo")  # one sampling stage: nothing to agree with
+    _load("sol_rl", "explore.steps=3")  # ODE rollouts: a few-step explore keeps its seed's image
+    with pytest.raises(ConfigError, match=r"explore.guardrail.ladder: the rung \['fp8_emulated', 6\]"):
+        _load("sol_rl", "objective.name=flow_grpo", "explore.steps=10", "explore.guardrail.enabled=true")
+    _load("sol_rl", "objective.name=flow_grpo", "explore.steps=10", "explore.guardrail.enabled=true",
+          "explore.guardrail.ladder=[[fp8_emulated, 10], [fp32, 10]]")
+    with pytest.raises(ConfigError, match="reaches step 10, past the 10 steps"):
+        _load("diffusionnft", "objective.name=flow_grpo", "objective.flow_grpo.window_start=[7, 9]",
+              "objective.flow_grpo.window_size=2")
+    (tmp_path / "noisy_objective.py").write_text(SDE_OBJECTIVE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="objective noisy_objective:NoisyRollouts samples SDE rollouts"):
+        _load("sol_rl", "objective.name=noisy_objective:NoisyRollouts")
+    _load("sol_rl", "objective.name=noisy_objective:NoisyRollouts", "objective.options={noise: 0.0}")

@@ -9,6 +9,7 @@ from repo_paths import ROOT, TINY
 from flows.cli import installed_version, main
 from solrl_core.config import presets
 from solrl_core.config.schema import dump_config, load_yaml
+from solrl_core.config.learning_status import learning_label, read_status
 from solrl_core.config.loading import load_config, load_config_from, load_config_text
 from solrl_core.errors import ConfigError
 from solrl_core.config.packaged import CONFIGS_DIR, packaged_configs, packaged_name, resolve_config
@@ -76,12 +77,24 @@ def test_a_config_as_resolved_text_loads_to_the_same_config():
 def test_presets_lists_every_packaged_config_with_model_family_objective_and_reward(capsys):
     assert main(["presets"]) == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.strip()}
-    assert rows["sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "diffusionnft", "imagereward"]
-    assert rows["awm/sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "awm", "imagereward"]
-    assert rows["flow_grpo/flux1_sol_rl_hpsv2"] == ["flux1", "sol_rl", "flow_grpo", "hpsv2"]
-    assert rows["demo_learned"] == ["embedded", "sol_rl", "diffusionnft", "embedded_learned"]
-    assert rows["families/diffusionnft"] == ["embedded", "diffusionnft", "diffusionnft", "embedded"]
-    assert rows["bench"][:4] == ["diffusionnft,", "naive_scaling,", "naive_quant,", "sol_rl"]
+    status = read_status()  # the learning column: what the learning matrix measured of the objective x family
+    label = {cell: learning_label(status.get(cell)) for cell in ("image/diffusionnft/naive_quant",
+                                                                 "image/awm/naive_quant", "image/flow_grpo/sol_rl",
+                                                                 "image/diffusionnft/sol_rl",
+                                                                 "image/diffusionnft/diffusionnft")}
+    assert rows["sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "diffusionnft", "imagereward",
+                                                     label["image/diffusionnft/naive_quant"]]
+    assert rows["awm/sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "awm", "imagereward",
+                                                         label["image/awm/naive_quant"]]
+    assert rows["flow_grpo/flux1_sol_rl_hpsv2"] == ["flux1", "sol_rl", "flow_grpo", "hpsv2",
+                                                    label["image/flow_grpo/sol_rl"]]
+    assert rows["demo_learned"] == ["embedded", "sol_rl", "diffusionnft", "embedded_learned",
+                                    label["image/diffusionnft/sol_rl"]]
+    assert rows["families/diffusionnft"] == ["embedded", "diffusionnft", "diffusionnft", "embedded",
+                                             label["image/diffusionnft/diffusionnft"]]
+    assert rows["bench"][:2] == ["diffusionnft,", "sol_rl"]
+    assert rows["bench_families"][:4] == ["diffusionnft,", "naive_scaling,", "naive_quant,", "sol_rl"]
+    assert rows["learning_matrix"][:3] == ["image:", "diffusionnft,", "naive_scaling,"]
     assert set(packaged_configs()) <= set(rows)
 
 

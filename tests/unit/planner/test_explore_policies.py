@@ -36,6 +36,38 @@ def test_candidates_are_what_the_family_accepts():
     assert {p.precision for p in ep.candidate_policies(scaling)} == {"fp32"}
 
 
+def test_full_precision_step_candidates_and_sde_rollouts_keep_the_regenerate_steps():
+    sol = load_config(TINY)  # explore 3 steps, regenerate 4
+    labels = {p.label() for p in ep.candidate_policies(sol)}
+    assert {"nvfp4_emulated @ 4 (first 1 at full precision)", "fp8_emulated @ 3 (last 1 at full precision)",
+            "nvfp4_emulated @ 4 (first 1 at full precision, last 1 at full precision)"} <= labels
+    assert not any(p.full_first + p.full_last + 1 >= p.steps for p in ep.candidate_policies(sol)
+                   if p.full_first or p.full_last)  # two steps or more left in low precision
+    assert not any(p.precision == "fp32" and (p.full_first or p.full_last) for p in ep.candidate_policies(sol))
+    # an SDE sample at 3 steps is another image than at 4: Flow-GRPO's candidates all sample the regenerate's steps
+    sde = load_config(TINY, ["objective.name=flow_grpo", "explore.steps=4"])
+    candidates = ep.candidate_policies(sde)
+    assert candidates and {p.steps for p in candidates} == {4}
+    assert {p.precision for p in candidates} == {"nvfp4_emulated", "fp8_emulated", "fp32"}
+    assert any(p.full_first for p in candidates) and any(p.cache != "none" for p in candidates)
+    written = load_config_text_of(ep.written_config(sde, {"policy": vars(candidates[0])}))
+    assert written.explore.guardrail.enabled and {rung[1] for rung in written.explore.guardrail.ladder} == {4}
+
+
+def load_config_text_of(text: str):
+    from solrl_core.config.loading import load_config_text
+
+    return load_config_text(text)
+
+
+def test_full_precision_steps_cost_between_the_precisions():
+    cfg = load_config(TINY, ["explore.steps=4"])
+    low, first, full = (ep.modelled_seconds(cfg, policy, ("h100",), 1.0)["h100"] for policy in (
+        ep.ExplorePolicy("fp8_emulated", 4), ep.ExplorePolicy("fp8_emulated", 4, full_first=1),
+        ep.ExplorePolicy("fp32", 4)))
+    assert low < first < full
+
+
 def test_the_step_cache_is_batch_independent_and_fresh_per_run(one_torch_thread):
     cfg = load_config(TINY)
     backbone = load_backbone(cfg)
@@ -168,6 +200,36 @@ def test_calibrate_explore_writes_a_config_that_trains(tmp_path, monkeypatch, ca
     assert main(["calibrate-explore", str(TINY), "--prompts", "3", "--seeds", "6", "--write", "calibrated.yaml",
                  "--quiet"]) == 2  # the file exists
     assert "calibrated.yaml exists" in capsys.readouterr().err
+
+
+def test_an_explore_with_full_precision_steps_runs_in_the_pipeline(tmp_path, one_torch_thread):
+    """explore.full_precision_first/_last in a run: its first and last steps sample θ_old at full precision, so its
+    samples lie between the all-4-bit explore's and the full-precision one's; the pool and report say so."""
+    from solrl_core.run.pool import read_table
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.stages.runner import run_stage
+
+    latents = {}
+    for name, overrides in {"4bit": [], "selective": ["explore.full_precision_first=1", "explore.full_precision_last=1"],
+                            "full": ["explore.precision=fp32"]}.items():
+        cfg = load_config(TINY, ["explore.steps=4", "family=naive_quant", "regenerate.enabled=false", *overrides]
+                          if name != "full" else ["explore.steps=4", "family=naive_scaling",
+                                                  "regenerate.enabled=false", *overrides])
+        run = RunDir(tmp_path / name)
+        run_stage(run, cfg, 0, "quantize", progress=False)
+        run_stage(run, cfg, 0, "explore", progress=False)
+        table, attrs = read_table(run.stage_dir(0, "explore") / "pool.zarr", ["latent"])
+        latents[name] = table["latent"]
+        if name == "selective":
+            assert attrs["full_precision_steps"] == [1, 1]
+            assert run.manifest(0, "quantize")["summary"]["precision"] == "nvfp4_emulated"
+    off_4bit = np.abs(latents["4bit"] - latents["full"]).mean()
+    off_selective = np.abs(latents["selective"] - latents["full"]).mean()
+    assert 0 < off_selective < off_4bit
+    with pytest.raises(ConfigError, match="change nothing"):
+        load_config(TINY, ["explore.precision=fp32", "explore.full_precision_first=1"])
+    with pytest.raises(ConfigError, match=r"cover all 3 explore steps"):
+        load_config(TINY, ["explore.full_precision_first=2", "explore.full_precision_last=1"])
 
 
 def test_a_cached_explore_runs_in_the_pipeline(tmp_path, one_torch_thread):

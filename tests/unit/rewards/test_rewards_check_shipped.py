@@ -8,17 +8,15 @@ import math
 
 import numpy as np
 import pytest
-import yaml
 
 from solrl_core.models.backbones.registry import specs_of_kind
-from solrl_core.config.loading import load_config
+from solrl_core.config.loading import config_kind, load_config
 from solrl_core.config.packaged import packaged_configs
 from solrl_core.rewards import commands
 from solrl_core.rewards.commands import check_config_rewards, config_image_size
 
-# `solrl bench`'s configs (a list of `families`): the rewards check refuses them as run configs (ConfigError)
-NOT_RUN_CONFIGS = {name for name, path in packaged_configs().items()
-                   if "families" in (yaml.safe_load(path.read_text()) or {})}
+# `solrl bench`'s and `solrl matrix`'s configs: the rewards check refuses them as run configs (ConfigError)
+NOT_RUN_CONFIGS = {name for name, path in packaged_configs().items() if config_kind(path)[0] != "run"}
 RUN_CONFIGS = sorted(set(packaged_configs()) - NOT_RUN_CONFIGS)
 N_IMAGES = 2
 

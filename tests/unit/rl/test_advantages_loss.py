@@ -27,6 +27,19 @@ def test_group_advantages_interleaved_groups_and_clip():
     np.testing.assert_allclose(clipped, [-0.1, 0.0, 0.1, 0.0])
 
 
+def test_group_advantages_per_prompt_std():
+    rewards = np.array([1.0, 2.0, 3.0, 10.0, 10.0, 16.0, 4.0, 4.0])
+    prompts = np.array([0, 0, 0, 1, 1, 1, 2, 2])
+    a = group_advantages(rewards, prompts, std="prompt")
+    for group in (0, 1):  # flow_grpo's PerPromptStatTracker(global_std=False): each group by its own std
+        r = rewards[prompts == group]
+        np.testing.assert_allclose(a[prompts == group], (r - r.mean()) / (r.std() + 1e-4), rtol=1e-12)
+    assert (a[prompts == 2] == 0).all()  # a group of equal rewards gives no signal, not a division by 0
+    assert not np.allclose(a, group_advantages(rewards, prompts))  # "global", the default, differs
+    with pytest.raises(ValueError, match="std must be"):
+        group_advantages(rewards, prompts, std="batch")
+
+
 def test_optimality_values_and_bounds():
     adv = np.array([-12.0, -5.0, -2.5, 0.0, 2.5, 5.0, 7.0])
     np.testing.assert_allclose(optimality(adv), [0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0])

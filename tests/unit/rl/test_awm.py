@@ -5,20 +5,20 @@ pairs on a closed-form flow (on policy the ratio is exactly 1)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from gaussian_flow import DIM, GaussianFlow
+from solrl_core.config.schema import AWMSettings
 from solrl_core.rl.awm_loss import awm_log_prob, awm_loss
 from solrl_core.rl.objective_awm import AWM, stratified_time_indices
 from solrl_core.rl.objective_base import TrainingData
 
-SETTINGS = SimpleNamespace(times_per_sample=3, timestep_fraction=0.9, ghuber_power=0.25, adv_clip=5.0,
-                           advantage_max=1.0, clip_range=0.05, kl_weight=1e-2, old_kl_weight=1.0, old_eta_rate=0.001,
-                           old_eta_max=0.3)
+SETTINGS = AWMSettings(times_per_sample=3, timestep_fraction=0.9, ghuber_power=0.25, adv_clip=5.0,
+                       advantage_max=1.0, clip_range=0.05, kl_weight=1e-2, old_kl_weight=1.0, old_eta_rate=0.001,
+                       old_eta_max=0.3)
 
 
 def _np_log_prob(v, eps, x0, t, p):

@@ -15,7 +15,8 @@ from scipy import stats as scipy_stats
 from gaussian_flow import DIM, GaussianFlow
 from solrl_core.models.sampler import sample
 from solrl_core.models.sde_sampler import sample_sde, step_noise
-from solrl_core.rl.flow_grpo import grpo_loss, sde_std, sde_step
+from solrl_core.errors import SolrlError
+from solrl_core.rl.flow_grpo import SDE_MIN_GAP, grpo_loss, sde_std, sde_step, sde_window_problem
 
 
 def reference_step(x, v, sigma, sigma_next, sigma_max, a, eps):
@@ -55,6 +56,32 @@ def test_noise_level_zero_is_the_euler_step_and_sigma_one_uses_the_second_sigma(
     assert torch.isnan(step.log_prob).all()  # a point mass has no density
     assert sde_std(1.0, 0.9, 0.7) == pytest.approx(0.7 * math.sqrt(1.0 / 0.1))
     assert sde_std(0.5, 0.9, 0.7) == pytest.approx(0.7)
+
+
+def test_a_first_sigma_just_below_one_takes_the_second_sigma_too():
+    """Wan's UniPC flow schedule starts at 0.999999: there the reference's `σ == 1` test never fires and the first
+    step's scale is a·1000. The stand-in is the schedule's second sigma for every σ above it, so the first step
+    of such a schedule is as finite as at σ = 1."""
+    assert sde_std(0.999999, 0.964, 0.7) == pytest.approx(0.7 * math.sqrt(0.999999 / 0.036))
+    assert sde_std(0.999999, 0.964, 0.7) < 4  # 0.7 · sqrt(0.999999 / 1e-6) = 700 with the σ == 1 test
+    x, v, eps = torch.randn(3, 8), torch.randn(3, 8), torch.randn(3, 8)
+    wan, sd3 = (sde_step(x, v, s0, 0.923, 0.964, 0.7, noise=eps) for s0 in (0.999999, 1.0))
+    torch.testing.assert_close(wan.std, sd3.std, rtol=1e-6, atol=0)
+    torch.testing.assert_close(wan.prev_sample, sd3.prev_sample, rtol=1e-4, atol=1e-4)
+
+
+def test_a_window_that_divides_by_about_zero_is_refused_before_the_first_step():
+    near_one = [1.0, 1.0 - SDE_MIN_GAP / 2, 0.99, 0.5, 0.0]  # a second sigma within SDE_MIN_GAP of 1
+    problem = sde_window_problem(near_one, (0, 4))
+    assert problem and "step 0" in problem and "objective.flow_grpo.window_start" in problem
+    assert "step 1" in sde_window_problem(near_one, (1, 3))
+    assert sde_window_problem(near_one, (2, 4)) is None  # from step 2 on every step is finite
+    assert sde_window_problem([1.0, 0.9, 0.5, 0.0], (0, 3)) is None
+    flow = GaussianFlow()
+    flow.sigmas = lambda steps: near_one[:-1]
+    with pytest.raises(SolrlError, match="divides by"):
+        sample_sde(flow, flow.transformer, _cond(2), [1, 2], 4, 0.7)
+    assert sample_sde(flow, flow.transformer, _cond(2), [1, 2], 4, 0.7, window=(2, 4)).log_probs.shape == (2, 2)
 
 
 def test_grpo_loss_matches_the_reference_and_its_gradient_at_ratio_one():

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gaussian_flow import DIM, GaussianFlow
+from solrl_core.config.schema import FlowGRPOSettings
 from solrl_core.errors import ConfigError
 from solrl_core.models.sde_sampler import sample_sde
 from solrl_core.rl.flow_grpo import grpo_loss, sde_step
@@ -19,8 +20,8 @@ from solrl_core.rl.objective_grpo import FlowGRPO, sde_window
 from solrl_core.rl.objective_nft import DiffusionNFT
 from solrl_core.rl.objectives import OBJECTIVES, objective_class
 
-GRPO = SimpleNamespace(noise_level=0.7, clip_range=1e-4, adv_clip=5.0, kl_weight=0.04, window_start=0,
-                       window_size=None, timestep_fraction=0.99)
+GRPO = FlowGRPOSettings(noise_level=0.7, clip_range=1e-4, adv_clip=5.0, kl_weight=0.04, window_start=0,
+                        window_size=None, timestep_fraction=0.99)
 TRAIN = SimpleNamespace(timestep_fraction=0.6, old_eta_rate=0.001, old_eta_max=0.5)
 
 
@@ -34,15 +35,22 @@ def test_registry_names_and_plugins():
         objective_class("solrl_core.rl.objective_base:TrainingData")  # not an Objective
     assert DiffusionNFT.paradigm == AWM.paradigm == "decoupled" and FlowGRPO.paradigm == "coupled"
     assert FlowGRPO(GRPO, TRAIN).forwards == ("default", "reference")
-    assert FlowGRPO(SimpleNamespace(**{**vars(GRPO), "kl_weight": 0.0}), TRAIN).forwards == ("default",)
+    assert FlowGRPO(GRPO.model_copy(update={"kl_weight": 0.0}), TRAIN).forwards == ("default",)
     assert issubclass(FlowGRPO, Objective) and FlowGRPO(GRPO, TRAIN).old_policy_eta(7) == 0.0
 
 
-def test_sde_window_is_cut_to_the_schedule():
+def test_sde_window_lies_within_the_schedule_and_a_fast_window_trains_every_step():
     assert sde_window(10, 0, None) == (0, 10)
     assert sde_window(10, 2, 3) == (2, 5)
-    assert sde_window(6, 4, 3) == (4, 6)  # a shorter explore keeps what lies within its steps
-    assert sde_window(6, 8, 2) == (5, 6)
+    for start, size in ((4, 3), (8, 2), (6, None)):  # past the schedule: refused, never cut
+        with pytest.raises(ValueError, match="within the 6 steps"):
+            sde_window(6, start, size)
+    full = FlowGRPO(GRPO, TRAIN)
+    assert full.trained_steps((0, 10)) == 9  # flow_grpo train_sd3.py: int(10 · 0.99), in order
+    fast = FlowGRPO(GRPO.model_copy(update={"window_start": [0, 1, 2], "window_size": 3}), TRAIN)
+    assert fast.trained_steps(fast.sde_window(10)) == 3  # train_sd3_fast.py: sde_window_size steps, all of them
+    two = FlowGRPO(GRPO.model_copy(update={"window_start": 1, "window_size": 2}), TRAIN)
+    assert two.trained_steps(two.sde_window(10)) == two.trained_times(10) == 2  # int(0.99 · 2) = 1 before
 
 
 def _rollout(seeds, steps=6, noise_level=0.7):

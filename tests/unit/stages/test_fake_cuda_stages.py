@@ -127,6 +127,33 @@ def test_an_explore_sibling_runs_on_a_faked_gpu(tiny_models, tmp_path, one_torch
     assert json.loads((run.stage_dir(1, "quantize") / "report.json").read_text())["sibling"] == tiny_models("flux1")
 
 
+@pytest.mark.parametrize("model", ["embedded", "flux1"])
+def test_an_explore_with_full_precision_steps_runs_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+    """Step-selective precision on the device: the explore copy and θ_old's full-precision model (the regenerate's
+    LoRA branch on W0) take turns by step, both on the device, their samples in the pool; and the ODE and SDE loops
+    over them read nothing back (the step picks the model, not a value)."""
+    from solrl_core.models.sde_sampler import sample_sde
+    from solrl_core.stages.quantize import explore_sampler
+    from solrl_core.stages.context import StageContext
+
+    cfg = _config(model, tiny_models, "explore.steps=3", "explore.full_precision_first=1",
+                  "explore.full_precision_last=1")
+    run = _run(tmp_path / "run", cfg)
+    cond = _cpu_backbone(cfg).encode_prompts(["a red circle", "a blue square"])
+    with fake_cuda() as gpu:
+        for stage in ("quantize", "explore"):
+            run_stage(run, cfg, 0, stage, progress=False)
+        backbone = load_backbone(cfg.model)
+        model_of_steps = explore_sampler(StageContext(run, cfg, 0, False), backbone)
+        on_device = {k: v.to("cuda") for k, v in cond.items()}
+        syncs = len(gpu.syncs)
+        for steps in (3, 5):
+            assert sample(backbone, model_of_steps, on_device, backbone.initial_noise([1, 2]), steps).x0.is_cuda
+            assert sample_sde(backbone, model_of_steps, on_device, [1, 2], steps, noise_level=0.7).x0.is_cuda
+        assert gpu.syncs[syncs:] == []
+    assert run.manifest(0, "explore")["summary"]["candidates"] == 4
+
+
 def test_the_sde_sampling_loop_never_syncs(tiny_models, one_torch_thread):
     """Flow-GRPO's rollouts on the device: no sync, and as many host-to-device copies for 2 steps as for 4 (the
     window's noise goes up once)."""
