@@ -11,7 +11,7 @@ help:
 	@echo "make demo   - set up, then train the embedded default with configs/demo.yaml into runs/demo/"
 	@echo "make test   - set up, then run the test suite on $(TEST_WORKERS) xdist workers (cores + 1, at most 8; TEST_WORKERS=N)"
 	@echo "make test-fast - set up, then run the tests that start no process or server (pytest -m 'not e2e', one worker per core)"
-	@echo "make bench  - set up, then run the four families side by side (~55 min on 2 cores) -> runs/bench/report.md"
+	@echo "make bench  - set up, then the baseline against sol_rl over 5 seeds (about an hour on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
 	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on 127.0.0.1"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 import shutil
 import stat
 from contextlib import contextmanager
@@ -127,11 +128,32 @@ def check_output_dir(path, flag: str) -> None:
         raise SolrlError(f"{flag} {given}: cannot write to {folder} ({why}); make it writable or give another {flag}")
 
 
+def check_output_file(path, flag: str) -> None:
+    """A SolrlError naming `path` (the value of `flag`) unless a file can be written there: not a directory or other
+    non-file, its folder made if missing under a writable closest existing folder. Checked before the work."""
+    given, path = path, Path(path).absolute()
+    kind = entry_kind(path)
+    if kind not in (None, FILE):
+        raise SolrlError(f"{flag} {given} is {kind}, not a file; give a file path")
+    folder = closest_existing(path.parent)
+    if not folder.is_dir():
+        raise SolrlError(f"{flag} {given}: {folder} is a file, not a directory; give another path")
+    why = unwritable_reason(folder)
+    if why:
+        raise SolrlError(f"{flag} {given}: cannot write to {folder} ({why}); make it writable or give another {flag}")
+
+
 def unwritable_reason(folder: Path) -> str | None:
-    """Why files cannot be made in the existing `folder` (read-only filesystem, permissions); None if they can."""
-    if os.access(folder, os.W_OK | os.X_OK):
-        return None
-    return "the filesystem is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "permission denied"
+    """Why files cannot be made in the existing `folder` (read-only filesystem, permissions, a filesystem that takes no
+    new files, as /proc); None if they can: the permission bits say so and a probe file is made and removed."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "the filesystem is read-only" if os.statvfs(folder).f_flag & os.ST_RDONLY else "permission denied"
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".solrl-probe-"):
+            pass
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def format_bytes(n: float) -> str:

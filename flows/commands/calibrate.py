@@ -14,11 +14,25 @@ def cmd_calibrate_explore(args) -> int:
     from solrl_core.planner import explore_policies as ep
     from solrl_core.planner.gpus import get_gpu
 
+    for option, value, low, what in (("--prompts", args.prompts, 1, "prompts"),
+                                      ("--seeds", args.seeds, 2, "seeds per prompt (a ranking needs two)"),
+                                      ("--batch-size", args.batch_size, 1, "samples per batch"),
+                                      ("--seed-offset", args.seed_offset, 0, "an offset")):
+        if value < low:  # checked before any sampling, as everything below
+            raise SolrlError(f"{option} {value}: give {low} or more {what}")
+    if not -1.0 <= args.min_spearman <= 1.0:
+        raise SolrlError(f"--min-spearman {args.min_spearman:g}: a rank correlation lies from -1 to 1")
     gpus = tuple(args.gpu or ep.DEFAULT_GPUS)
     for gpu in gpus:
         get_gpu(gpu)  # an unknown name says so now, not after the sampling
     if args.write and Path(args.write).exists() and not args.force:
         raise SolrlError(f"{args.write} exists; give another FILE or --force to replace it")
+    from solrl_core.userfiles import check_output_dir, check_output_file
+
+    if args.write:
+        check_output_file(args.write, "--write")
+    if args.out:
+        check_output_dir(args.out, "--out")
     cfg = load_config(args.config, args.set or [])
     out = Path(args.out or Path("runs") / "calibrate-explore" / cfg.name)
     siblings = [*(args.sibling or []), *([cfg.explore.sibling.path] if cfg.explore.sibling.path else [])]

@@ -44,6 +44,7 @@ def write_preset(name: str, file: Path, overrides: list[str], force: bool = Fals
     from solrl_core.config.schema import dump_config
     from solrl_core.config.loading import config_kind, load_config
     from solrl_core.config.packaged import resolve_config
+    from solrl_core.userfiles import check_output_file
 
     source = resolve_config(name)
     kind, _ = config_kind(source)
@@ -52,6 +53,7 @@ def write_preset(name: str, file: Path, overrides: list[str], force: bool = Fals
                          f"(solrl {kind} {name}); --write writes run configs")
     if file.exists() and not force:
         raise SolrlError(f"{file} exists; give another FILE or --force to replace it")
+    check_output_file(file, "--write")  # where it goes, before the config is resolved
     text = dump_config(load_config(source, overrides))
     file.parent.mkdir(parents=True, exist_ok=True)
     sets = "".join(f" --set {o}" for o in overrides)

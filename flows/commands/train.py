@@ -26,7 +26,7 @@ def cmd_train(args) -> int:
     cfg = load_config(args.config, overrides)
     run = RunDir(args.run_dir or default_run_dir(cfg))
     run.check_writable()
-    if not args.quiet:  # what the learning matrix measured of this objective x family (configs/measured/learning_status.yaml)
+    if not args.quiet:  # what the learning matrix measured of this objective x family (configs/measured/)
         from solrl_core.config.learning_status import learning_note
 
         note = learning_note(cfg)

@@ -1,4 +1,4 @@
-"""The learning matrix's config (configs/learning_matrix.yaml): which cells to train — world × objective × family —,
+"""The learning matrix's config (configs/learning_matrix.yaml): which cells to train (world × objective × family),
 for how long, over how many training seeds, with which testbed settings per objective. Same strictness as the run
 config: unknown keys are refused with the key named.
 

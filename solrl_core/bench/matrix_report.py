@@ -21,12 +21,14 @@ from pathlib import Path
 import numpy as np
 from solrl_core.bench.report import _json_safe, _machine, collect_run
 from solrl_core.bench.stats import LEVEL, POWER, mean_interval, minimal_detectable
+from solrl_core.eval_metrics import GAP_KEY
 from solrl_core.run.rundir import write_json_atomic
 
 RISES, FALLS, UNKNOWN = "rises", "falls", "cannot tell"
 
 
 def verdict(est) -> str:
+    """rises / falls / cannot tell from the interval of the mean rise (module docstring)."""
     if est.n < 2 or math.isnan(est.lo):
         return UNKNOWN
     if est.lo > 0:
@@ -45,7 +47,8 @@ def _rise(per_seed: dict[int, dict], key: str) -> dict:
     finals = [d["final"][key] for d in per_seed.values() if key in d["final"]]
     return {"start": float(np.mean(starts)) if starts else math.nan,
             "final": float(np.mean(finals)) if finals else math.nan,
-            "rise": est.as_dict(), "sd": sd, "verdict": verdict(est), "minimal_detectable": minimal_detectable(sd, est.n)}
+            "rise": est.as_dict(), "sd": sd, "verdict": verdict(est),
+            "minimal_detectable": minimal_detectable(sd, est.n)}
 
 
 def cell_summary(histories) -> dict:
@@ -53,17 +56,26 @@ def cell_summary(histories) -> dict:
     the curve (mean and 95% band of the rise at each evaluation step every seed has) and the per-seed numbers."""
     steps = sorted(set.intersection(*(set(h.evals) for h in histories))) if histories else []
     if not steps or steps[0] != 0 or len(steps) < 2:
-        return {"seeds": [h.seed for h in histories], "steps": steps, "verdict": UNKNOWN, "incomplete": True}
+        return {"seeds": [h.seed for h in histories], "steps": steps, "verdict": UNKNOWN, "complete": False}
     last = steps[-1]
     per_seed = {h.seed: {"start": h.eval_metrics[0], "final": h.eval_metrics[last],
                          "curve": [h.evals[s] - h.evals[0] for s in steps],
                          "seconds": float(sum(it["cpu_seconds"] for it in h.iterations))} for h in histories}
     key = histories[0].eval_key
-    metrics = sorted(set.intersection(*(set(d["start"]) for d in per_seed.values())) - {key})
+
+    def same_as_key(m: str) -> bool:  # the compared value under another name (the total, the gold reward's own)
+        return all(d[end][m] == d[end][key] for d in per_seed.values() for end in ("start", "final"))
+
+    metrics = sorted(m for m in set.intersection(*(set(d["start"]) for d in per_seed.values()))
+                     if m not in (key, GAP_KEY) and not same_as_key(m))
     band = [mean_interval([d["curve"][i] for d in per_seed.values()]) for i in range(len(steps))]
     main = _rise(per_seed, key)
+    complete = all(len(h.iterations) >= h.cfg.iterations for h in histories) and last >= histories[0].cfg.iterations
+    if not complete:
+        main["verdict"] = UNKNOWN  # the rise so far: the verdict waits for every run's last iteration
     return {
         "seeds": sorted(per_seed), "steps": steps, "final_step": last, "key": key, **main,
+        "complete": complete,
         "metrics": {m: _rise(per_seed, m) for m in metrics},
         "curve": {"steps": steps, "rise": [b.value for b in band], "lo": [b.lo for b in band],
                   "hi": [b.hi for b in band]},
@@ -162,12 +174,15 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None) ->
              "Student t interval; **rises** when the whole interval is above 0, **falls** when below, else "
              "**cannot tell**, with the smallest mean rise the cell's seeds and spread would detect 80% of the time "
              "(its power). Metric: the evaluation's gold reward where the run has one, else its total.", "",
+             "A cell whose runs have not all finished shows the iterations its seeds share (\"16 of 24\"); its "
+             "verdict waits for the rest.", "",
              "| world | objective | family | seeds | iterations | start | final | rise [95% CI] | verdict | "
              "detectable at 80% | CPU s per run |",
              "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|"]
     for c in report["cells"].values():
+        done = c["iterations"] if c.get("complete") else f"{c.get('final_step', 0)} of {c['iterations']}"
         lines.append(
-            f"| {c['world']} | {c['objective']} | {c['family']} | {len(c['seeds'])} | {c['iterations']} | "
+            f"| {c['world']} | {c['objective']} | {c['family']} | {len(c['seeds'])} | {done} | "
             f"{_f(c.get('start'))} | {_f(c.get('final'))} | {_ci(c.get('rise', {}))} | **{c['verdict']}** | "
             f"{_f(c.get('minimal_detectable'))} | {_f(c.get('cpu_seconds_per_run'), 0)} |")
     parts = [(c, m, d) for c in report["cells"].values() for m, d in c.get("metrics", {}).items()]

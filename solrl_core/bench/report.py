@@ -496,7 +496,8 @@ def _plot_curves(report: dict, axis: str, path: Path) -> None:
         if len(data["seeds"]) > 1:
             ax.fill_between(x, c["reward_lo"], c["reward_hi"], color=line.get_color(), alpha=0.15, lw=0)
     if np.isfinite(report["target"]):
-        ax.axhline(report["target"], color="grey", ls="--", lw=1, label=f"target ({report['baseline']} start + {report['target_gain']:g})")
+        ax.axhline(report["target"], color="grey", ls="--", lw=1,
+                   label=f"target ({report['baseline']} start + {report['target_gain']:g})")
     ax.set_xlabel(AXIS_TITLES[axis])
     ax.set_ylabel(f"held-out eval {report['eval_key']} (EMA)")
     ax.set_title(f"eval reward vs {AXIS_TITLES[axis]}" + (" (band: 95% CI of the seed mean)" if report["seeds"] > 1

@@ -51,12 +51,16 @@ def rollout_noise_level(cfg: RunConfig) -> float:
 
 
 def rollout_problem(cfg: RunConfig) -> str | None:
-    """One line naming what breaks SDE rollouts: an explore on another schedule than the regenerate's (an SDE sample
-    at 6 steps is another image than at 10, so the explore would rank other samples than those trained on), a
-    guardrail rung on another step count, or an SDE window outside the schedule; None for ODE rollouts."""
-    if rollout_noise_level(cfg) <= 0:
-        return None
+    """One line naming what breaks the objective's rollouts and training times: for SDE rollouts an explore on
+    another schedule than the regenerate's (an SDE sample at 6 steps is another image than at 10, so the explore
+    would rank other samples than those trained on) or a guardrail rung on another step count; for a registered
+    objective, what its settings cannot hold of the trained samples' schedule (an SDE window past it, more AWM strata
+    than steps); None when nothing does."""
     name, explore, regen = cfg.objective.name, cfg.explore, cfg.regenerate
+    steps = regen.steps if regen.enabled else explore.steps  # the schedule of the samples the update trains on
+    own = None if is_plugin(name) else getattr(cfg.objective, name).schedule_problem(steps)
+    if rollout_noise_level(cfg) <= 0:
+        return own
     if regen.enabled and explore.steps != regen.steps:
         return (f"objective {name} samples SDE rollouts, and a seed's SDE sample at {explore.steps} steps is another "
                 f"image than at {regen.steps} (every step draws noise): the explore runs the regenerate's schedule, "
@@ -69,6 +73,4 @@ def rollout_problem(cfg: RunConfig) -> str | None:
             return (f"explore.guardrail.ladder: the rung {list(off[0])} samples {off[0][1]} steps, but objective "
                     f"{name} samples SDE rollouts on the regenerate's {regen.steps} steps; give every rung "
                     f"{regen.steps} steps (e.g. [[fp8_emulated, {regen.steps}], [fp32, {regen.steps}]])")
-    if not is_plugin(name):
-        return getattr(cfg.objective, name).schedule_problem(explore.steps)
-    return None
+    return own

@@ -42,6 +42,10 @@ def family_conflict(cfg: RunConfig) -> str | None:
     if family == "sol_rl" and not regen.enabled:
         return (f"{head} regenerate.enabled is false, but sol_rl trains on the selected seeds regenerated at full "
                 "precision; set regenerate.enabled: true (or family: naive_quant / naive_scaling)")
+    if family != "sol_rl" and explore.cache.kind != "none":
+        return (f"{head} explore.cache.kind is {explore.cache.kind}, but {family} trains on the explore samples "
+                "themselves, which a cache's extrapolated steps would make other than the model's; set "
+                "explore.cache.kind: none (or family: sol_rl, where a cache only ranks the seeds)")
     if family != "sol_rl" and explore.sibling.path is not None:
         return (f"{head} explore.sibling.path is set, but {family} trains on the explore samples themselves, which "
                 "must be the trained model's; unset explore.sibling.path (or family: sol_rl, where a sibling only "

@@ -16,7 +16,7 @@ from solrl_core.errors import ConfigError
 from solrl_core.excerpts import one_line
 
 
-PROTOCOL_KEYS = {"bench": "families", "matrix": "worlds"}  # the key that marks a config of `solrl bench` / `solrl matrix`
+PROTOCOL_KEYS = {"bench": "families", "matrix": "worlds"}  # the key of a `solrl bench` / `solrl matrix` config
 
 
 def config_kind(config: str | Path) -> tuple[str, dict]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -214,8 +215,25 @@ class ExploreCacheConfig(_Strict):
         "and extrapolated on the others. Step-scheduled, so a seed's sample does not depend on its batch")
     options: dict[str, Any] = Field(
         default_factory=dict, description="the cache's settings, diffusers' TaylorSeerCacheConfig fields: "
-        "cache_interval, disable_cache_before_step, disable_cache_after_step, max_order, use_lite_mode, "
-        "skip_predict_identifiers, cache_identifiers (factors in float32)")
+        "cache_interval (≥ 1), disable_cache_before_step, disable_cache_after_step, max_order (each ≥ 0), "
+        "use_lite_mode, skip_predict_identifiers, cache_identifiers (factors in float32)")
+
+    @field_validator("options")
+    @classmethod
+    def _counts(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The counts among the options are whole numbers in range (diffusers divides by cache_interval and takes
+        the others as step indices); the other fields are checked against diffusers' when the cache is made."""
+        for key, low in (("cache_interval", 1), ("disable_cache_before_step", 0), ("disable_cache_after_step", 0),
+                         ("max_order", 0)):
+            value = options.get(key)
+            if key in options and not (value is None and key == "disable_cache_after_step") and (
+                    type(value) is not int or not low <= value <= MAX_STEPS):
+                raise ValueError(f"explore.cache.options.{key}: a whole number from {low} to {MAX_STEPS:,} (got "
+                                 f"{excerpt(value)})")
+        if "use_lite_mode" in options and not isinstance(options["use_lite_mode"], bool):
+            raise ValueError(f"explore.cache.options.use_lite_mode: true or false (got "
+                             f"{excerpt(options['use_lite_mode'])})")
+        return options
 
 
 class ExploreSiblingConfig(_Strict):
@@ -411,10 +429,10 @@ class FlowGRPOSettings(_AdvantageSettings):
         0, description="first SDE step of a rollout, the steps before it are ODE steps; a list = each "
         "iteration draws one of them from the run seed, explore and regenerate alike (Flow-GRPO-Fast / MixGRPO "
         f"windows; flow_grpo: 0; Flow-Factory's sde_steps: [1, 2, 3]); 0 to {MAX_STEPS:,}")
-    window_size: int | None = _count(None, 1, MAX_STEPS, "SDE steps from window_start, ODE after them, every one of "
-                                     "them trained (Flow-GRPO-Fast: flow_grpo scripts/train_sd3_fast.py trains "
-                                     "sample.sde_window_size steps, its Fast configs 2 or 3; Flow-Factory num_sde_steps); "
-                                     "null = to the last step (flow_grpo config/base.py: every step)")
+    window_size: int | None = _count(
+        None, 1, MAX_STEPS, "SDE steps from window_start, ODE after them, every one of them trained (Flow-GRPO-Fast: "
+        "flow_grpo scripts/train_sd3_fast.py trains sample.sde_window_size steps, its Fast configs 2 or 3; "
+        "Flow-Factory num_sde_steps); null = to the last step (flow_grpo config/base.py: every step)")
     timestep_fraction: float = _real(
         0.99, "with window_size null: the window's first int(steps·this) steps are trained, in order (flow_grpo "
         "scripts/train_sd3.py, config/grpo.py 0.99: 9 of 10 steps); a window of window_size steps trains all of them",
@@ -472,6 +490,16 @@ class AWMSettings(_AdvantageSettings):
         0.001, "θ_old ← η·θ_old + (1 − η)·θ after each optimizer step s, η = min(rate·s, old_eta_max) (dgx_awm.py "
         "kl_ema_decay_type linear: 0.001·step)", ge=0)
     old_eta_max: float = _real(0.3, "the cap of η (dgx_awm.py train.kl_ema_decay 0.3)", ge=0, lt=1)
+
+    def schedule_problem(self, steps: int) -> str | None:
+        covered = int(steps * self.timestep_fraction)
+        if covered < 1:
+            return (f"objective.awm.timestep_fraction {self.timestep_fraction:g} of the {steps}-step schedule covers no "
+                    f"step (int({steps} x {self.timestep_fraction:g}) = 0); raise it to {1 / steps:.3g} or more")
+        if self.times_per_sample > covered:
+            return (f"objective.awm.times_per_sample ({self.times_per_sample}) is more strata than the {covered} steps "
+                    f"they cover (int({steps} x timestep_fraction {self.timestep_fraction:g})); at most {covered}")
+        return None
 
 
 class ObjectiveConfig(_Strict):
@@ -576,9 +604,31 @@ class OrchestrationConfig(_Strict):
         return self.work_pools.get(stage) or self.default_pool
 
 
+MAX_NAME_BYTES = 200  # a run name is a directory's name: well inside the 255 bytes file systems allow
+
+
+def plain_name_problem(name: str) -> str | None:
+    """What keeps `name` from being one plain path component (a directory of its own, the MLflow run's name), or
+    None: empty, a separator, "." or "..", surrounding spaces, a control or format character (a NUL, a right-to-left
+    override), or more than MAX_NAME_BYTES bytes."""
+    odd = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn")), None)
+    if not name or name in (".", ".."):
+        return "is empty or . or .."
+    if "/" in name or "\\" in name:
+        return "holds a path separator"
+    if name != name.strip():
+        return "begins or ends with a space"
+    if odd is not None:
+        return f"holds the control or format character U+{ord(odd):04X}"
+    if len(name.encode()) > MAX_NAME_BYTES:
+        return f"is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
 class RunConfig(_Strict):
     name: str = Field("run", description="run name (default: the config file's stem); names the run directory "
-                      "runs/<name>/ and the MLflow run")
+                      "runs/<name>/ and the MLflow run: one plain path component (no separator, no . or .., no "
+                      f"control character, at most {MAX_NAME_BYTES} bytes)")
     family: Family = Field(
         "sol_rl", description="which method the config is (solrl_core/config/families.py): diffusionnft, naive_scaling, "
         "naive_quant or sol_rl; checked against explore.precision, select.mode and regenerate.enabled"
@@ -618,6 +668,15 @@ class RunConfig(_Strict):
         if self.eval.gold is not None:
             weights.setdefault(self.eval.gold, 0.0)
         return weights
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        problem = plain_name_problem(name)
+        if problem:
+            raise ValueError(f"name: {excerpt(name)} {problem}; a run name is one plain path component (it names "
+                             "the run directory runs/<name>/), e.g. my-run_2")
+        return name
 
     @model_validator(mode="after")
     def _check_shapes(self) -> RunConfig:
@@ -673,14 +732,41 @@ def _expanded_size(root: yaml.Node, limit: int) -> int:
     return sizes[id(root)]
 
 
+def _duplicate_key(root: yaml.Node) -> yaml.Node | None:
+    """The first key written twice in one mapping under `root` (YAML keeps the last silently), or None."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[tuple[str, str]] = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if (key.tag, key.value) in keys:
+                        return key
+                    keys.add((key.tag, key.value))
+                stack += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+    return None
+
+
 def load_yaml(text: str, source: str = "YAML") -> Any:
     """`yaml.safe_load`, with libyaml when available (each stage task reads the run's config.yaml). A ConfigError
-    naming `source` when the aliases expand to more than MAX_YAML_VALUES values (checked before anything expands)."""
+    naming `source` when the aliases expand to more than MAX_YAML_VALUES values (checked before anything expands),
+    or when a mapping writes a key twice (YAML would keep the last without a word)."""
     loader = _YamlLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
+        twice = _duplicate_key(node)
+        if twice is not None:
+            raise ConfigError(f"{source}: line {twice.start_mark.line + 1}: the key '{cut(twice.value)}' is written "
+                              "twice in one mapping (YAML would keep the last without a word); keep one")
         # Without a "*" the text has no alias: nothing to count (the common case, kept at libyaml's speed).
         if "*" in text and _expanded_size(node, MAX_YAML_VALUES) > MAX_YAML_VALUES:
             raise ConfigError(f"{source}: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values (an alias "

@@ -54,7 +54,8 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m solrl_core.lab.explore_agreement", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m solrl_core.lab.explore_agreement",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("config")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--seeds", type=int, default=24)

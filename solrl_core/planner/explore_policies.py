@@ -69,7 +69,8 @@ class ExplorePolicy:
         precision = "full" if self.precision == FULL else self.precision.removesuffix("_emulated")
         return (("" if self.sibling is None else "sib:") + f"{precision}@{self.steps}"
                 + ("" if self.cache == "none" else f"+{self.cache}")
-                + (f"+f{self.full_first}" if self.full_first else "") + (f"+l{self.full_last}" if self.full_last else ""))
+                + (f"+f{self.full_first}" if self.full_first else "")
+                + (f"+l{self.full_last}" if self.full_last else ""))
 
     def overrides(self) -> list[str]:
         """The config keys that set this policy (`--set` form)."""

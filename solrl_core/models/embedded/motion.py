@@ -2,13 +2,8 @@
 
 A scene is (colour, shape, direction); its one prompt is "a red circle moving left" (left, right, up or down). A video
 of `frames` frames shows the shape travelling TRAVEL of the frame's side along the direction, at a constant speed,
-from the side it leaves (within 2 px of the edge's margin) across the frame (the other coordinate anywhere inside).
-Drawn with the image world's renderer (solrl_core/models/embedded/shapes.py), so one frame is one of its images.
-
-Until 2026-11-28 the shape travelled 0.4 of the side from a start anywhere that left room for the path: each frame's
-place was then uncertain over a third of the frame, a prompt's direction changed its videos' per-frame mean little,
-and the pixel-space video model learned to ignore the direction word and drew still shapes (docs/lab/video-world.md).
-Starting at the edge it leaves, a direction fixes where the shape is in every frame but for the other coordinate.
+from a start drawn so that the whole path stays inside the frame (the other coordinate anywhere inside). Drawn with
+the image world's renderer (solrl_core/models/embedded/shapes.py), so one frame is one of its images.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from solrl_core.models.embedded import shapes
 
 DIRECTIONS: dict[str, tuple[int, int]] = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}  # (dx, dy)
 FRAMES = 4  # frames of a video of the shipped video model
-TRAVEL = 0.5  # how far the shape moves from the first frame to the last, as a fraction of the side
+TRAVEL = 0.4  # how far the shape moves from the first frame to the last, as a fraction of the side
 _SIZE_RANGE = (0.26, 0.34)  # the shape's side as a fraction of the frame's
 
 
@@ -101,9 +96,9 @@ def render_video(scene: MotionScene | str, rng: np.random.Generator, frames: int
     margin = size / 2 + 1.0
     lo, hi = margin, resolution - margin
     start = [rng.uniform(lo, hi), rng.uniform(lo, hi)]
-    for axis, d in ((0, dx), (1, dy)):  # along the motion: from the side it leaves, within 2 px
+    for axis, d in ((0, dx), (1, dy)):  # along the motion: room for the whole path
         if d:
-            start[axis] = rng.uniform(lo, lo + 2.0) if d > 0 else rng.uniform(hi - 2.0, hi)
+            start[axis] = rng.uniform(lo, hi - travel) if d > 0 else rng.uniform(lo + travel, hi)
     video = []
     for f in range(frames):
         step = travel * f / (frames - 1)

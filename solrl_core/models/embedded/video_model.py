@@ -5,15 +5,6 @@ every frame's tokens, cross-attention to the prompt).
 A sample is a video of `frames` frames; its "latent" is the video itself, 3 x frames x R x R pixels in [-1, 1], cut
 into 1 x PATCH x PATCH patches: a 4-frame 32x32 video is 4 x 16 = 64 tokens, as many as the image model's 32x32
 image. Saved as the image model is (solrl_core/models/embedded/model.py), with `frames` in its metadata.
-
-The transformer also sees where each pixel is: COORDINATES channels (frame, row, column, each a ramp from -1 to 1)
-beside the video's 3, constant inputs its patch embedding reads (CoordConv, Liu et al. 2018). Wan's 3D rotary
-embedding is relative only, and on pure noise a token of the first frame cannot tell it is the first, nor a token at
-the left that it is at the left: the direction a prompt names ("moving right": the shape on the left in the first
-frame, on the right in the last) is then no use to the denoiser, which learned to ignore it (the weights shipped before
-2026-11-28: the direction word moved its output by 1e-4 where the colour moved it by 0.06, and it never moved its
-shapes). The image model has SD3's absolute position embedding. Weights saved with 3 input channels load and run
-without them.
 """
 
 from __future__ import annotations
@@ -30,7 +21,6 @@ from solrl_core.models.embedded.model import TEXT_WIDTH, EmbeddedModel, build_to
 
 PATCH = 8
 HEAD_DIM = 32
-COORDINATES = 3  # input channels beside the video's: frame, row, column (the module docstring says why)
 
 
 def transformer_config(resolution: int = 32) -> dict:
@@ -42,7 +32,7 @@ def transformer_config(resolution: int = 32) -> dict:
         patch_size=(1, PATCH, PATCH),
         num_attention_heads=WIDTH // HEAD_DIM,
         attention_head_dim=HEAD_DIM,
-        in_channels=3 + COORDINATES,
+        in_channels=3,
         out_channels=3,
         text_dim=TEXT_WIDTH,
         freq_dim=64,
@@ -62,25 +52,13 @@ def build_video_model(resolution: int = 32, seed: int = 0, frames: int = motion.
     return EmbeddedModel(transformer.eval(), text_encoder.eval(), tokenizer, resolution, frames=frames)
 
 
-def with_coordinates(x: torch.Tensor, channels: int) -> torch.Tensor:
-    """(B, 3, F, H, W) -> (B, 3 + channels, F, H, W): the first `channels` of the frame, row and column ramps (-1 to
-    1) appended, made on x's device in its dtype (no copy from the host)."""
-    if channels == 0:
-        return x
-    b, _, f, h, w = x.shape
-    axes = [torch.linspace(-1.0, 1.0, n, device=x.device, dtype=x.dtype) for n in (f, h, w)]
-    grids = torch.stack(torch.meshgrid(*axes, indexing="ij"))[:channels]  # (channels, F, H, W)
-    return torch.cat([x, grids.unsqueeze(0).expand(b, -1, -1, -1, -1)], dim=1)
-
-
 def predict_video_velocity(transformer: torch.nn.Module, x_t: torch.Tensor, sigma: torch.Tensor,
                            cond: dict) -> torch.Tensor:
     """The transformer's output at noise level sigma in [0, 1] (timestep = 1000 sigma, fp32): the velocity eps - x0,
-    in x_t's dtype (as `model.predict_velocity`), the coordinate channels its weights take appended to its input."""
+    in x_t's dtype (as `model.predict_velocity`)."""
     dtype = transformer.dtype
     timestep = (sigma.to(torch.float32) * 1000.0).expand(x_t.shape[0])
-    hidden = with_coordinates(x_t.to(dtype), transformer.config.in_channels - 3)
-    out = transformer(hidden_states=hidden, encoder_hidden_states=cond["encoder_hidden_states"].to(dtype),
+    out = transformer(hidden_states=x_t.to(dtype), encoder_hidden_states=cond["encoder_hidden_states"].to(dtype),
                       timestep=timestep, return_dict=False)[0]
     return out.to(x_t.dtype)
 

@@ -275,6 +275,35 @@ def test_orchestration_overhead_is_the_wall_time_no_stage_evaluation_or_audit_to
     assert summary["fraction"] == pytest.approx(8 / 50)
 
 
+def test_the_evaluations_noise_and_what_the_benchmark_resolves(tmp_path, bench_cfg):
+    """Each evaluation's standard error from its seed blocks (every prompt's j-th seed), and per pair of families the
+    spread of the per-seed final differences, the difference those seeds detect 80% of the time, and the seeds that
+    would resolve 1% of the second family's final value."""
+    runs = [make_run(tmp_path / "bench", f, s) for s in (0, 1) for f in REWARDS]
+    blocks = [0.50, 0.54, 0.47, 0.53]  # four seed blocks around each evaluation's mean
+    for path in (tmp_path / "bench").glob("*/eval/step_*/metrics.json"):
+        data = json.loads(path.read_text())
+        mean = data["metrics"]["reward"]
+        data["seed_blocks"] = {"reward": [mean + b - np.mean(blocks) for b in blocks]}
+        write_json_atomic(path, data)
+    report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer)
+    se = np.std(blocks, ddof=1) / 2
+    assert report["eval_noise"]["standard_error"] == pytest.approx(se)
+    row = next(r for r in report["resolution"] if (r["a"], r["b"]) == ("diffusionnft", "sol_rl"))
+    diffs = np.array([0.50 - 0.62, 0.54 - 0.64])
+    sd = np.std(diffs, ddof=1)
+    assert row["sd"] == pytest.approx(sd) and row["margin"] == pytest.approx(0.01 * 0.63)
+    quantiles = scipy_stats.t.ppf(0.975, 1) + scipy_stats.t.ppf(0.8, 1)
+    assert row["detectable"] == pytest.approx(quantiles * sd / math.sqrt(2))
+    assert row["eval_noise_share"] == pytest.approx(2 * se ** 2 / sd ** 2)
+    need = row["seeds_for_effect"]
+    detect = lambda n: (scipy_stats.t.ppf(0.975, n - 1) + scipy_stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)  # noqa
+    assert detect(need) <= 0.01 * 0.63 < detect(need - 1)
+    md = (tmp_path / "bench" / "report.md").read_text()
+    assert "## What this benchmark can resolve" in md and f"standard error of {se:.4f}" in md
+    assert f"| diffusionnft | sol_rl | " in md and f"~{need} (±{0.01 * 0.63:.4f})" in md
+
+
 def test_families_are_ranked_on_the_gold_evaluator_when_runs_have_one(tmp_path, bench_cfg):
     runs = [make_run(tmp_path / "bench", f, s) for s in (0, 1) for f in REWARDS]
     for path in (tmp_path / "bench").glob("*/eval/step_*/metrics.json"):
@@ -283,7 +312,7 @@ def test_families_are_ranked_on_the_gold_evaluator_when_runs_have_one(tmp_path, 
         write_json_atomic(path, data)
     report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer)
     assert report["eval_key"] == "gold"
-    assert report["target"] == pytest.approx(0.52 - 0.1)
+    assert report["target"] == pytest.approx(0.52 - 0.1)  # diffusionnft's gold start 0.0 + 0.42
     assert report["families"]["sol_rl"]["statistics"]["final_reward"]["value"] == pytest.approx(0.63 - 0.1)
     assert "value compared: `gold`" in (tmp_path / "bench" / "report.md").read_text()
 

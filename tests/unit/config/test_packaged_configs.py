@@ -24,7 +24,8 @@ def one_line_error(capsys) -> str:
 def test_every_config_under_configs_has_a_name_except_the_parts():
     assert CONFIGS_DIR == ROOT / "configs"  # in a checkout, the package is the repository's configs/ folder
     known = packaged_configs()
-    every = {p for p in CONFIGS_DIR.rglob("*.yaml") if "parts" not in p.relative_to(CONFIGS_DIR).parts}
+    every = {p for p in CONFIGS_DIR.rglob("*.yaml")
+             if not {"parts", "measured"} & set(p.relative_to(CONFIGS_DIR).parts)}  # pieces, and measurements
     assert set(known.values()) == every
     assert {"demo", "demo_learned", "bench", "pools", "families/sol_rl"} <= set(known)
     assert set(known) >= set(presets.preset_models())

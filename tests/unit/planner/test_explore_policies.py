@@ -210,8 +210,8 @@ def test_an_explore_with_full_precision_steps_runs_in_the_pipeline(tmp_path, one
     from solrl_core.stages.runner import run_stage
 
     latents = {}
-    for name, overrides in {"4bit": [], "selective": ["explore.full_precision_first=1", "explore.full_precision_last=1"],
-                            "full": ["explore.precision=fp32"]}.items():
+    selective = ["explore.full_precision_first=1", "explore.full_precision_last=1"]
+    for name, overrides in {"4bit": [], "selective": selective, "full": ["explore.precision=fp32"]}.items():
         cfg = load_config(TINY, ["explore.steps=4", "family=naive_quant", "regenerate.enabled=false", *overrides]
                           if name != "full" else ["explore.steps=4", "family=naive_scaling",
                                                   "regenerate.enabled=false", *overrides])

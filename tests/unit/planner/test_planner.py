@@ -198,13 +198,16 @@ def test_the_update_is_priced_with_the_objectives_forwards_and_pairs():
     from solrl_core.config.loading import load_config
 
     demo = ROOT / "configs" / "demo.yaml"
-    grpo = shapes_from_config(load_config(demo, ["objective.name=flow_grpo"]))
+    every_step = ["objective.name=flow_grpo", "explore.steps=10", "objective.flow_grpo.window_start=0",
+                  "objective.flow_grpo.window_size=null"]
+    grpo = shapes_from_config(load_config(demo, every_step))
     assert (grpo.forwards_per_train_step, grpo.train_timesteps) == (2, 9)  # θ and W0; int(10 · 0.99) SDE steps
-    no_kl = shapes_from_config(load_config(demo, ["objective.name=flow_grpo", "objective.flow_grpo.kl_weight=0"]))
+    no_kl = shapes_from_config(load_config(demo, [*every_step, "objective.flow_grpo.kl_weight=0"]))
     assert no_kl.forwards_per_train_step == 1
-    fast = shapes_from_config(load_config(demo, ["objective.name=flow_grpo", "objective.flow_grpo.window_size=3",
-                                                 "objective.flow_grpo.timestep_fraction=1"]))
-    assert fast.train_timesteps == 3  # Flow-GRPO-Fast: the window's steps
+    fast = shapes_from_config(load_config(demo, [*every_step, "objective.flow_grpo.window_size=3"]))
+    assert fast.train_timesteps == 3  # Flow-GRPO-Fast: every step of the window (0.99 would train 2 of 3)
+    testbed = shapes_from_config(load_config(demo, ["objective.name=flow_grpo", "explore.steps=10"]))
+    assert testbed.train_timesteps == 2  # the testbed's window (configs/parts/testbed.yaml): 2 steps from 0, 1 or 2
     awm = shapes_from_config(load_config(demo, ["objective.name=awm"]))
     assert (awm.forwards_per_train_step, awm.train_timesteps) == (3, 6)  # θ, θ_old, W0; 6 stratified times
     awm_no_kl = shapes_from_config(load_config(demo, ["objective.name=awm", "objective.awm.kl_weight=0"]))

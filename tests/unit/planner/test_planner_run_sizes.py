@@ -156,7 +156,7 @@ def test_a_flow_grpo_runs_trajectories_are_priced(family, tmp_path, one_torch_th
     """Flow-GRPO's samples keep the SDE window's latents and log-probabilities: the bytes written are the estimate
     (in the regenerate samples, and in the explore pool when the update trains on it)."""
     run = RunDir(tmp_path / "run")
-    cfg = prepare_run(run, load_config(TINY, [*SMALL, "objective.name=flow_grpo", *family]))
+    cfg = prepare_run(run, load_config(TINY, [*SMALL, "objective.name=flow_grpo", "explore.steps=4", *family]))
     for stage in ("quantize", "explore", "score_explore", "select", "regenerate"):
         run_stage(run, cfg, 0, stage, progress=False)
     est, it = run_disk(cfg), run.iteration_dir(0)

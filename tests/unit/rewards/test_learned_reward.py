@@ -10,7 +10,7 @@ from repo_paths import ROOT, TINY
 from solrl_core.config.loading import load_config
 from solrl_core.models.embedded.scorer_files import WEIGHTS_FILE, shipped_dir
 from solrl_core.errors import SolrlError
-from solrl_core.eval_metrics import evaluation_metrics
+from solrl_core.eval_metrics import evaluation_metrics, seed_blocks
 from solrl_core.evaluate import eval_dir, run_eval
 from solrl_core.run.pool import read_table
 from solrl_core.rewards import get_reward
@@ -29,6 +29,16 @@ def test_gold_metrics_are_the_gold_reward_and_the_gap_to_the_total():
     assert m["gold"] == pytest.approx(0.4) and m["gold_gap"] == pytest.approx(0.8 - 0.4)
     assert m["reward"] == pytest.approx(0.8) and m["embedded_learned"] == pytest.approx(0.8)
     assert "gold" not in evaluation_metrics(total, per, None)
+
+
+def test_an_evaluation_is_cut_into_blocks_of_every_prompts_jth_seed():
+    """Samples are prompt-major (2 prompts x 3 seeds here): block j holds each prompt's j-th seed."""
+    total = np.array([0.1, 0.2, 0.3, 0.5, 0.6, 0.7])
+    per = {"embedded": total - 0.1}
+    blocks = seed_blocks(total, per, "embedded", 3)
+    assert blocks["reward"] == pytest.approx([0.3, 0.4, 0.5]) and blocks["gold"] == pytest.approx([0.2, 0.3, 0.4])
+    assert np.mean(blocks["reward"]) == pytest.approx(evaluation_metrics(total, per, "embedded")["reward"])
+    assert "gold" not in seed_blocks(total, per, None, 3)
 
 
 def test_gold_is_scored_at_weight_zero_beside_the_evaluation_rewards():

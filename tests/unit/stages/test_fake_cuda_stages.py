@@ -37,9 +37,12 @@ BACKBONES = ("embedded", "embedded_video", "flux1", "sd35l", "sana", "qwenimage"
 EMBEDDED_VIDEO = ["model.kind=embedded_video", "prompts.train=builtin:motion-train", "eval.prompts=builtin:motion-test",
                   "rewards={embedded_motion: 1.0}"]
 # one prompt, four seeds, two steps: what the fake device costs is per op, so fewer ops are what makes this fast
+# (two steps: Flow-GRPO's SDE on both of them, AWM's one time per sample, what a 2-step schedule holds)
 SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1", "explore.seeds_per_prompt=4",
          "explore.batch_size=2", "explore.steps=2", "select.k=2", "regenerate.steps=2", "regenerate.batch_size=2",
-         "train.micro_batch=4", "eval.num_prompts=1", "eval.seeds_per_prompt=2", "eval.steps=2", "eval.batch_size=2"]
+         "train.micro_batch=4", "eval.num_prompts=1", "eval.seeds_per_prompt=2", "eval.steps=2", "eval.batch_size=2",
+         "objective.flow_grpo.window_start=0", "objective.flow_grpo.window_size=null",
+         "objective.awm.times_per_sample=1"]
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,18 @@ from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.stages.runner import run_stage
 
+# Flow-GRPO with every step an SDE step (flow_grpo's pickscore_sd3; the testbed's own window is 2 steps) and AWM with
+# 3 times per sample (its 6 would be more strata than a 4-step schedule's 3 steps hold)
 SMALL = ["prompts.per_iteration=2", "explore.seeds_per_prompt=4", "explore.batch_size=4", "train.micro_batch=16",
          "train.lora_rank=4", "train.lora_alpha=8", "eval.every=0", "eval.rewards=null", "eval.gold=null",
-         "tracking.grid_prompts=0", "objective.name=flow_grpo"]
-FAMILY = {  # the family's own sizes: K of N, explore and regenerate steps
+         "tracking.grid_prompts=0", "objective.flow_grpo.window_start=0", "objective.flow_grpo.window_size=null",
+         "objective.awm.times_per_sample=3", "objective.name=flow_grpo"]
+FAMILY = {  # the family's own sizes: K of N, explore and regenerate steps (SDE rollouts: the explore at the
+    # regenerate's, sol_rl cheaper by its 4 bits)
     "diffusionnft": ["explore.seeds_per_prompt=4", "select.k=4", "explore.steps=4"],
     "naive_scaling": ["select.k=2", "explore.steps=4"],
     "naive_quant": ["select.k=2", "explore.steps=4"],
-    "sol_rl": ["select.k=2", "explore.steps=3", "regenerate.steps=4", "regenerate.batch_size=2"],
+    "sol_rl": ["select.k=2", "explore.steps=4", "regenerate.steps=4", "regenerate.batch_size=2"],
 }
 
 
@@ -88,8 +92,8 @@ def test_one_awm_iteration_per_family(family, tmp_path, one_torch_thread):
 
 
 def test_a_window_drawn_per_iteration_is_the_same_in_explore_regenerate_and_update(tmp_path, one_torch_thread):
-    """Flow-GRPO-Fast: `window_start` a list, each iteration draws one start from the run seed; the 3-step explore
-    and the 4-step regenerate of the iteration put their one SDE step at that start, and the update trains it."""
+    """Flow-GRPO-Fast: `window_start` a list, each iteration draws one start from the run seed; the explore and the
+    regenerate of the iteration put their one SDE step at that start, and the update trains it."""
     from solrl_core.models.seeds import derived_generator
     from solrl_core.rl.objectives import objective_for
     from solrl_core.stages.draws import PURPOSE_SDE_WINDOW
@@ -112,8 +116,9 @@ def test_a_window_drawn_per_iteration_is_the_same_in_explore_regenerate_and_upda
     assert history[0]["pairs"] == len(samples["latent"]) and history[0]["ratio_mean"] == pytest.approx(1, abs=1e-5)
 
 
-TINY_FLUX_SMALL = ["prompts.per_iteration=1", "explore.seeds_per_prompt=4", "explore.batch_size=4", "explore.steps=2",
-                   "select.k=2", "regenerate.steps=3", "regenerate.batch_size=2", "train.micro_batch=8",
+TINY_FLUX_SMALL = ["prompts.per_iteration=1", "explore.seeds_per_prompt=4", "explore.batch_size=4", "explore.steps=4",
+                   "select.k=2", "regenerate.steps=4", "regenerate.batch_size=2", "train.micro_batch=8",
+                   "objective.awm.times_per_sample=2",
                    "train.processes=1", "train.dist_backend=gloo", "model.device=cpu", "model.dtype=float32",
                    "eval.every=0", "tracking.grid_prompts=0", "iterations=1"]
 
@@ -129,8 +134,9 @@ def tiny_flux(tmp_path_factory):
 @pytest.mark.parametrize("objective", ["flow_grpo", "awm"])
 def test_one_iteration_of_each_objective_and_family_on_a_tiny_flux(objective, family, tiny_flux, tmp_path,
                                                                      one_torch_thread):
-    """The FLUX.1 presets of each objective (a peer's values: Flow-GRPO-Fast's one-step window drawn from steps 1–3,
-    AWM's 4 times) on the tiny random-weight FLUX.1, every stage on the CPU."""
+    """The FLUX.1 presets of each objective (a peer's values: Flow-GRPO-Fast's one-step window drawn from steps 1–3;
+    AWM's 4 times, 2 here, where a 4-step schedule's int(4 · 0.7) = 2 steps hold no more strata) on the tiny
+    random-weight FLUX.1, every stage on the CPU."""
     from solrl_core.runs import prepare_run
 
     cfg = load_config(ROOT / "configs" / "presets" / objective / f"flux1_{family}_pickscore.yaml",
@@ -148,4 +154,4 @@ def test_one_iteration_of_each_objective_and_family_on_a_tiny_flux(objective, fa
         assert stop - start == 1 and samples["trajectory"].shape[1] == 2
         assert history[0]["pairs"] == len(samples["latent"])
     else:
-        assert "trajectory" not in samples and history[0]["pairs"] == 4 * len(samples["latent"])
+        assert "trajectory" not in samples and history[0]["pairs"] == 2 * len(samples["latent"])

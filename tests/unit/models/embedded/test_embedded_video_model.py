@@ -11,8 +11,8 @@ from solrl_core.models.backbones import registry
 from solrl_core.models.backbones.embedded_video import PRETRAINED_VIDEO_DIR, EmbeddedVideoBackbone
 from solrl_core.models.embedded import motion
 from solrl_core.models.embedded.model import build_model, load_model
-from solrl_core.models.embedded.video_model import (COORDINATES, build_video_model, latents_to_videos,
-                                                    predict_video_velocity, videos_to_latents, with_coordinates)
+from solrl_core.models.embedded.video_model import (build_video_model, latents_to_videos, predict_video_velocity,
+                                                    videos_to_latents)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: 2 spinning OpenMP threads stall on a busy machine
 PROMPTS = ["a red circle moving left", "a blue square moving up"]
@@ -38,37 +38,13 @@ def test_the_video_model_round_trips_and_samples_videos(saved):
     assert x.shape == (2, 3, motion.FRAMES, 32, 32)
     cond = backbone.encode_prompts(PROMPTS)
     sigma = torch.full((1,), 0.7)
-    # the transformer sees the video and where each pixel is: frame, row and column ramps from -1 to 1
-    coords = with_coordinates(x, COORDINATES)[:, 3:]
-    assert coords.shape == (2, 3, motion.FRAMES, 32, 32) and backbone.transformer.config.in_channels == 3 + COORDINATES
-    assert coords[0, 0, :, 5, 7].tolist() == pytest.approx(np.linspace(-1, 1, motion.FRAMES).tolist())
-    assert coords[1, 1, 2, :, 9].tolist() == pytest.approx(np.linspace(-1, 1, 32).tolist())
-    assert coords[1, 2, 3, 4, :].tolist() == pytest.approx(np.linspace(-1, 1, 32).tolist())
-    direct = backbone.transformer(hidden_states=torch.cat([x, coords], 1),
-                                  encoder_hidden_states=cond["encoder_hidden_states"],
+    direct = backbone.transformer(hidden_states=x, encoder_hidden_states=cond["encoder_hidden_states"],
                                   timestep=torch.full((2,), 700.0), return_dict=False)[0]
     torch.testing.assert_close(backbone.velocity(backbone.transformer, x, sigma, cond), direct)
     torch.testing.assert_close(predict_video_velocity(backbone.transformer, x, sigma, cond), direct)
     videos = motion.render_batch(PROMPTS, np.random.default_rng(0))
     assert np.array_equal(backbone.decode(videos_to_latents(videos)), videos)  # pixels are the latents
     assert np.array_equal(latents_to_videos(videos_to_latents(videos)), videos)
-
-
-def test_weights_without_coordinate_channels_run_without_them():
-    """A video model saved before the coordinate channels (3 input channels) samples as its transformer expects."""
-    from diffusers import WanTransformer3DModel
-
-    from solrl_core.models.embedded.video_model import transformer_config
-
-    torch.manual_seed(0)
-    legacy = WanTransformer3DModel(**{**transformer_config(32), "in_channels": 3}).eval()
-    x = torch.randn(1, 3, motion.FRAMES, 32, 32)
-    cond = {"encoder_hidden_states": torch.randn(1, 8, 64)}
-    with torch.no_grad():
-        out = predict_video_velocity(legacy, x, torch.full((1,), 0.5), cond)
-        direct = legacy(hidden_states=x, encoder_hidden_states=cond["encoder_hidden_states"],
-                        timestep=torch.full((1,), 500.0), return_dict=False)[0]
-    torch.testing.assert_close(out, direct)
 
 
 def test_a_model_of_the_other_kind_or_frames_is_refused_in_one_line(saved):
