@@ -7,7 +7,7 @@ from __future__ import annotations
 from solrl_core.config.families import family_conflict
 from solrl_core.config.schema import RunConfig
 from solrl_core.errors import ConfigError, SolrlError
-from solrl_core.models.backbones.registry import check_kind, resolution_problem
+from solrl_core.models.backbones.registry import check_kind, makes_videos, resolution_problem
 from solrl_core.placement import check_device_list
 from solrl_core.rewards.registry import check_reward_names, parse_reward_models
 from solrl_core.plugins import is_plugin
@@ -33,11 +33,15 @@ def registry_problem(cfg: RunConfig) -> str | None:
     if rule.even_k and cfg.select.k % 2:
         return f"select.k must be even for {rule.name}, got {cfg.select.k}"
     try:
-        parse_reward_models(cfg.reward_models)
+        specs = parse_reward_models(cfg.reward_models)
         if cfg.eval.gold is not None:
             check_reward_names([cfg.eval.gold])
     except SolrlError as exc:
         return ("eval.gold: " if "reward_models" not in str(exc) else "") + str(exc)
+    framed = next((name for name, spec in specs.items() if spec.video_frames is not None), None)
+    if framed and makes_videos(cfg.model) is False:
+        return (f"reward_models.{framed}.video_frames: model.kind {cfg.model.kind} makes images, which have no frames "
+                "to pick: the setting would do nothing; remove it")
     return family_conflict(cfg) or rollout_problem(cfg) or resolution_problem(cfg.model)
 
 

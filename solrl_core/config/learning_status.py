@@ -47,14 +47,12 @@ def write_status(path: Path, entries: dict[str, dict], command: str | None = Non
 
 
 def world_of(cfg: RunConfig) -> str:
-    """"video" when the config's backbone makes videos (its spec has frames), else "image"."""
-    from solrl_core.models.backbones.registry import specs_of_kind
-    from solrl_core.plugins import is_plugin
+    """"video" when the config's backbone makes videos (its spec has frames; a plug-in's: model.frames), else
+    "image"."""
+    from solrl_core.models.backbones.registry import makes_videos
 
-    if is_plugin(cfg.model.kind):
-        return "video" if cfg.model.frames else "image"
-    specs = specs_of_kind(cfg.model.kind)
-    return "video" if any(s.defaults.frames is not None for s in specs) else "image"
+    videos = makes_videos(cfg.model)
+    return "video" if (cfg.model.frames if videos is None else videos) else "image"
 
 
 def cell_of(cfg: RunConfig) -> str:

@@ -68,6 +68,9 @@ def parse_reward_models(models: ModelsConfig | None) -> dict[str, RewardModelSpe
         except SolrlError as exc:
             raise SolrlError(f"reward_models: {exc}") from None
         out[name] = parse_spec(name, data, cls.spec_keys)
+        if out[name].video_frames is not None and cls.takes_videos:
+            raise SolrlError(f"reward_models.{name}.video_frames: {name} scores whole videos, so it picks no frames and "
+                             "the setting would do nothing; remove it (it is for image rewards scoring videos)")
     return out
 
 

@@ -89,6 +89,13 @@ def specs_of_kind(kind: str) -> list[BackboneSpec]:
     return [s for s in backbone_specs() if s.kind == kind]
 
 
+def makes_videos(model) -> bool | None:
+    """Whether `model.kind`'s samples are videos (its spec has frames); None for a plug-in kind (its spec is its own)."""
+    if is_plugin(model.kind):
+        return None
+    return any(s.defaults.frames is not None for s in specs_of_kind(model.kind))
+
+
 def resolution_problem(model) -> str | None:
     """What is wrong with `model.resolution` for its kind, from the specs and before any load, or None: not a
     multiple of the backbone's pixels per token side (`BackboneSpec.resolution_multiple`), or, for a backbone whose

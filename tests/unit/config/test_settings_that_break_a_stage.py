@@ -86,3 +86,15 @@ def test_a_written_file_goes_where_a_file_can_go(tmp_path, capsys):
     assert "is a file, not a directory" in capsys.readouterr().err
     assert main(["calibrate-explore", str(TINY), "--write", str(tmp_path / "folder"), "--force", "--quiet"]) == 2
     assert "is a directory, not a file" in capsys.readouterr().err
+
+
+def test_video_frames_only_where_an_image_reward_scores_videos():
+    from repo_paths import ROOT
+
+    video = ROOT / "configs" / "demo_video.yaml"
+    with pytest.raises(ConfigError, match="embedded_motion scores whole videos, so it picks no frames"):
+        load_config(video, ["reward_models={embedded_motion: {video_frames: 2}}"])
+    assert "model.kind embedded makes images, which have no frames" in _refused(
+        "reward_models={embedded: {video_frames: 2}}")
+    assert load_config(video, ["reward_models={embedded: {video_frames: 2}}"]).reward_models["embedded"] == {
+        "video_frames": 2}  # an image reward on videos: the frames it scores
