@@ -60,7 +60,7 @@ server: setup
 	prefect_pid=$$!; \
 	$(BIN)/python -m flows.mlflow_server $(MLFLOW_PORT) "$(MLFLOW_STORE)" "$(MLFLOW_ARTIFACTS)" & \
 	mlflow_pid=$$!; \
-	trap 'kill $$prefect_pid $$mlflow_pid 2>/dev/null; wait' INT TERM EXIT; \
+	trap 'kill $$prefect_pid $$mlflow_pid 2>/dev/null; wait' INT TERM HUP EXIT; \
 	for url in http://127.0.0.1:$(PREFECT_PORT)/api/health http://127.0.0.1:$(MLFLOW_PORT)/health; do \
 		until $(BIN)/python -c "import urllib.request as u; u.urlopen('$$url', timeout=2)" 2>/dev/null; do \
 			kill -0 $$prefect_pid $$mlflow_pid 2>/dev/null || { echo "make server: a server exited"; exit 1; }; \

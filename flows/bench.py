@@ -11,7 +11,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from flows.tracking import ensure_mlflow_run, log_bench_report, tracking_uri
+from flows.tracking import log_bench_report, tracking_uri
 from flows.training import training_flow
 from solrl_core.bench.bench_config import BenchRun, bench_runs, load_bench_config
 from solrl_core.bench.report import build_report
@@ -24,7 +24,6 @@ def train_one(run: BenchRun, progress: bool = True) -> None:
     rundir = RunDir(run.run_dir)
     with rundir.hold():
         prepare_run(rundir, run.cfg)
-        ensure_mlflow_run(rundir, run.cfg)
         training_flow(str(rundir.root), run.cfg.iterations, progress=progress)
 
 

@@ -49,10 +49,23 @@ def check_prefect_api() -> None:
     if parsed.scheme not in HTTP_SCHEMES or not parsed.netloc:
         raise SolrlError(f"PREFECT_API_URL={url} is not an http(s) URL; set it to a Prefect server's API (e.g. "
                          "http://127.0.0.1:4200/api), or unset it to use a temporary server")
-    failure = health_failure(url.rstrip("/") + "/health", {"Authorization": f"Bearer {key}"} if key else None)
+    failure = health_failure(url.rstrip("/") + "/health", prefect_auth_headers(key))
     if failure:
         raise SolrlError(f"PREFECT_API_URL={url}: no Prefect server answers ({failure}); start it (make server), "
                          "fix PREFECT_API_URL, or unset it to use a temporary server")
+
+
+def prefect_auth_headers(key: str | None) -> dict[str, str] | None:
+    """What a Prefect client sends: PREFECT_API_KEY as a bearer token (Prefect Cloud), else PREFECT_API_AUTH_STRING
+    (`user:password`, a self-hosted server's basic auth) as basic authentication; None without either."""
+    import base64
+
+    if key:
+        return {"Authorization": f"Bearer {key}"}
+    auth = os.environ.get("PREFECT_API_AUTH_STRING")
+    if auth:
+        return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode("ascii")}
+    return None
 
 
 def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
@@ -80,6 +93,7 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
         check_folder_stores_allowed(uri, setting)
         folder = closest_existing(parsed.path if parsed.scheme else uri)
     else:
+        check_database_driver(uri, setting)
         return
     if not folder.is_dir():
         raise SolrlError(f"{setting} = {uri}: the folder {folder} does not exist; create it or set {setting} to "
@@ -94,6 +108,33 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
     if free < MIN_FREE_BYTES:
         raise SolrlError(f"{setting} = {uri}: the disk of {folder} is full ({free} bytes free); free space there or "
                          f"set {setting} to a place on another disk")
+
+
+# a database store's Python driver (the module SQLAlchemy imports for the URI's dialect) -> the extra that installs it
+DRIVER_EXTRAS = {"psycopg2": "postgres", "pymysql": "mysql"}
+DRIVER_HINTS = {"MySQLdb": "write the URI as mysql+pymysql://... and install solrl[mysql]"}
+
+
+def check_database_driver(uri: str, setting: str) -> None:
+    """A database tracking store (postgresql://, mysql+pymysql://, ...) whose driver is not installed: one line
+    naming the driver and the extra (or package) that installs it, instead of MLflow's ModuleNotFoundError traceback
+    when the run starts. Nothing for schemes that are not SQLAlchemy databases."""
+    if urlparse(uri).scheme.split("+")[0] not in ("postgresql", "postgres", "mysql", "mssql", "oracle"):
+        return
+    try:
+        from sqlalchemy.engine import make_url
+
+        dialect = make_url(uri).get_dialect()
+    except Exception:  # noqa: BLE001 - a URI SQLAlchemy cannot read is MLflow's to report
+        return
+    try:
+        dialect.import_dbapi()
+    except ModuleNotFoundError as exc:
+        module = exc.name or str(exc)
+        extra = DRIVER_EXTRAS.get(module)
+        fix = DRIVER_HINTS.get(module) or (f"pip install 'solrl[{extra}]'" if extra else f"install {module}")
+        raise SolrlError(f"{setting} = {uri}: MLflow's database store needs the Python driver {module}, which is "
+                         f"not installed; {fix}") from None
 
 
 def check_folder_stores_allowed(uri: str, setting: str) -> None:

@@ -38,6 +38,13 @@ def prefect_server_env(port: int, database: Path | None = None, environ=os.envir
     return env
 
 
+def prefect_ui_command(port: int = 4200) -> str:
+    """The shell line a user types to browse Prefect's runs on `port` (any port: the UI is told its API's address,
+    see the module docstring), and the address to open."""
+    return (f"PREFECT_UI_API_URL=http://{HOST}:{port}/api prefect server start --host {HOST} --port {port}  "
+            f"(then open http://{HOST}:{port})")
+
+
 def prefect_server_argv(port: int) -> list[str]:
     return [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
 

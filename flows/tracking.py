@@ -38,6 +38,7 @@ from solrl_core.mlflow_links import SQLITE, health_failure, is_server, serving_s
 from solrl_core.run.pool import read_table
 from solrl_core.grids import frame_count, frame_strip, save_gif
 from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_animations, top_bottom_grids
+from solrl_core.redaction import redact_tree
 from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.run.storage import local_file, location, save_image
 from solrl_core.wording import plural
@@ -101,7 +102,35 @@ def connect(uri: str):
     import mlflow
 
     mlflow.set_tracking_uri(route(uri))
+    if route(uri) not in _opened:
+        with store_lock(uri):  # a new sqlite store: one process creates its schema, the others wait and find it
+            mlflow.MlflowClient().search_experiments(max_results=1)
+        _opened.add(route(uri))
     return mlflow
+
+
+_opened: set[str] = set()  # stores this process has opened (their schema made or found)
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Hold an OS file lock beside the sqlite file MLflow reaches for `uri` without a server (`<file>.lock`) for the
+    block: runs started together on a new store (a sweep from a fresh checkout) create its schema and experiment one
+    after another, where MLflow's own schema migrations, run at once, fail. Nothing to hold for a server or another
+    store (they serialize themselves)."""
+    import fcntl
+
+    path = sqlite_file(route(uri))
+    try:
+        fh = None if path is None else open(f"{path}.lock", "a")
+    except OSError:  # its folder cannot be written: MLflow's own error about the store says it better
+        fh = None
+    if fh is None:
+        yield
+        return
+    with fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def proxied_artifacts(uri: str, experiment: str | None = None, run_id: str | None = None) -> str | None:
@@ -141,7 +170,7 @@ def check_artifact_route(uri: str, experiment: str | None = None, run_id: str | 
 
 def run_params(cfg: RunConfig) -> dict[str, str]:
     """The MLflow params of a run of `cfg` (RUN_PARAMS)."""
-    return {key: value for key, value in _flatten(cfg.model_dump(mode="json")).items()
+    return {key: value for key, value in _flatten(redact_tree(cfg.model_dump(mode="json"))).items()
             if value != "None" and any(key == name or key.startswith(name + ".") for name in RUN_PARAMS)}
 
 
@@ -159,6 +188,11 @@ def _experiment_id(name: str, uri: str) -> str:
     """The id of experiment `name` in store `uri` (connected), created if missing (artifacts beside a sqlite store
     reached without a server go to ./mlartifacts; a server keeps them where it keeps its artifacts), tagged with
     EXPERIMENT_KIND if it is not yet."""
+    with store_lock(uri):  # two runs started together on a new experiment: one makes it, the other finds it
+        return _get_or_create_experiment(name, uri)
+
+
+def _get_or_create_experiment(name: str, uri: str) -> str:
     import mlflow
 
     experiment = mlflow.get_experiment_by_name(name)
@@ -201,7 +235,7 @@ def run_gone(info: dict) -> str | None:
     return None
 
 
-def ensure_mlflow_run(run: RunDir, cfg: RunConfig, say=None) -> dict:
+def ensure_mlflow_run(run: RunDir, cfg: RunConfig, say=None, keep_running: bool = False) -> dict:
     """Create the run's MLflow run once, at `tracking_uri(cfg)`, and record it in the run directory's run.json; later
     calls (resumes, from any folder) return the recorded one: the default store follows the working directory, so
     the run directory, not the folder a command runs from, says where its MLflow run is. run.json records the store
@@ -210,7 +244,8 @@ def ensure_mlflow_run(run: RunDir, cfg: RunConfig, say=None) -> dict:
 
     A recorded MLflow run that is gone from its store (`run_gone`) is made again there: the markers of what was
     logged are forgotten, so `solrl train` logs every iteration, evaluation and audit into the new run, and `say`
-    (default: a line on stderr) says so once."""
+    (default: a line on stderr) says so once. A new MLflow run is ended FINISHED at once unless `keep_running` (what
+    trains it marks its status: flows/tracking_status.py)."""
     info = run.run_info()
     if info is not None:
         check_artifact_route(info["tracking_uri"], run_id=info["mlflow_run_id"])
@@ -219,25 +254,38 @@ def ensure_mlflow_run(run: RunDir, cfg: RunConfig, say=None) -> dict:
         if gone is None:
             return info
         uri = store_location(info["tracking_uri"])
-    else:
+    else:  # a first run, or one whose run.json was deleted after it logged (its markers say so)
         uri, gone = store_location(tracking_uri(cfg)), None
+    lost_record = info is None and bool(logged_markers(run))
     check_artifact_route(uri, experiment=cfg.tracking.experiment)
     with tracking_errors(uri, "a new MLflow run"):
         mlflow = connect(uri)
+        from mlflow.entities import Param
+        from mlflow.tracking.context.registry import resolve_tags
+
         experiment_id = _experiment_id(cfg.tracking.experiment, uri)
-        with mlflow.start_run(experiment_id=experiment_id, run_name=cfg.name) as active:
-            mlflow.set_tags({"family": cfg.family, "run_dir": location(run.root)})
-            mlflow.log_params(run_params(cfg))
-            mlflow.log_dict(cfg.model_dump(mode="json"), CONFIG_ARTIFACT)
-            new = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
-    if gone is not None:
-        forget_logged(run)  # first: what they say was logged went to the run that is gone
+        client = mlflow.MlflowClient()
+        made = client.create_run(experiment_id, run_name=cfg.name,  # with the user and source `start_run` tags
+                                 tags=resolve_tags({"family": cfg.family, "run_dir": location(run.root)}))
+        run_id = made.info.run_id
+        client.log_batch(run_id, params=[Param(key, value) for key, value in run_params(cfg).items()])
+        client.log_dict(run_id, redact_tree(cfg.model_dump(mode="json")), CONFIG_ARTIFACT)  # no credential in clear
+        if not keep_running:  # nothing trains it now: ended at once, as `mlflow.start_run`'s block ends it
+            client.set_terminated(run_id, "FINISHED")
+        new = {"tracking_uri": uri, "mlflow_run_id": run_id, "experiment_id": experiment_id}
+    if gone is not None or lost_record:
+        forget_logged(run)  # first: what they say was logged went to a run that is gone or no longer known
     write_json_atomic(run.run_json, new)
     _present.add((uri, new["mlflow_run_id"]))
     if gone is not None:
         (say or _stderr)(f"solrl: the MLflow run {info['mlflow_run_id']} {gone} in {info['tracking_uri']}: logging to "
                          f"a new run {new['mlflow_run_id']}; `solrl train` logs the run's earlier iterations and "
                          "evaluations there again")
+    elif lost_record:
+        (say or _stderr)(f"solrl: {run.run_json} was missing, so the MLflow run this run logged to is unknown: logging "
+                         f"to a new run {new['mlflow_run_id']} in experiment '{cfg.tracking.experiment}' (the earlier "
+                         "iterations and evaluations again); the earlier MLflow run, if it is still there, is left "
+                         "beside it")
     return new
 
 
@@ -309,7 +357,7 @@ def _store_failure(exc: Exception, where: str) -> str | None:
     text = " ".join(str(e) for e in chain)
     if "OperationalError" in text or any(type(e).__name__ == "OperationalError" for e in chain):
         drivers = [str(e) for e in chain if type(e).__name__ == "OperationalError"]
-        return "database error: " + _short(_database_message(drivers[-1] if drivers else text))
+        return "database error: " + short_cause(_database_message(drivers[-1] if drivers else text))
     transport = any(isinstance(e, (requests.RequestException, ConnectionError, TimeoutError)) for e in chain) or any(
         isinstance(e, MlflowException) and str(e).startswith("API request to") for e in chain)
     answered = health_failure(where.rstrip("/") + "/health") if is_server(where) else None
@@ -317,7 +365,7 @@ def _store_failure(exc: Exception, where: str) -> str | None:
         return None
     if answered is not None:
         return answered
-    return "timed out" if "timeout" in text.lower() else _short(str(exc))
+    return "timed out" if "timeout" in text.lower() else short_cause(str(exc))
 
 
 def _database_message(text: str) -> str:
@@ -331,7 +379,7 @@ def _database_message(text: str) -> str:
     return next((line for line in lines if not line.startswith("(raised as a result of")), text.strip())
 
 
-def _short(text: str) -> str:
+def short_cause(text: str) -> str:
     return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 3] + "..."
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.iteration import iteration_flow
-from flows.progress import stage_done
-from flows.tracking import ensure_mlflow_run, iteration_metrics, log_audit, log_evaluation, log_iteration
+from flows.progress import IterationClock, stage_done
+from flows.tracking import iteration_metrics, log_audit, log_evaluation, log_iteration
+from flows.tracking_status import mlflow_run_training
 from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
 from tasks.shards import dask_shards
@@ -23,19 +24,24 @@ from solrl_core.run.staleness import stale_items
 def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[dict[str, float]]:
     run = RunDir(run_dir)
     cfg = load_run_config(run)
-    ensure_mlflow_run(run, cfg)
     logger = get_run_logger()
     history = []
     # one Dask cluster of device workers (several devices) for the whole run: each worker loads the model once and
-    # keeps it for every stage, evaluation and update; this process loads none
-    with dask_shards() as shards, shards.models_on_workers(cfg), TrackingQueue() as tracking:  # MLflow logs in its own thread while the next iteration computes
+    # keeps it for every stage, evaluation and update; this process loads none. MLflow logs in its own thread while
+    # the next iteration computes; the MLflow run is RUNNING until every log is in
+    with (mlflow_run_training(run, cfg), dask_shards() as shards, shards.models_on_workers(cfg),
+          TrackingQueue() as tracking):
         if cfg.eval.every:
             tracking.submit(log_evaluation, run, cfg, evaluate_task(run_dir, 0, progress=progress))
+        clock = IterationClock(iterations)
         for iteration in range(iterations):
+            clock.begin()
+            computed = not run.is_complete(iteration, "update")
             iteration_flow(run_dir, iteration, progress=progress)
             tracking.submit(log_iteration, run, cfg, iteration)
             metrics = iteration_metrics(run, iteration)
             history.append(metrics)
+            clock.say(iteration, metrics, computed)
             if run.is_complete(iteration, AUDIT):
                 tracking.submit(log_audit, run, cfg, iteration)
             logger.info(

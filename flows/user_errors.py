@@ -15,6 +15,7 @@ import sys
 
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import LINE_CHARS, one_line
+from solrl_core.redaction import redact_text
 from solrl_core.userfiles import USER_ERRNOS, user_os_error
 
 EXIT_USER_ERROR = 2
@@ -33,7 +34,8 @@ def as_user_error(exc: BaseException) -> SolrlError | None:
 def report(error: SolrlError) -> int:
     """Print `error` as the command's one line on stderr, at most LINE_CHARS long whatever it quotes (a message that
     echoes a huge value is cut in the middle: solrl_core/excerpts.py); the exit status of a user error."""
-    say(f"solrl: error: {one_line(str(error), LINE_CHARS - len('solrl: error: '))}")
+    message = redact_text(str(error))  # an OSError's file name may be a URL too
+    say(f"solrl: error: {one_line(message, LINE_CHARS - len('solrl: error: '))}")
     return EXIT_USER_ERROR
 
 

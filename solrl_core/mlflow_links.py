@@ -29,13 +29,17 @@ SQLITE = "sqlite:///"
 
 
 def health_failure(url: str, headers: dict[str, str] | None = None) -> str | None:
-    """Why GET `url` did not answer 2xx within HEALTH_TIMEOUT seconds; None when it did."""
-    request = urllib.request.Request(url, headers=headers or {})
+    """Why GET `url` did not answer 2xx within HEALTH_TIMEOUT seconds; None when it did. A user and password in
+    `url` go as basic authentication (never shown: the reason names the URL redacted)."""
+    from solrl_core.redaction import basic_auth, redact
+
+    plain, auth = basic_auth(url)
+    request = urllib.request.Request(plain, headers={**auth, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=HEALTH_TIMEOUT):
             return None
     except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code} from {url}"
+        return f"HTTP {exc.code} from {redact(url)}"
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return "no answer within {:g} s".format(HEALTH_TIMEOUT) if "timed out" in str(reason) else str(reason)

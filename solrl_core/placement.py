@@ -52,12 +52,24 @@ def check_present(device: str, setting: str) -> None:
     raise SolrlError(f"{setting} is {device}, but this machine has {here}; set {setting} to a device it has")
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's or `taskset`'s share, not the host's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def check_gpus_for_processes(processes: int, device: str) -> None:
     """A SolrlError naming `train.processes` when this machine sees fewer GPUs than the update's `processes` ranks on
-    it need (local rank r runs on GPU r of its machine); nothing to check when `device` is not a CUDA device."""
+    it need (local rank r runs on GPU r of its machine), or, on the CPU, has fewer cores than ranks."""
     import torch
 
-    if processes <= 1 or not str(device).startswith("cuda"):
+    if processes <= 1:
+        return
+    if not str(device).startswith("cuda"):
+        cores = cpu_cores()
+        if processes > cores:  # each rank a whole copy of the model, all on these cores
+            raise SolrlError(f"train.processes is {processes} (update processes on this machine's CPU, each with a "
+                             f"copy of the model), but it has {cores} CPU core{'' if cores == 1 else 's'} for this "
+                             f"process; set train.processes to {cores} or less")
         return
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if processes <= count:
@@ -73,6 +85,8 @@ def check_gpus_for_processes(processes: int, device: str) -> None:
 def check_update_devices(cfg) -> None:
     """What the update needs of this machine: `model.device`, and a GPU for each of its `train.processes` ranks."""
     check_present(cfg.model.device, "model.device")
+    if not str(cfg.model.device).startswith("cuda") and update_on_device_workers(cfg):
+        return  # CPU ranks that are the device workers' own processes (check_update_ranks counts them)
     check_gpus_for_processes(cfg.train.processes, cfg.model.device)
 
 

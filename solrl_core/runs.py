@@ -162,6 +162,7 @@ def load_run_config(run: RunDir) -> RunConfig:
     return validate_config(data, source=str(path))
 
 
-def default_run_dir(cfg: RunConfig) -> Path:
-    """Where a run's artifacts go when no --run-dir is given: runs/<config name>/."""
-    return Path("runs") / cfg.name
+def default_run_dir(cfg: RunConfig, name: str | None = None) -> Path:
+    """Where a run's artifacts go when no --run-dir is given: runs/<name>/ (`solrl deploy --name`), else
+    runs/<config name>/."""
+    return Path("runs") / (name or cfg.name)

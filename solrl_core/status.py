@@ -15,10 +15,12 @@ MARKS = {"complete": "done", "partial": "part", "pending": "-", "stale": "stale"
 
 def run_status(run: RunDir) -> dict:
     """The run's state. `completed_iterations`: iterations from 0 whose update is complete, without a gap.
-    `interrupted`: stages with an artifact but no manifest (a crash or a failure inside the stage; the next
-    `solrl train` or `solrl stage` resumes or redoes them). `stale`: completions computed from inputs that were
+    `running`: the live process that holds the run ("pid 123 on host node1 since ..."), or None. `interrupted`: stages
+    with an artifact but no manifest while no process runs the run (a crash or a failure inside the stage; the next
+    `solrl train` or `solrl stage` resumes or redoes them); while one does, those are `in_progress`. `stale`: completions computed from inputs that were
     computed again since (solrl_core/run/staleness.py; `solrl train` recomputes them); their stages show "stale"."""
     cfg = load_run_config(run)
+    holder = run.holder()  # a live process runs it: its half-written stages are being written, not interrupted
     count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
     stages = [{s: run.stage_status(i, s) for s in STAGES} for i in range(count)]
     stale = stale_items(run)
@@ -33,8 +35,11 @@ def run_status(run: RunDir) -> dict:
         "name": cfg.name,
         "target_iterations": cfg.iterations,
         "completed_iterations": completed,
-        "interrupted": [{"iteration": i, "stage": s} for i, row in enumerate(stages) for s, st in row.items()
-                        if st == "partial"],
+        "running": holder,
+        "interrupted": [] if holder else [{"iteration": i, "stage": s} for i, row in enumerate(stages)
+                                          for s, st in row.items() if st == "partial"],
+        "in_progress": [{"iteration": i, "stage": s} for i, row in enumerate(stages) for s, st in row.items()
+                        if st == "partial"] if holder else [],
         "last_evaluation": None if last is None else {
             "step": last["step"], "metrics": last["metrics"], "ema": last.get("ema"),
             "samples": str(run.eval_dir(last["step"]) / "samples.png")},
@@ -51,6 +56,9 @@ def status_text(data: dict) -> str:
     """`run_status` as lines for the terminal."""
     lines = [f"run          : {data['run_dir']}  (config '{data['name']}')",
              f"iterations   : {data['completed_iterations']} of {data['target_iterations']} complete"]
+    if data["running"]:
+        lines.append(f"running      : {data['running']}"
+                     + "".join(f"; {i['stage']} of iteration {i['iteration']} in progress" for i in data["in_progress"]))
     for item in data["interrupted"]:
         lines.append(f"interrupted  : {item['stage']} of iteration {item['iteration']} (artifact without manifest; "
                      f"`solrl train` resumes it, or: solrl stage {item['stage']} --run-dir {data['run_dir']} "

@@ -37,8 +37,10 @@ def cmd_calibrate_explore(args) -> int:
     out = Path(args.out or Path("runs") / "calibrate-explore" / cfg.name)
     siblings = [*(args.sibling or []), *([cfg.explore.sibling.path] if cfg.explore.sibling.path else [])]
     siblings = tuple(dict.fromkeys(str(Path(s).resolve()) if Path(s).exists() else s for s in siblings))
+    say = None if args.quiet else (lambda line: print(line, flush=True))
     result = ep.calibrate(cfg, args.prompts, args.seeds, gpus, batch_size=args.batch_size,
-                          seed_offset=args.seed_offset, progress=not args.quiet, siblings=siblings)
+                          seed_offset=args.seed_offset, progress=not args.quiet, siblings=siblings, keep=out,
+                          say=say)
     chosen = ep.pick(result, args.min_spearman)
     result["min_spearman"], result["chosen"] = args.min_spearman, chosen["label"] if chosen else None
     out.mkdir(parents=True, exist_ok=True)
@@ -78,7 +80,9 @@ def register(sub) -> None:
                        "against the regenerate's, the overlap of the K/2 best and worst seeds it would keep, the "
                        "seconds it took here, and the planner's modelled explore seconds per GPU kind. Writes "
                        "table.md, result.json and pareto.png; --write FILE writes the config with the cheapest policy "
-                       "that reaches --min-spearman, its fidelity guardrail on.")
+                       "that reaches --min-spearman, its fidelity guardrail on. Each policy's rewards are kept in "
+                       "DIR/measured/ as it finishes: stopped and run again, it resumes at the first policy not "
+                       "measured (the same config and batch; anything else measures again).")
     p.add_argument("config", metavar="CONFIG", help="a run config: a file or a packaged name (solrl presets)")
     p.add_argument("--prompts", type=int, default=16, help="prompts in the calibration batch (default 16)")
     p.add_argument("--seeds", type=int, default=24, help="seeds per prompt (default 24)")
@@ -89,7 +93,7 @@ def register(sub) -> None:
     p.add_argument("--min-spearman", type=float, default=0.8,
                    help="the within-prompt Spearman a policy must reach, at the lower end of its 95%% interval over "
                    "prompts, to be chosen (default 0.8)")
-    p.add_argument("--out", metavar="DIR", help="where the table, JSON and plot go (default "
+    p.add_argument("--out", metavar="DIR", help="where the table, JSON, plot and the measured rewards go (default "
                    "runs/calibrate-explore/<config name>)")
     p.add_argument("--write", metavar="FILE", help="write the config with the chosen policy to FILE")
     p.add_argument("--force", action="store_true", help="with --write: replace FILE when it exists")
@@ -97,5 +101,5 @@ def register(sub) -> None:
                    help="also calibrate exploring with this sibling model (explore.sibling.path: a smaller or "
                    "step-distilled model of the same kind; repeatable; the config's own sibling is always included)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, no line per policy")
     p.set_defaults(func=cmd_calibrate_explore)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flows.prefect_server import client_env
+from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
 
@@ -11,11 +12,16 @@ def cmd_deploy(args) -> int:
     from solrl_core.config.packaged import resolve_config
     from solrl_core.runs import default_run_dir
 
+    from solrl_core.config.schema import plain_name_problem
+
+    if args.name is not None and (problem := plain_name_problem(args.name)):
+        raise SolrlError(f"--name {args.name!r} {problem}: it names the deployment and its run directory runs/<name>; "
+                         "give a plain name")
     overrides = list(args.set or [])
     cfg = load_config(args.config, overrides)
     from solrl_core.run.storage import as_path, location
 
-    run_dir = location(as_path(args.run_dir or default_run_dir(cfg)))
+    run_dir = location(as_path(args.run_dir or default_run_dir(cfg, args.name)))
     client_env()
     from flows.deploy import check_schedule, check_tracking_uri, deploy_all, require_api, train_command
 
@@ -31,6 +37,10 @@ def cmd_deploy(args) -> int:
     print(f"deployed to {url}")
     print(f"training : {info['training']}  (work pool '{info['training_pool']}', schedule: {schedule})")
     print(f"           = {train_command(config, run_dir, overrides)}")
+    existing = _existing_run(run_dir)
+    if existing:
+        print(f"run dir  : {run_dir} already holds a run ({existing}): the deployment resumes it, or trains nothing "
+              "when it is complete; --run-dir DIR (or another --name) for a new run")
     print(f"tracking : {tracking}  (MLflow)")
     for stage, name in info["stages"].items():
         print(f"stage    : {name}")
@@ -43,6 +53,18 @@ def cmd_deploy(args) -> int:
           "are marked Crashed")
     print(f"run now  : prefect deployment run '{info['training']}'")
     return 0
+
+
+def _existing_run(run_dir: str) -> str | None:
+    """How far the run in `run_dir` is ("24 of 24 iterations complete"), None when it holds none."""
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.runs import load_run_config
+
+    run = RunDir(run_dir)
+    if not run.config_path.is_file():
+        return None
+    done = sum(1 for i in run.iterations_present() if run.is_complete(i, "update"))
+    return f"{done} of {load_run_config(run).iterations} iterations complete"
 
 
 def _fill_in_tracking(cfg, run_dir, tracking: str) -> bool:
@@ -69,9 +91,11 @@ def register(sub) -> None:
                        "for a new run.")
     p.add_argument("config", help="YAML config: a file, or a packaged config's name (`solrl presets`), e.g. demo; "
                    "the deployment carries it resolved, so workers need no copy")
-    p.add_argument("--run-dir", help="the run directory the training deployment trains (default runs/<config name>/)")
+    p.add_argument("--run-dir", help="the run directory the training deployment trains (default runs/<--name>/, "
+                   "else runs/<config name>/)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
-    p.add_argument("--name", help="name of the training deployment (default: the config's name)")
+    p.add_argument("--name", help="name of the training deployment and of its default run directory "
+                   "(default: the config's name)")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--cron", metavar="EXPR", help="schedule the training deployment, e.g. '0 3 * * *'")
     when.add_argument("--interval", type=float, metavar="SECONDS", help="schedule it every SECONDS")

@@ -26,23 +26,22 @@ def cmd_train(args) -> int:
     cfg = load_config(args.config, overrides)
     run = RunDir(args.run_dir or default_run_dir(cfg))
     run.check_writable()
-    if not args.quiet:  # what the learning matrix measured of this objective x family (configs/measured/)
-        from solrl_core.config.learning_status import learning_note
-
-        note = learning_note(cfg)
-        if note:
-            print(f"solrl: note: {note}", file=sys.stderr)
     client_env()
     check_services(cfg, run)
     with run.hold():
         api = prefect_api()  # a temporary Prefect server boots while the model loads
         preflight(cfg)
         prepare_run(run, cfg)
-        from flows.training import training_flow
-        from flows.tracking import ensure_mlflow_run
+        if not args.quiet:  # what the learning matrix measured of this objective x family (configs/measured/)
+            from solrl_core.config.learning_status import learning_note
 
-        info = ensure_mlflow_run(run, cfg)
-        with api.ready() as prefect_url:
+            note = learning_note(cfg)
+            if note:
+                print(f"note: {note}")  # the run's first line on stdout: stderr is for what went wrong
+        from flows.training import training_flow
+        from flows.tracking_status import mlflow_run_training
+
+        with mlflow_run_training(run, cfg) as info, api.ready() as prefect_url:
             history = training_flow(str(run.root), cfg.iterations, progress=show_progress(args))
             prefect_ui = None if api.server is not None and prefect_url == api.server.url else _prefect_ui()
     train = [h["reward/train_mean"] for h in history]
@@ -75,8 +74,9 @@ def cmd_train(args) -> int:
     if prefect_ui:
         print(f"Prefect UI    : {prefect_ui}")
     else:  # the command's temporary server recorded the runs in Prefect's own database, and has stopped
-        print("Prefect UI    : prefect server start --host 127.0.0.1  (then open http://127.0.0.1:4200: this run's "
-              "flow runs are in Prefect's default database)")
+        from flows.servers import prefect_ui_command
+
+        print(f"Prefect UI    : {prefect_ui_command()}; this run's flow runs are in Prefect's default database")
     return 0
 
 

@@ -156,7 +156,7 @@ def config_memory(cfg, gpu) -> dict | None:
     from dataclasses import asdict
 
     from solrl_core.planner.explore_copy import backend_on_gpu
-    from solrl_core.planner.fits import MARGIN_GIB, stage_memory
+    from solrl_core.planner.fits import MARGIN_GIB, fit_on_card, stage_memory
 
     with_te = backend_on_gpu(cfg.explore.precision, gpu)
     stages = stage_memory(cfg, with_te)
@@ -166,4 +166,5 @@ def config_memory(cfg, gpu) -> dict | None:
     other = None if without == with_te else next(s for s in stage_memory(cfg, without) if s.stage == "explore")
     return {"explore_backend": asdict(with_te), "stages": {s.stage: {"gib": s.gib, "parts": s.parts} for s in stages},
             "explore_without_te": None if other is None else {"backend": asdict(without), "gib": other.gib},
-            "margin_gib": MARGIN_GIB}
+            "margin_gib": MARGIN_GIB, "gpu": gpu.title,
+            "fit": fit_on_card(cfg, gpu.memory_gib, with_te)}

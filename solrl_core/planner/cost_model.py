@@ -383,4 +383,13 @@ def _memory_line(memory: dict) -> str:
     other = memory.get("explore_without_te")
     if other:
         line += f"; explore in {backend(other['backend'])} {other['gib']:.1f}"
-    return line + f"; plus ~{memory['margin_gib']:.0f} GiB of CUDA context (the preflight's margin)"
+    line += f"; plus ~{memory['margin_gib']:.0f} GiB of CUDA context (the preflight's margin)"
+    fit = memory.get("fit")
+    if fit is None:
+        return line
+    card = f"{memory['gpu']} ({fit['memory_gib']:g} GiB)"
+    if fit["fits"]:
+        return line + f"\nfits on {card}: the largest stage, {fit['stage']}, needs ~{fit['gib']:.1f} GiB"
+    return line + (f"\nDOES NOT FIT on {card}: the {fit['stage']} stage needs ~{fit['gib']:.1f} GiB + "
+                   f"{memory['margin_gib']:.0f} GiB, {fit['over_gib']:.1f} GiB over; {fit['remedy']} (more GPUs do "
+                   "not help: every GPU holds the whole model)")

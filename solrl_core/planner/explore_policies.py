@@ -282,27 +282,44 @@ def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_rat
 
 def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tuple[str, ...] = DEFAULT_GPUS,
               policies: list[ExplorePolicy] | None = None, batch_size: int = 48, seed_offset: int = 0,
-              progress: bool = False, siblings: tuple[str, ...] = ()) -> dict:
+              progress: bool = False, siblings: tuple[str, ...] = (), keep: Path | None = None,
+              say=None) -> dict:
     """Every candidate policy (`candidate_policies(cfg, siblings)` unless `policies`) against the reference on one
-    calibration batch (module docstring), as a plain dict."""
+    calibration batch (module docstring), as a plain dict. `keep`: a folder where each policy's rewards are kept once
+    measured and read back by a calibration of the same batch (calibration_store.py: a stopped one resumes); `say`:
+    called with one line per policy done ("policy 3 of 9: ...")."""
+    from solrl_core.planner.calibration_store import MeasuredRewards, batch_key
     from solrl_core.rl.fidelity import ranking_fidelity, within_prompt_pairs
     from solrl_core.stages.audit import extremes_overlap
 
+    say = say or (lambda line: None)
+    measured = MeasuredRewards(keep, batch_key(cfg, num_prompts, seeds_per_prompt, seed_offset, batch_size))
+    candidates = policies if policies is not None else candidate_policies(cfg, siblings)
     reference = reference_policy(cfg)
     backbone = policy_backbone(cfg, reference)
     batch = calibration_batch(cfg, num_prompts, seeds_per_prompt, seed_offset)
-    ref_rewards, ref_seconds = sample_rewards(cfg, backbone, policy_transformer(backbone, cfg, reference), reference,
-                                              batch, batch_size, progress)
+
+    def rewards_of(policy: ExplorePolicy, source) -> tuple[np.ndarray, float, bool]:
+        """(rewards, seconds, measured before)"""
+        before = measured.get(policy)
+        if before is not None:
+            return *before, True
+        rewards, seconds = sample_rewards(cfg, source, policy_transformer(source, cfg, policy), policy, batch,
+                                          batch_size, progress)
+        measured.put(policy, rewards, seconds)
+        return rewards, seconds, False
+
+    ref_rewards, ref_seconds, kept = rewards_of(reference, backbone)
+    say(f"reference {reference.label()}: mean reward {ref_rewards.mean():.4f} "
+        + ("(measured before)" if kept else f"({ref_seconds:.1f} s)"))
     from solrl_core.planner.config_plan import config_forward
 
     half = max(1, cfg.select.k // 2)
     forward = config_forward(cfg)
     ratios: dict[tuple, float] = {}  # (cache, options, steps, sibling) -> the FLOPs it leaves, whatever the precision
     rows = []
-    for policy in policies if policies is not None else candidate_policies(cfg, siblings):
-        source = policy_backbone(cfg, policy)
-        transformer = policy_transformer(source, cfg, policy)
-        rewards, seconds = sample_rewards(cfg, source, transformer, policy, batch, batch_size, progress)
+    for number, policy in enumerate(candidates, 1):
+        rewards, seconds, kept = rewards_of(policy, policy_backbone(cfg, policy))
         key = (policy.cache, json.dumps(policy.cache_options, sort_keys=True), policy.steps, policy.sibling)
         if key not in ratios:
             ratios[key] = flop_ratio(cfg, policy)
@@ -315,6 +332,8 @@ def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tupl
                      "mean_reward": float(rewards.mean()),
                      **{k: float(v) for k, v in fid.items()},
                      **extremes_overlap(rewards, ref_rewards, batch.prompt_index, half)})
+        say(f"policy {number} of {len(candidates)}: {policy.label()}: Spearman within prompt "
+            f"{rows[-1]['spearman_within_prompt']:.3f} " + ("(measured before)" if kept else f"({seconds:.1f} s)"))
     mark_pareto(rows, gpus[0])
     return {"config": cfg.name, "family": cfg.family, "objective": cfg.objective.name, "device": cfg.model.device,
             "prompts": len(batch.prompts), "seeds_per_prompt": seeds_per_prompt, "seed_offset": seed_offset,

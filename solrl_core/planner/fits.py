@@ -270,6 +270,23 @@ def _remedy(cfg, model: str, copies: list[ExploreCopy], stage: str, limit_gib: f
     return f"{tried}run it on GPUs with at least {math.ceil(with_all + MARGIN_GIB)} GiB{extra}"
 
 
+def fit_on_card(cfg, memory_gib: float, explore_backend: ExploreBackend | None = None) -> dict | None:
+    """Whether every stage of `cfg` fits in `memory_gib` per GPU less MARGIN_GIB (what `solrl plan` says of a card):
+    {"fits", "memory_gib", "stage" (the largest), "gib"}, and where it does not, "over_gib" and "remedy" (the change
+    that makes it fit, `_remedy`). None for a backbone the planner has no full-size model of."""
+    model = memory_model_of(cfg)
+    if model is None:
+        return None
+    copies = explore_copies(cfg, explore_backend)
+    worst = max(_stages(cfg, model, copies), key=lambda s: s.gib)
+    limit = memory_gib - MARGIN_GIB
+    verdict = {"fits": worst.gib <= limit, "memory_gib": memory_gib, "stage": worst.stage, "gib": worst.gib}
+    if not verdict["fits"]:
+        verdict["over_gib"] = worst.gib + MARGIN_GIB - memory_gib
+        verdict["remedy"] = _remedy(cfg, model, copies, worst.stage, limit)
+    return verdict
+
+
 def check_memory_fits(cfg, device_memory_bytes: int | None = None,
                       explore_backend: ExploreBackend | None = None) -> list[StageMemory] | None:
     """Raise a one-line SolrlError when a stage of a CUDA run needs more memory per GPU than the GPU has, less

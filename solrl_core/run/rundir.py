@@ -333,6 +333,23 @@ class RunDir:
         raise SolrlError(f"{name} in run directory {self.root} is {found}, where solrl keeps {what}; move it out of "
                          "the run directory and run the command again")
 
+    def holder(self) -> str | None:
+        """Who holds the run directory now ("pid 123 on host node1 since 2025-01-31 14:02:07": a live process runs
+        it), None when no one does. Asked without taking the lock (a shared lock tried and let go at once)."""
+        if is_remote(self.root):
+            return Lease(self.root / ".lock").holder()
+        try:
+            fh = open(self.root / ".lock")
+        except OSError:  # no lock file: never run, or not ours to read
+            return None
+        with fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return fh.read().strip() or "another process"
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return None
+
     @contextmanager
     def hold(self, wait: float = 0.0, say=None):
         """Hold the run directory exclusively (an OS file lock: released even when the process is killed; on object

@@ -389,6 +389,14 @@ class Lease:
                 return
             waiting.pause(held)
 
+    def holder(self) -> str | None:
+        """Who holds the lease now ("pid 123 on host node1 since ..."), None when no live process does."""
+        current = self._read()
+        if current is None or time.time() - float(current.get("heartbeat", 0)) >= float(
+                current.get("seconds", self.seconds)):
+            return None
+        return str(current.get("owner", "another process"))
+
     def _try_acquire(self, name: str) -> str | None:
         """Take the lease now: None when taken, else who holds it."""
         for _ in range(2):

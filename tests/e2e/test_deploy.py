@@ -115,7 +115,24 @@ def test_a_worker_started_in_another_directory_runs_a_stage_deployment(run_cli, 
     assert attrs["committed"] == attrs["n_rows"] == 2 * 8
 
 
+def test_deploy_name_names_the_run_directory_and_an_existing_run_is_said(run_cli, session_env, tmp_path):
+    sets = ["--name", "dp-named", "--set", f"orchestration.flow_pool={FLOW_POOL}"]
+    out = run_cli("deploy", str(TINY), *sets, cwd=tmp_path).stdout
+    run_dir = tmp_path / "runs" / "dp-named"  # not runs/<the config's name>
+    assert "already holds a run" not in out
+    with api(session_env) as client:
+        assert client.read_deployment_by_name("solrl-train-config/dp-named").parameters["run_dir"] == str(run_dir)
+
+    run = RunDir(run_dir)
+    with run.hold():
+        prepare_run(run, load_config(TINY))
+    out = run_cli("deploy", str(TINY), *sets, cwd=tmp_path).stdout
+    iterations = load_config(TINY).iterations
+    assert f"{run_dir} already holds a run (0 of {iterations} iterations complete): the deployment resumes it" in out
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--name", "../elsewhere"], "--name '../elsewhere' holds a path separator"),
     (["--cron", "every night"], "--cron 'every night' is not a valid cron expression"),
     (["--interval", "0"], "--interval must be a positive number of seconds"),
     (["--set", "orchestration.work_pools={explor: p}"], "orchestration.work_pools: unknown stage 'explor'"),

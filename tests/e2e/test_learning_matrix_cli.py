@@ -28,7 +28,8 @@ def matrix(session_env, tmp_path_factory):
         "worlds": {"image": {"base": str(ROOT / "configs" / "demo.yaml"), "objectives": ["diffusionnft", "awm"],
                              "families": [str(ROOT / "configs" / "families" / f"{f}.yaml")
                                           for f in ("diffusionnft", "sol_rl")],
-                             "overrides": {**SMALL, "explore.steps": 2, "regenerate.steps": 3}}},
+                             "overrides": {**SMALL, "explore.steps": 3, "regenerate.steps": 3}}},
+        "objectives": {"diffusionnft": {}, "awm": {"objective.awm.times_per_sample": 2}},  # 2 strata of 3 steps
         "tracking": {"uri": session_env["SOLRL_TEST_TRACKING_URI"], "experiment": "solrl-matrix-test"},
     }))
     out = base / "out"

@@ -114,6 +114,8 @@ SOLRL_CONCRETE = {
     "solrl update-node --run-dir s3://bucket/runs/NAME": NODES,
     "solrl bench configs/bench.yaml": BENCH,
     "solrl bench configs/bench.yaml --quick": "tests/unit/bench/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line",
+    "solrl bench configs/bench_families.yaml":  # hours: its config checked against the protocol, its families run
+        "tests/unit/bench/test_bench_stats.py::test_shipped_bench_config_meets_the_protocol",
     "solrl bench configs/bench_flow_grpo.yaml": "tests/unit/bench/test_bench_stats.py::"
                                                 "test_the_flow_grpo_bench_trains_plain_and_cheap_explore_with_flow_grpo_under_the_same_protocol",
     # the real backbones: the same presets on tiny random-weight models of each architecture

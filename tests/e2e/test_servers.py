@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from cli_processes import free_port, start_prefect_server, stop
+from cli_processes import free_port, sigint_as_at_a_terminal, start_prefect_server, stop
 from repo_paths import ROOT
 from flows.servers import DATABASE_URL_SETTINGS
 
@@ -69,3 +69,43 @@ def test_prefect_ui_calls_the_api_of_its_own_port(tmp_path):
         assert "<html" in page.read().decode().lower()
     finally:
         stop(server)
+
+
+@pytest.mark.e2e
+def test_make_server_stops_both_servers_when_its_terminal_closes(tmp_path):
+    """A closed terminal sends SIGHUP to the foreground process group: `make server`, its shell and both servers
+    stop, nothing of it keeps running and neither port answers."""
+    import signal
+    import time
+
+    prefect_port, mlflow_port = free_port(), free_port()
+    log = tmp_path / "server.log"
+    make = subprocess.Popen(
+        ["make", "server", f"PREFECT_PORT={prefect_port}", f"MLFLOW_PORT={mlflow_port}", f"VENV={sys.prefix}",
+         f"MLFLOW_STORE=sqlite:///{tmp_path}/mlruns.db", f"MLFLOW_ARTIFACTS={tmp_path}/artifacts",
+         f"PREFECT_DB={tmp_path}/prefect.db"],
+        cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,  # its own terminal's group
+        preexec_fn=sigint_as_at_a_terminal)  # SIGHUP at its default, even in a suite started under nohup
+    try:
+        deadline = time.monotonic() + 240
+        while "Ctrl-C stops both servers" not in log.read_text():
+            assert make.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(1)
+        os.killpg(make.pid, signal.SIGHUP)
+        make.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while True:  # every process of the group gone
+            try:
+                os.killpg(make.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "a process of make server's group still runs"
+            time.sleep(1)
+        for url in (f"http://127.0.0.1:{prefect_port}/api/health", f"http://127.0.0.1:{mlflow_port}/health"):
+            with pytest.raises(OSError):
+                urllib.request.urlopen(url, timeout=2)
+    finally:
+        try:
+            os.killpg(make.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -21,10 +21,17 @@ DEMO = ROOT / "configs" / "demo.yaml"
 
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
-    """A run directory holding only its frozen config (the demo's: 24 iterations)."""
-    root = tmp_path / "run"
-    root.mkdir()
-    (root / "config.yaml").write_text(DEMO.read_text())
+    """A run directory holding only its frozen config (the demo's: 24 iterations), as `solrl train` freezes it."""
+    return frozen_run(tmp_path / "run")
+
+
+def frozen_run(root: Path, overrides: list[str] | None = None) -> Path:
+    """`root` as a run directory that has computed nothing: the demo's config (with `overrides`) frozen into it."""
+    from solrl_core.config.loading import load_config
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.runs import prepare_run
+
+    prepare_run(RunDir(root), load_config(DEMO, overrides or []))
     return root
 
 
@@ -125,10 +132,11 @@ def test_disk_full_in_a_stage_names_the_path_and_free_space(session_env, run_dir
     (["update-node", "--iteration", "-2"], ["--iteration -2", "0 to 23"]),
 ])
 def test_iteration_out_of_range(run_cli, run_dir, args, needles):
+    before = folder_entries(run_dir)
     proc = run_cli(*args[:-2], "--run-dir", str(run_dir), *args[-2:], check=False)
     assert_one_line_error(proc, *needles)
     assert "quantize --run-dir" not in proc.stderr  # no advice to run a stage of iteration -1
-    assert folder_entries(run_dir) == ["config.yaml"]  # no iter_-001/
+    assert folder_entries(run_dir) == before  # no iter_-001/
 
 
 @pytest.mark.parametrize("count", ["0", "-3"])
@@ -147,7 +155,7 @@ def test_device_not_present(run_cli, tmp_path, run_dir):
     assert not (tmp_path / "r").exists()
     proc = run_cli("train", str(TINY), "--run-dir", str(tmp_path / "r"), "--set", "model.device=gpu", check=False)
     assert_one_line_error(proc, "model.device", "'gpu' is not a device")
-    (run_dir / "config.yaml").write_text(DEMO.read_text() + f"\norchestration: {{devices: [cpu, '{absent}']}}\n")
+    frozen_run(run_dir, [f"orchestration.devices=[cpu, '{absent}']"])
     proc = run_cli("stage", "quantize", "--run-dir", str(run_dir), "--iteration", "0", check=False)
     assert_one_line_error(proc, "orchestration.devices", absent)
 

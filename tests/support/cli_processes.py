@@ -17,9 +17,11 @@ from repo_paths import ROOT
 
 
 def sigint_as_at_a_terminal() -> None:
-    """`preexec_fn` for a child that is sent Ctrl-C: SIGINT at its default, as in a terminal (a suite started in the
-    background by a shell ignores SIGINT, and its children would inherit that)."""
+    """`preexec_fn` for a child that is sent Ctrl-C (or SIGHUP, its terminal closing): SIGINT and SIGHUP at their
+    defaults, as in a terminal (a suite started in the background by a shell ignores SIGINT, one under nohup SIGHUP,
+    and its children would inherit that)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def free_port() -> int:

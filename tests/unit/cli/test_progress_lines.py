@@ -35,3 +35,45 @@ def test_a_stage_that_raises_prints_no_done_line(monkeypatch, capsys):
     with pytest.raises(RuntimeError), stage_done(False, "explore", 3, 10):
         raise RuntimeError("boom")
     assert capsys.readouterr().out == ""
+
+
+METRICS = {"reward/explore_mean": 0.7123, "reward/train_mean": 0.7444, "loss/total": 0.012345}
+
+
+def test_every_iteration_says_its_rewards_and_the_time_left(monkeypatch, capsys):
+    """The time left is what the computed iterations took (the evaluation between them included) times those left;
+    iterations a resumed run had finished count for nothing; nothing under --quiet."""
+    import flows.progress as progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    monkeypatch.setenv(QUIET_VARIABLE, "WARNING")
+    clock = progress.IterationClock(5)
+    clock.begin()
+    clock.say(0, METRICS, computed=False)  # resumed: finished by an earlier command
+    clock.begin()
+    now[0] += 10.0
+    clock.say(1, METRICS)
+    now[0] += 20.0  # an evaluation
+    clock.begin()
+    now[0] += 10.0
+    clock.say(2, METRICS)
+    clock.begin()
+    now[0] += 10.0
+    monkeypatch.setenv(QUIET_VARIABLE, QUIET_LEVEL)
+    clock.say(3, METRICS)
+    assert capsys.readouterr().out.splitlines() == [
+        "iteration 0 (of 5) done before (resumed): explore reward 0.712, train reward 0.744, loss 0.01235",
+        "iteration 1 (of 5) done in 10.0 s: explore reward 0.712, train reward 0.744, loss 0.01235; "
+        "about 30 s left",  # 3 left x 10 s
+        "iteration 2 (of 5) done in 10.0 s: explore reward 0.712, train reward 0.744, loss 0.01235; "
+        "about 40 s left",  # 2 left x (10 + 20 + 10) / 2
+    ]
+    assert clock.line(4, METRICS).endswith("loss 0.01235")  # the last: nothing left
+
+
+def test_durations_read_as_people_say_them():
+    from solrl_core.wording import duration
+
+    assert [duration(s) for s in (0.4, 42, 185, 3720, 90061)] == ["0 s", "42 s", "3 min 05 s", "1 h 02 min",
+                                                                 "25 h 01 min"]

@@ -122,6 +122,47 @@ def test_calibration_figures_recomputed_from_the_sampled_rewards(one_torch_threa
     assert rows["fp8_emulated @ 2"]["modelled_seconds"]["h100"] < rows["full precision @ 4"]["modelled_seconds"]["h100"]
 
 
+def test_a_stopped_calibration_resumes_at_its_first_policy_not_measured(tmp_path, monkeypatch, one_torch_thread):
+    """Each policy's rewards are kept as it finishes; stopped at the second policy and run again, the calibration
+    samples only what was not measured and gives the uninterrupted result; another batch measures again."""
+    cfg = load_config(TINY)
+    policies = [ep.ExplorePolicy("fp8_emulated", 2), ep.ExplorePolicy("nvfp4_emulated", 3)]
+    whole = ep.calibrate(cfg, num_prompts=3, seeds_per_prompt=6, gpus=("h100",), policies=policies, batch_size=8)
+    sample, sampled = ep.sample_rewards, []
+
+    def stop_at_the_second(cfg, backbone, transformer, policy, *args, **kwargs):
+        if policy == policies[1]:
+            raise KeyboardInterrupt
+        sampled.append(policy)
+        return sample(cfg, backbone, transformer, policy, *args, **kwargs)
+
+    monkeypatch.setattr(ep, "sample_rewards", stop_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        ep.calibrate(cfg, num_prompts=3, seeds_per_prompt=6, gpus=("h100",), policies=policies, batch_size=8,
+                     keep=tmp_path)
+    assert sampled == [ep.reference_policy(cfg), policies[0]]
+
+    def count(cfg, backbone, transformer, policy, *args, **kwargs):
+        sampled.append(policy)
+        return sample(cfg, backbone, transformer, policy, *args, **kwargs)
+
+    monkeypatch.setattr(ep, "sample_rewards", count)
+    sampled.clear()
+    lines = []
+    resumed = ep.calibrate(cfg, num_prompts=3, seeds_per_prompt=6, gpus=("h100",), policies=policies, batch_size=8,
+                           keep=tmp_path, say=lines.append)
+    assert sampled == [policies[1]]
+    assert [r["spearman_within_prompt"] for r in resumed["rows"]] == \
+        [r["spearman_within_prompt"] for r in whole["rows"]]
+    assert lines[0].startswith("reference full precision @ 4") and lines[0].endswith("(measured before)")
+    assert lines[1].startswith("policy 1 of 2: fp8_emulated @ 2: Spearman within prompt ")
+    assert lines[1].endswith("(measured before)") and lines[2].startswith("policy 2 of 2: nvfp4_emulated @ 3")
+    sampled.clear()  # fresh seeds: nothing kept applies
+    ep.calibrate(cfg, num_prompts=3, seeds_per_prompt=6, gpus=("h100",), policies=policies, batch_size=8,
+                 seed_offset=1, keep=tmp_path)
+    assert len(sampled) == 3
+
+
 def test_a_sibling_is_a_candidate_with_its_own_flops(tmp_path, one_torch_thread):
     """Another model as an explore policy: the sibling with the model's own weights ranks exactly as the model at the
     same steps and costs the same; a smaller one is priced by the FLOPs it leaves; the written config names it."""

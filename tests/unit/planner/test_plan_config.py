@@ -103,6 +103,25 @@ def test_a_config_plan_states_its_memory_per_stage_and_what_it_writes_to_disk():
     assert plan_config(load_config(ROOT / "configs" / "demo.yaml"), "h100", gpus=1)["memory"] is None  # embedded
 
 
+def test_the_plan_says_plainly_whether_the_config_fits_the_named_card():
+    """On a card too small the plan names the stage, its excess and the change that would fit it (as the preflight
+    does before a CUDA run: fits.check_memory_fits); on one large enough, that it fits."""
+    from solrl_core.planner.cost_model import format_plan
+    from solrl_core.planner.fits import MARGIN_GIB
+
+    cfg = load_config(PRESETS / "flux1_sol_rl_pickscore.yaml")
+    small = plan_config(cfg, "rtx-5090")
+    fit, stages = small["memory"]["fit"], small["memory"]["stages"]
+    worst = max(stages, key=lambda stage: stages[stage]["gib"])
+    assert not fit["fits"] and fit["memory_gib"] == get_gpu("rtx-5090").memory_gib == 32
+    assert fit["stage"] == worst and fit["over_gib"] == pytest.approx(stages[worst]["gib"] + MARGIN_GIB - 32)
+    text = format_plan(small)
+    assert f"DOES NOT FIT on NVIDIA GeForce RTX 5090 (32 GiB): the {worst} stage needs" in text
+    assert fit["remedy"] in text and "run it on GPUs with at least" in fit["remedy"]
+    large = plan_config(cfg, "b200")["memory"]["fit"]
+    assert large["fits"] and "fits on NVIDIA B200" in format_plan(plan_config(cfg, "b200"))
+
+
 def test_the_plan_states_the_update_of_the_configs_objective():
     """The assumptions' update line is the objective's: Flow-GRPO-Fast on FLUX.1 (no KL) runs one forward under θ
     per pair; AWM two; the update's seconds follow (one trained time per sample against AWM's 4)."""

@@ -135,7 +135,7 @@ def _toy_forward(total: float, low: float) -> ForwardFlops:
     return ForwardFlops("toy", "toy", "Toy", 0, 0, 0, 0, total, total, 0.0, 0.0, low, 0, {})
 
 
-TOY_GPU = GPU("toy", "toy GPU", bf16=100.0, fp8=200.0, nvfp4=400.0, source="test")
+TOY_GPU = GPU("toy", "toy GPU", bf16=100.0, fp8=200.0, nvfp4=400.0, source="test", memory_gib=80)
 
 
 def test_cost_model_arithmetic_by_hand():
@@ -161,8 +161,8 @@ def test_cost_model_arithmetic_by_hand():
 def test_four_bit_falls_back_like_auto():
     fwd = _toy_forward(10e12, 6e12)
     shapes = official_shapes("sol_rl", 0.6)
-    hopper = GPU("h", "hopper-like", bf16=100.0, fp8=200.0, nvfp4=None, source="test")
-    ampere = GPU("a", "ampere-like", bf16=100.0, fp8=None, nvfp4=None, source="test")
+    hopper = GPU("h", "hopper-like", bf16=100.0, fp8=200.0, nvfp4=None, source="test", memory_gib=80)
+    ampere = GPU("a", "ampere-like", bf16=100.0, fp8=None, nvfp4=None, source="test", memory_gib=80)
     c = iteration_cost(fwd, shapes, Throughput(hopper, 1, 1.0), 0.0)
     assert c["explore_precision"] == "fp8"
     assert c["seconds"]["explore"] == pytest.approx(48 * 96 * 6 * (6e12 / 2e14 + 4e12 / 1e14))

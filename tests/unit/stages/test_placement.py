@@ -11,6 +11,7 @@ from played_gpus import four_gpus  # noqa: F401 - a fixture
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
+from solrl_core import placement
 from solrl_core.placement import check_devices, pinned_device, placed_config, resolve_devices, worker_env
 from solrl_core.rl.distributed import check_setup
 from solrl_core.testing.fake_cuda import fake_cuda
@@ -106,9 +107,15 @@ def test_more_update_processes_than_gpus_is_refused_naming_the_key(monkeypatch):
     with fake_cuda(device_count=4):
         check_devices(cfg)
         check_setup("nccl", "cuda", processes=4)
-    with fake_cuda(device_count=1):  # processes on the CPU need no GPU
+    with fake_cuda(device_count=1):  # processes on the CPU need no GPU, but a core each
+        monkeypatch.setattr(placement, "cpu_cores", lambda: 4)
         check_devices(load_config(TINY, ["train.processes=4"]))
         check_setup("gloo", "cpu", processes=4)
+        monkeypatch.setattr(placement, "cpu_cores", lambda: 2)
+        with pytest.raises(SolrlError, match=r"^train.processes is 4 \(update processes on this machine's CPU, each "
+                           r"with a copy of the model\), but it has 2 CPU cores for this process; set train.processes "
+                           r"to 2 or less$"):
+            check_devices(load_config(TINY, ["train.processes=4"]))
 
 
 def test_cuda_update_processes_on_a_machine_without_gpus_are_refused(monkeypatch):
@@ -120,7 +127,7 @@ def test_cuda_update_processes_on_a_machine_without_gpus_are_refused(monkeypatch
         check_setup("gloo", "cuda", processes=2)
 
 
-def test_more_update_ranks_than_device_workers_is_refused_before_any_work():
+def test_more_update_ranks_than_device_workers_is_refused_before_any_work(monkeypatch):
     """With several devices the update's ranks run on the device workers: more ranks than workers cannot start."""
     from solrl_core.config.loading import load_config
     from solrl_core.placement import check_devices, update_on_device_workers
@@ -131,7 +138,8 @@ def test_more_update_ranks_than_device_workers_is_refused_before_any_work():
                                          r"\(orchestration.devices: cpu, cpu\); set train.processes to 2 or less"):
         check_devices(cfg)
     check_devices(load_config(TINY, ["orchestration.devices=[cpu, cpu]", "train.processes=2"]))
+    monkeypatch.setattr(placement, "cpu_cores", lambda: 4)  # torchrun's 3 CPU ranks fit this machine's cores
     across = load_config(TINY, ["orchestration.devices=[cpu, cpu]", "train.processes=3", "train.nodes=2",
                                 "train.rdzv_endpoint=127.0.0.1:29400"])
-    assert not update_on_device_workers(across)  # torchrun on every machine: its own ranks
+    assert not update_on_device_workers(across)  # torchrun on every machine: its own ranks (not the workers')
     check_devices(across)

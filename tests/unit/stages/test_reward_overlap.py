@@ -264,10 +264,5 @@ def test_inline_scores_equal_the_split_score_stages_bit_for_bit_whatever_the_thr
         assert total.tobytes() == inline_total.tobytes()
         for name in weights:
             assert per[name].tobytes() == inline[name].tobytes(), name
-    learned = rewards["embedded_learned"]
-    torch.set_num_threads(2)  # the difference the pinned threads avoid is there: scored alone with 2 threads
-    try:
-        alone = learned.scores(images, prompts, progress=False)
-        assert not np.array_equal(alone, scorer.store.values["embedded_learned"])
-    finally:
-        torch.set_num_threads(threads)
+    # (Scored alone with 2 threads the learned reward usually differs from these by a bit, but whether oneDNN splits
+    # such a small sum over both threads depends on the machine: not asserted, the equalities above are the point.)

@@ -1,0 +1,32 @@
+"""`solrl status` of a run a live process holds says "running (pid, host, since)" and calls its half-written stage in
+progress, not interrupted; once the process lets go, the same stage is interrupted with its resume command."""
+
+from __future__ import annotations
+
+import os
+
+from repo_paths import TINY
+from solrl_core.config.loading import load_config
+from solrl_core.run.rundir import RunDir
+from solrl_core.runs import prepare_run
+from solrl_core.status import run_status, status_text
+
+
+def test_a_held_run_is_running_and_its_half_written_stage_in_progress(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.hold():
+        prepare_run(run, load_config(TINY))
+    run.partial_dir(0, "explore").mkdir(parents=True)
+
+    with run.hold():  # this process runs it (another open of the lock file sees it held)
+        data = run_status(run)
+        assert data["running"].startswith(f"pid {os.getpid()} on host ")
+        assert data["interrupted"] == [] and data["in_progress"] == [{"iteration": 0, "stage": "explore"}]
+        text = status_text(data)
+        assert f"running      : pid {os.getpid()}" in text and "explore of iteration 0 in progress" in text
+        assert "interrupted" not in text and "--force" not in text
+
+    data = run_status(run)  # let go: what it left half-written is interrupted
+    assert data["running"] is None and data["in_progress"] == []
+    assert data["interrupted"] == [{"iteration": 0, "stage": "explore"}]
+    assert "solrl stage explore" in status_text(data) and "running      :" not in status_text(data)
