@@ -16,9 +16,10 @@ from solrl_core.errors import SolrlError
 from solrl_core.quiet import quiet_libraries
 
 DESCRIPTION = """\
-solrl: RL post-training of text-to-image flow models with 4-bit exploration.
+solrl: RL post-training of text-to-image and text-to-video flow models with 4-bit exploration.
 Each iteration explores many seeds per prompt with a low-precision copy, ranks them with the reward, keeps the
-most contrastive seeds, regenerates those at full precision and trains on them (DiffusionNFT or Flow-GRPO loss).
+most contrastive seeds, regenerates those at full precision and trains on them (the DiffusionNFT, Flow-GRPO or
+AWM objective).
 Every stage writes its artifact into the run directory, so runs resume after a crash and stages re-run alone."""
 
 

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from solrl_core.errors import SolrlError
 from solrl_core.mlflow_links import health_failure
+from solrl_core.redaction import with_credentials
 from solrl_core.userfiles import closest_existing, unwritable_reason
 
 # MLflow's defaults retry a dead server for minutes (7 retries, backoff factor 2, 120 s per request); these give up
@@ -74,6 +75,7 @@ def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:
     store for is refused. Bounds MLflow's HTTP retries."""
     for name, value in MLFLOW_HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    uri = with_credentials(uri)  # a run directory's record is redacted; the messages below are too (SolrlError)
     parsed = urlparse(uri)
     if not known_tracking_scheme(uri):
         raise SolrlError(f"{setting} = {uri}: MLflow has no tracking store for '{parsed.scheme}:' URIs; set {setting} "

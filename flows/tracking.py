@@ -38,7 +38,7 @@ from solrl_core.mlflow_links import SQLITE, health_failure, is_server, serving_s
 from solrl_core.run.pool import read_table
 from solrl_core.grids import frame_count, frame_strip, save_gif
 from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_animations, top_bottom_grids
-from solrl_core.redaction import redact_tree
+from solrl_core.redaction import redact, redact_tree, remember, with_credentials
 from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.run.storage import local_file, location, save_image
 from solrl_core.wording import plural
@@ -72,7 +72,8 @@ class TrackingFailed(SolrlError):
 def tracking_uri(cfg: RunConfig) -> str:
     """The store of a new run of `cfg`: `tracking.uri`, else MLFLOW_TRACKING_URI (MLflow's variable, which `make
     server` prints), else sqlite ./mlruns.db of the working directory."""
-    return cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+    uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+    return with_credentials(remember(uri))  # a frozen config's tracking.uri is redacted: its credentials come back
 
 
 @functools.cache
@@ -101,7 +102,7 @@ def connect(uri: str):
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     import mlflow
 
-    mlflow.set_tracking_uri(route(uri))
+    mlflow.set_tracking_uri(with_credentials(route(uri)))  # run.json records the store redacted
     if route(uri) not in _opened:
         with store_lock(uri):  # a new sqlite store: one process creates its schema, the others wait and find it
             mlflow.MlflowClient().search_experiments(max_results=1)
@@ -272,11 +273,11 @@ def ensure_mlflow_run(run: RunDir, cfg: RunConfig, say=None, keep_running: bool 
         client.log_dict(run_id, redact_tree(cfg.model_dump(mode="json")), CONFIG_ARTIFACT)  # no credential in clear
         if not keep_running:  # nothing trains it now: ended at once, as `mlflow.start_run`'s block ends it
             client.set_terminated(run_id, "FINISHED")
-        new = {"tracking_uri": uri, "mlflow_run_id": run_id, "experiment_id": experiment_id}
+        new = {"tracking_uri": redact(uri), "mlflow_run_id": run_id, "experiment_id": experiment_id}
     if gone is not None or lost_record:
         forget_logged(run)  # first: what they say was logged went to a run that is gone or no longer known
     write_json_atomic(run.run_json, new)
-    _present.add((uri, new["mlflow_run_id"]))
+    _present.add((new["tracking_uri"], new["mlflow_run_id"]))
     if gone is not None:
         (say or _stderr)(f"solrl: the MLflow run {info['mlflow_run_id']} {gone} in {info['tracking_uri']}: logging to "
                          f"a new run {new['mlflow_run_id']}; `solrl train` logs the run's earlier iterations and "
@@ -638,10 +639,10 @@ def log_report(root: Path, uri: str, experiment: str, kind: str, metrics: dict[s
     record = Path(root) / "mlflow.json"
     mlflow = connect(uri)
     info = read_json(record) if record.is_file() else None
-    if info is None or info.get("tracking_uri") != uri:
+    if info is None or info.get("tracking_uri") != redact(uri):
         experiment_id = _experiment_id(experiment, uri)
         with mlflow.start_run(experiment_id=experiment_id, run_name=f"{kind}-{Path(root).name}") as active:
-            info = {"tracking_uri": uri, "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
+            info = {"tracking_uri": redact(uri), "mlflow_run_id": active.info.run_id, "experiment_id": experiment_id}
         write_json_atomic(record, info)
     with mlflow.start_run(run_id=info["mlflow_run_id"]):
         mlflow.set_tags({f"{kind}_dir": str(Path(root).resolve()), "kind": kind, **(tags or {})})

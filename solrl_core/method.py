@@ -11,7 +11,7 @@ i-1's `update`, or the run's `init/` for iteration 0) and a fresh draw of prompt
     regenerate     those seeds again from the same initial noise, at full precision and the full step budget (with
                    the SDE's trajectory and log-probabilities when the objective trains on them)
     score_final    the final reward R of every regenerated sample
-    update         optimizer steps of the objective (`objective.name`: DiffusionNFT, Flow-GRPO; solrl_core/rl/
+    update         optimizer steps of the objective (`objective.name`: DiffusionNFT, Flow-GRPO, AWM; solrl_core/rl/
                    objectives.py) on the regenerated samples, then θ_old and the EMA follow θ
 
 and, every `audit.every` iterations, the `audit` after score_final: the whole explore pool regenerated at full

@@ -14,7 +14,7 @@ from solrl_core.run import commit
 from solrl_core.config.schema import RunConfig, dump_config, load_yaml
 from solrl_core.config.loading import validate_config
 from solrl_core.errors import DamagedArtifactError, SolrlError
-from solrl_core.run.integrity import config_body, config_text, read_record
+from solrl_core.run.integrity import CONFIG_MARK, config_body, config_text, read_record
 from solrl_core.run.rundir import RunDir
 from solrl_core.run.storage import check_remote_access, remove_tree, write_text_atomic
 from solrl_core.wording import plural
@@ -25,7 +25,9 @@ _RESUMABLE_KEYS = ("iterations", "orchestration", "score")
 
 
 def _comparable(cfg: RunConfig) -> dict:
-    data = cfg.model_dump(mode="json")
+    from solrl_core.redaction import redact_tree
+
+    data = redact_tree(cfg.model_dump(mode="json"))  # as frozen: a URL's credentials are not part of the config
     for key in _RESUMABLE_KEYS:
         data.pop(key, None)
     return data
@@ -154,12 +156,20 @@ def load_run_config(run: RunDir) -> RunConfig:
               f"solrl train THAT_CONFIG --run-dir {run.root} (another config would not match the finished stages); "
               "otherwise start a new --run-dir")
     try:
-        data = load_yaml(config_body(path.read_text(), str(path), remedy), str(path))
+        text = path.read_text()
+        data = load_yaml(config_body(text, str(path), remedy), str(path))
     except UnicodeDecodeError:
         raise DamagedArtifactError(f"{path} is damaged (not UTF-8 text); {remedy}") from None
     except yaml.YAMLError:
         raise DamagedArtifactError(f"{path} is damaged (not valid YAML); {remedy}") from None
-    return validate_config(data, source=str(path))
+    try:
+        return validate_config(data, source=str(path))
+    except SolrlError as exc:
+        if text.startswith(CONFIG_MARK):  # solrl froze it: a damaged or outdated run config, said as such
+            raise
+        # no digest line, and not a config solrl can read: someone else's config.yaml, not a run directory
+        raise SolrlError(f"{run.root} is not a run directory of solrl: its config.yaml has no digest line (solrl did "
+                         f"not freeze it) and is not a solrl config ({exc}); give the --run-dir of a solrl run") from None
 
 
 def default_run_dir(cfg: RunConfig, name: str | None = None) -> Path:

@@ -706,6 +706,7 @@ _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser 
 # for 10^9 values: harmless while shared, but merging, validating or printing the config walks every one of them. A
 # real config (or a run's frozen config.yaml) has hundreds.
 MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 1000  # nesting of flow collections; libyaml's composer overflows the C stack near 50,000
 
 
 def _expanded_size(root: yaml.Node, limit: int) -> int:
@@ -758,6 +759,9 @@ def load_yaml(text: str, source: str = "YAML") -> Any:
     """`yaml.safe_load`, with libyaml when available (each stage task reads the run's config.yaml). A ConfigError
     naming `source` when the aliases expand to more than MAX_YAML_VALUES values (checked before anything expands),
     or when a mapping writes a key twice (YAML would keep the last without a word)."""
+    if text.count("[") + text.count("{") > MAX_YAML_DEPTH and _flow_depth(text) > MAX_YAML_DEPTH:
+        raise ConfigError(f"{source}: its brackets nest more than {MAX_YAML_DEPTH:,} levels deep (the YAML parser "
+                          "would overflow its stack); no config nests that deep: check the file")
     loader = _YamlLoader(text)
     try:
         node = loader.get_single_node()
@@ -774,6 +778,43 @@ def load_yaml(text: str, source: str = "YAML") -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of YAML flow collections ([...] and {...}) in `text`, outside quoted strings and comments
+    (an upper bound is enough: it only decides whether to parse)."""
+    depth = deepest = 0
+    quote = None
+    previous = "\n"
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if quote == "'":
+            if char == "'":
+                if text[i + 1:i + 2] == "'":
+                    i += 1
+                else:
+                    quote = None
+        elif quote == '"':
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and previous in " \t\n":
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            previous = "\n"
+            continue
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+        previous = char
+        i += 1
+    return deepest
 
 
 def _parse_mapping(text: str, source: str, empty_hint: str) -> dict:
@@ -918,4 +959,8 @@ def apply_tiny_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def dump_config(cfg: RunConfig) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """`cfg` as YAML, every credential inside a URL redacted (solrl_core/redaction.py): what is frozen into a run
+    directory, sent to a deployment or printed; a later command finds the credentials again (`with_credentials`)."""
+    from solrl_core.redaction import redact_tree
+
+    return yaml.safe_dump(redact_tree(cfg.model_dump(mode="json")), sort_keys=False)

@@ -52,9 +52,12 @@ def test_run_dir_held_by_another_run(run_cli, tmp_path, session_env):
 
 
 def test_stage_without_inputs_names_the_stage_to_run_first(run_cli, tmp_path):
+    from solrl_core.config.loading import load_config
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.runs import prepare_run
+
     run_dir = tmp_path / "r"
-    run_dir.mkdir()
-    (run_dir / "config.yaml").write_text((ROOT / "configs" / "demo.yaml").read_text())
+    prepare_run(RunDir(run_dir), load_config(ROOT / "configs" / "demo.yaml"))  # frozen as `solrl train` does
     proc = run_cli("stage", "select", "--run-dir", str(run_dir), "--iteration", "0", check=False)
     assert_one_line_error(proc, "'score_explore'", "solrl stage score_explore")
     proc = run_cli("stage", "quantize", "--run-dir", str(run_dir), "--iteration", "1", check=False)

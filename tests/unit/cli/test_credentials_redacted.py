@@ -88,3 +88,30 @@ def test_a_database_store_without_its_driver_names_the_extra(monkeypatch):
     message = str(refused.value)
     assert "psycopg2" in message and "solrl[postgres]" in message and SECRET not in message
     assert message.startswith("tracking.uri = postgresql://***@db.example/ml")
+
+
+def test_a_run_directory_keeps_the_store_redacted_and_finds_its_credentials_again(tmp_path, monkeypatch):
+    """The frozen config (and its fingerprint) hold the store without its password; the same config resumes the run
+    (credentials are not part of it); a later command finds them in MLFLOW_TRACKING_URI, or says where to give them."""
+    import solrl_core.redaction as redaction
+    from flows.tracking import tracking_uri
+    from repo_paths import TINY
+    from solrl_core.config.loading import load_config
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.runs import load_run_config, prepare_run
+
+    monkeypatch.setattr(redaction, "_KNOWN", {})  # a fresh process
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = f"postgresql://bob:{SECRET}@db.example/ml"
+    run = RunDir(tmp_path / "run")
+    cfg = load_config(TINY, [f"tracking.uri={store}"])
+    prepare_run(run, cfg)
+    assert not [p for p in run.root.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+    prepare_run(run, cfg)  # the same config: no "different config"
+    frozen = load_run_config(run)
+    assert frozen.tracking.uri == "postgresql://***@db.example/ml"
+    with pytest.raises(SolrlError, match="export MLFLOW_TRACKING_URI=<the same URI with them>") as refused:
+        tracking_uri(frozen)
+    assert SECRET not in str(refused.value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    assert tracking_uri(frozen) == store

@@ -203,3 +203,16 @@ def test_the_draw_refuses_more_prompts_than_the_set_has(tmp_path):
     cfg = load_config(TINY, [f"prompts.train={path}", "prompts.per_iteration=2", "seed=7"])
     order = torch.randperm(3, generator=derived_generator(7, 5, PURPOSE_PROMPTS))[:2].tolist()
     assert iteration_prompts(cfg, 5) == [["a", "b", "c"][i] for i in order]
+
+
+def test_brackets_nested_past_the_bound_are_refused_before_the_parser_overflows(tmp_path):
+    """50,000 nested flow collections crash libyaml's composer (a segfault, nothing printed): refused in one line
+    before parsing; brackets inside quotes and comments do not count, and a config at the bound still loads."""
+    from solrl_core.config.schema import MAX_YAML_DEPTH
+
+    deep = "a: " + "[" * 50_000 + "]" * 50_000
+    with pytest.raises(ConfigError, match=f"nest more than {MAX_YAML_DEPTH:,} levels deep"):
+        load_yaml(deep, "deep.yaml")
+    at_bound = "a: " + "[" * MAX_YAML_DEPTH + "]" * MAX_YAML_DEPTH
+    quoted = f"b: '{'[' * 5000}'\nc: \"{'{' * 5000}\"  # {'[' * 5000}\n"
+    assert load_yaml(quoted + at_bound)["b"] == "[" * 5000

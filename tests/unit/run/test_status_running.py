@@ -30,3 +30,23 @@ def test_a_held_run_is_running_and_its_half_written_stage_in_progress(tmp_path):
     assert data["running"] is None and data["in_progress"] == []
     assert data["interrupted"] == [{"iteration": 0, "stage": "explore"}]
     assert "solrl stage explore" in status_text(data) and "running      :" not in status_text(data)
+
+
+def test_a_folder_holding_someone_elses_config_is_not_a_run_directory(tmp_path):
+    """A config.yaml solrl did not freeze (no digest line) that is no solrl config: "not a run directory", not the
+    first key it does not know; one that solrl froze and then was edited stays "damaged"."""
+    import pytest
+
+    from solrl_core.errors import SolrlError
+
+    folder = tmp_path / "other-tool"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("model:\n  name: resnet50\noptimizer: adam\n")
+    with pytest.raises(SolrlError, match=rf"^{folder} is not a run directory of solrl: its config.yaml has no digest "
+                                         r"line .*give the --run-dir of a solrl run$"):
+        run_status(RunDir(folder))
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, load_config(TINY))
+    run.config_path.write_text(run.config_path.read_text().replace("iterations:", "iterations: 3\nxiterations:", 1))
+    with pytest.raises(SolrlError, match="is damaged"):
+        run_status(run)
