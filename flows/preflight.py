@@ -59,14 +59,12 @@ def check_prefect_api() -> None:
 def prefect_auth_headers(key: str | None) -> dict[str, str] | None:
     """What a Prefect client sends: PREFECT_API_KEY as a bearer token (Prefect Cloud), else PREFECT_API_AUTH_STRING
     (`user:password`, a self-hosted server's basic auth) as basic authentication; None without either."""
-    import base64
+    from solrl_core.redaction import basic_header
 
     if key:
         return {"Authorization": f"Bearer {key}"}
     auth = os.environ.get("PREFECT_API_AUTH_STRING")
-    if auth:
-        return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode("ascii")}
-    return None
+    return basic_header(auth) if auth else None
 
 
 def check_tracking_store(uri: str, setting: str = "tracking.uri") -> None:

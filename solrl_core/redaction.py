@@ -71,8 +71,12 @@ def basic_auth(url: str) -> tuple[str, dict[str, str]]:
         return url, {}
     host = parts.netloc.rsplit("@", 1)[1]
     user, password = unquote(parts.username or ""), unquote(parts.password or "")
-    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), {"Authorization": f"Basic {token}"}
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), basic_header(f"{user}:{password}")
+
+
+def basic_header(credentials: str) -> dict[str, str]:
+    """The `Authorization: Basic` header of `user:password`."""
+    return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode("ascii")}
 
 
 # A credential-bearing URL seen in this process (a config's tracking.uri, MLFLOW_TRACKING_URI), by its redacted form:
