@@ -97,6 +97,10 @@ def _run(argv: list[str] | None) -> int:
         return report(error)
     except KeyboardInterrupt:
         return interrupted()
+    except Exception:
+        if stop.requested():  # C code that called back into Python turned the stop's KeyboardInterrupt into another
+            return interrupted()  # error (torch's extension import: "TypeError: expected a message argument")
+        raise
 
 
 def interrupted() -> int:

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from solrl_core.errors import SolrlError
 from solrl_core.mlflow_links import health_failure
-from solrl_core.redaction import with_credentials
+from solrl_core.credentials import with_credentials
 from solrl_core.userfiles import closest_existing, unwritable_reason
 
 # MLflow's defaults retry a dead server for minutes (7 retries, backoff factor 2, 120 s per request); these give up

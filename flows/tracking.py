@@ -38,7 +38,8 @@ from solrl_core.mlflow_links import SQLITE, health_failure, is_server, serving_s
 from solrl_core.run.pool import read_table
 from solrl_core.grids import frame_count, frame_strip, save_gif
 from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_animations, top_bottom_grids
-from solrl_core.redaction import redact, redact_tree, remember, with_credentials
+from solrl_core.credentials import remember, with_credentials
+from solrl_core.redaction import redact, redact_tree
 from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.run.storage import local_file, location, save_image
 from solrl_core.wording import plural

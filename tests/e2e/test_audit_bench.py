@@ -113,7 +113,9 @@ def test_bench_report_of_two_families(bench):
     for fam in report["families"].values():
         assert fam["curve"]["steps"] == [0, 1] and fam["iterations_done"] == 1  # --set iterations=1 applied
         assert fam["gpu_seconds_per_iteration"]["iteration"] > 0 and fam["cpu_seconds_per_iteration"]["iteration"] > 0
-    assert report["target"] == pytest.approx(report["families"]["diffusionnft"]["final_reward"])
+    baseline = report["families"]["diffusionnft"]  # pre-registered: the baseline's start plus the config's gain
+    assert report["target"] == pytest.approx(baseline["initial_reward"] + report["target_gain"])
+    assert baseline["initial_reward"] == pytest.approx(baseline["curve"]["reward"][0])
     assert list(report["audits"]) == ["sol_rl"]
     for name in ("eval_vs_iteration", "eval_vs_cpu_seconds", "eval_vs_gpu_cost", "fidelity", "cost_per_iteration"):
         assert (out / "plots" / f"{name}.png").stat().st_size > 1000

@@ -12,10 +12,10 @@ from repo_paths import ROOT
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("objective", ["diffusionnft", "flow_grpo"])
-def test_loading_a_config_imports_no_torch(objective):
+@pytest.mark.parametrize("objective, more", [("diffusionnft", ""), ("flow_grpo", ", 'explore.steps=10'")])
+def test_loading_a_config_imports_no_torch(objective, more):
     code = ("import sys\nfrom solrl_core.config.loading import load_config\n"
-            f"cfg = load_config('configs/demo.yaml', ['objective.name={objective}'])\n"
+            f"cfg = load_config('configs/demo.yaml', ['objective.name={objective}'{more}])\n"
             "heavy = {'torch', 'peft', 'diffusers'} & {m.split('.')[0] for m in sys.modules}\n"
             "assert not heavy, heavy\nprint(cfg.objective.name)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

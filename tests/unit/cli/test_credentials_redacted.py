@@ -93,14 +93,14 @@ def test_a_database_store_without_its_driver_names_the_extra(monkeypatch):
 def test_a_run_directory_keeps_the_store_redacted_and_finds_its_credentials_again(tmp_path, monkeypatch):
     """The frozen config (and its fingerprint) hold the store without its password; the same config resumes the run
     (credentials are not part of it); a later command finds them in MLFLOW_TRACKING_URI, or says where to give them."""
-    import solrl_core.redaction as redaction
+    import solrl_core.credentials as credentials
     from flows.tracking import tracking_uri
     from repo_paths import TINY
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir
     from solrl_core.runs import load_run_config, prepare_run
 
-    monkeypatch.setattr(redaction, "_KNOWN", {})  # a fresh process
+    monkeypatch.setattr(credentials, "_KNOWN", {})  # a fresh process
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     store = f"postgresql://bob:{SECRET}@db.example/ml"
     run = RunDir(tmp_path / "run")
