@@ -13,7 +13,7 @@ help:
 	@echo "make test-fast - set up, then run the tests that start no process or server (pytest -m 'not e2e', one worker per core)"
 	@echo "make bench  - set up, then the baseline against sol_rl over 5 seeds (about an hour on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
-	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on 127.0.0.1"
+	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on $(SERVER_HOST) (SERVER_HOST=...: docs/security.md)"
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,24 +54,30 @@ MLFLOW_ARTIFACTS ?= $(CURDIR)/mlartifacts
 # servers (a `solrl` command without PREFECT_API_URL) and other checkouts use. PREFECT_DB=FILE for another file; a
 # database URL in PREFECT_SERVER_DATABASE_CONNECTION_URL (e.g. PostgreSQL) wins over both.
 PREFECT_DB ?= $(CURDIR)/.prefect/prefect.db
+# The address both servers bind: loopback unless told. Beyond it each requires authentication (Prefect:
+# PREFECT_SERVER_API_AUTH_STRING=user:password; MLflow: MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, the
+# solrl[server-auth] extra) or refuses to start; SERVER_FLAGS=--insecure starts them anyway (docs/security.md).
+SERVER_HOST ?= 127.0.0.1
+SERVER_FLAGS ?=
+SERVER_ADDR := $(if $(filter 0.0.0.0 ::,$(SERVER_HOST)),127.0.0.1,$(SERVER_HOST))
 
 server: setup
-	@$(BIN)/python -m flows.servers prefect $(PREFECT_PORT) --database "$(PREFECT_DB)" & \
+	@$(BIN)/python -m flows.servers prefect $(PREFECT_PORT) --database "$(PREFECT_DB)" --host $(SERVER_HOST) $(SERVER_FLAGS) & \
 	prefect_pid=$$!; \
-	$(BIN)/python -m flows.mlflow_server $(MLFLOW_PORT) "$(MLFLOW_STORE)" "$(MLFLOW_ARTIFACTS)" & \
+	$(BIN)/python -m flows.mlflow_server $(MLFLOW_PORT) "$(MLFLOW_STORE)" "$(MLFLOW_ARTIFACTS)" --host $(SERVER_HOST) $(SERVER_FLAGS) & \
 	mlflow_pid=$$!; \
 	trap 'kill $$prefect_pid $$mlflow_pid 2>/dev/null; wait' INT TERM HUP EXIT; \
-	for url in http://127.0.0.1:$(PREFECT_PORT)/api/health http://127.0.0.1:$(MLFLOW_PORT)/health; do \
+	for url in http://$(SERVER_ADDR):$(PREFECT_PORT)/api/health http://$(SERVER_ADDR):$(MLFLOW_PORT)/health; do \
 		until $(BIN)/python -c "import urllib.request as u; u.urlopen('$$url', timeout=2)" 2>/dev/null; do \
 			kill -0 $$prefect_pid $$mlflow_pid 2>/dev/null || { echo "make server: a server exited"; exit 1; }; \
 			sleep 1; \
 		done; \
 	done; \
 	echo ""; \
-	echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)"; \
-	echo "MLflow UI : http://127.0.0.1:$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"; \
+	echo "Prefect UI: http://$(SERVER_ADDR):$(PREFECT_PORT)"; \
+	echo "MLflow UI : http://$(SERVER_ADDR):$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"; \
 	echo "Point solrl at them (in each terminal that runs solrl or a Prefect worker):"; \
-	echo "  export PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT)"; \
+	echo "  export PREFECT_API_URL=http://$(SERVER_ADDR):$(PREFECT_PORT)/api MLFLOW_TRACKING_URI=http://$(SERVER_ADDR):$(MLFLOW_PORT)"; \
 	echo "In this folder solrl logs through this MLflow server even without MLFLOW_TRACKING_URI: it serves $(MLFLOW_STORE)."; \
 	echo "Existing servers instead: export PREFECT_API_URL=<their API URL> MLFLOW_TRACKING_URI=<their MLflow URI>."; \
 	echo "Ctrl-C stops both servers."; \

@@ -14,6 +14,7 @@ from flows.user_errors import as_user_error, hide_user_error_logs, report, say
 from solrl_core import stop
 from solrl_core.errors import SolrlError
 from solrl_core.quiet import quiet_libraries
+from solrl_core.resource_limits import check_resource_limits
 
 DESCRIPTION = """\
 solrl: RL post-training of text-to-image and text-to-video flow models with 4-bit exploration.
@@ -84,23 +85,22 @@ def _run(argv: list[str] | None) -> int:
         quiet_libraries()
         _terminal(args)
         hide_user_error_logs()
+        check_resource_limits()  # before torch is imported: an address-space limit breaks its import
         code = args.func(args)
         stop.check()  # a stop whose interrupt was lost on the way (flows/signals.py): still the interrupted exit
         sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at exit
         return code
     except BrokenPipeError:
         return closed_pipe()
-    except (SolrlError, OSError) as exc:  # an OSError only when the user can fix it (full disk, permissions)
+    except Exception as exc:  # noqa: BLE001 - an OSError when the user can fix it (full disk, permissions), a limit
+        if stop.requested():  # C code that called back into Python turned the stop's KeyboardInterrupt into another
+            return interrupted()  # error (torch's extension import: "TypeError: expected a message argument")
         error = as_user_error(exc)
         if error is None:
             raise
         return report(error)
     except KeyboardInterrupt:
         return interrupted()
-    except Exception:
-        if stop.requested():  # C code that called back into Python turned the stop's KeyboardInterrupt into another
-            return interrupted()  # error (torch's extension import: "TypeError: expected a message argument")
-        raise
 
 
 def interrupted() -> int:

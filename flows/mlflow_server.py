@@ -1,5 +1,11 @@
 """The MLflow server of `make server` (UI + tracking on 127.0.0.1, artifacts proxied):
-`python -m flows.mlflow_server PORT STORE ARTIFACTS`.
+`python -m flows.mlflow_server PORT STORE ARTIFACTS [--host HOST [--insecure]]`.
+
+With MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD set (what MLflow's clients send), the server is MLflow's
+basic-auth app (`mlflow server --app-name basic-auth`, the `solrl[server-auth]` extra): that user is its admin, the
+password passed in the environment only (MLFLOW_AUTH_ADMIN_PASSWORD, never in a file), its users kept in
+AUTH_DATABASE beside ARTIFACTS. Beyond loopback (`--host`) the server requires it, or refuses to start unless
+`--insecure` (solrl_core/exposure.py).
 
 Runs `mlflow server` on STORE (a backend store URI) with its artifacts kept in the folder ARTIFACTS, and, while the
 server answers, records beside a sqlite STORE that this server serves it (solrl_core/mlflow_links.py): a `solrl`
@@ -13,10 +19,14 @@ longer answers, which solrl ignores.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from flows.servers import HOST
 from solrl_core.mlflow_links import health_failure, record_server, server_record
@@ -33,15 +43,56 @@ def serving_uri(record) -> str | None:
         return None
 
 
-def mlflow_server_argv(port: int, store: str, artifacts: str) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--host", HOST, "--port", str(port), "--workers", "1",
-            "--backend-store-uri", store, "--artifacts-destination", artifacts]
+USER, PASSWORD = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+AUTH_DATABASE = "mlflow-auth.db"  # the basic-auth app's users and permissions, beside the artifacts folder
+WHAT_A_CALLER_CAN_DO = "read, change and delete every experiment, run and artifact"
 
 
-def serve(port: int, store: str, artifacts: str) -> int:
+def authenticated(environ=os.environ) -> bool:
+    return bool(environ.get(USER) and environ.get(PASSWORD))
+
+
+def allowed_hosts(host: str, port: int) -> list[str]:
+    """`--allowed-hosts` for a server bound to one address other than 127.0.0.1: that address and this machine's
+    names, with and without the port (MLflow's default, localhost and private addresses, refuses e.g. 127.0.0.2 or
+    a public address as Host header: its DNS-rebinding guard). None of it for 127.0.0.1 or a wildcard bind."""
+    import socket
+
+    if host in (HOST, "0.0.0.0", "::"):
+        return []
+    names = dict.fromkeys([host, socket.gethostname(), "localhost", HOST])
+    return ["--allowed-hosts", ",".join(f"{n}{p}" for n in names for p in ("", f":{port}"))]
+
+
+def mlflow_server_argv(port: int, store: str, artifacts: str, host: str = HOST, auth: bool = False) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port), "--workers", "1",
+            "--backend-store-uri", store, "--artifacts-destination", artifacts, *allowed_hosts(host, port),
+            *(["--app-name", "basic-auth"] if auth else [])]
+
+
+def auth_env(artifacts: str, folder: Path, environ=os.environ) -> dict[str, str]:
+    """The basic-auth app's environment: a config file in `folder` (no secret in it) naming the admin user and the
+    users' database; the admin's password and the session secret only in the environment."""
+    database = Path(artifacts).absolute().parent / AUTH_DATABASE
+    config = folder / "basic_auth.ini"
+    config.write_text("[mlflow]\ndefault_permission = READ\n"
+                      f"database_uri = sqlite:///{database}\nadmin_username = {environ[USER]}\n"
+                      "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    return {"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": environ[PASSWORD],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}
+
+
+def serve(port: int, store: str, artifacts: str, host: str = HOST) -> int:
     """Run the server until it exits or this process is told to stop; its exit code."""
-    server = subprocess.Popen(guarded(mlflow_server_argv(port, store, artifacts)))
-    uri = f"http://{HOST}:{port}"
+    auth = authenticated()
+    with tempfile.TemporaryDirectory(prefix="solrl-mlflow-auth-") as folder:
+        env = {**os.environ, **auth_env(artifacts, Path(folder))} if auth else None
+        server = subprocess.Popen(guarded(mlflow_server_argv(port, store, artifacts, host, auth)), env=env)
+        return _watch(server, port, store, host)
+
+
+def _watch(server: subprocess.Popen, port: int, store: str, host: str) -> int:
+    uri = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
 
     def stop(*_) -> None:
         raise SystemExit(0)
@@ -67,9 +118,30 @@ def serve(port: int, store: str, artifacts: str) -> int:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 3 or not argv[0].isdigit():
-        sys.exit("usage: python -m flows.mlflow_server PORT STORE ARTIFACTS")
-    sys.exit(serve(int(argv[0]), argv[1], argv[2]))
+    import argparse
+
+    from solrl_core.errors import SolrlError
+    from solrl_core.exposure import check_exposure
+
+    parser = argparse.ArgumentParser(prog="python -m flows.mlflow_server", description="The MLflow server of make "
+                                     "server")
+    parser.add_argument("port", type=int)
+    parser.add_argument("store", help="the backend store URI")
+    parser.add_argument("artifacts", help="the folder of the artifacts")
+    parser.add_argument("--host", default=HOST, help=f"the address to bind (default {HOST}); beyond loopback it "
+                        f"needs {USER} and {PASSWORD}")
+    parser.add_argument("--insecure", action="store_true", help="bind beyond loopback without authentication")
+    args = parser.parse_args(argv)
+    try:
+        warning = check_exposure(args.host, "MLflow server", WHAT_A_CALLER_CAN_DO, authenticated(),
+                                 f"set {USER} and {PASSWORD} (its basic-auth app; the same two variables let "
+                                 "solrl and MLflow's clients in)", args.insecure)
+    except SolrlError as exc:
+        print(f"solrl: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if warning:
+        print(f"solrl: {warning}", file=sys.stderr, flush=True)
+    sys.exit(serve(args.port, args.store, args.artifacts, args.host))
 
 
 if __name__ == "__main__":

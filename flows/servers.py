@@ -1,5 +1,9 @@
 """The local Prefect server of `make server` (UI + API on 127.0.0.1):
-`python -m flows.servers prefect PORT [--database FILE]`.
+`python -m flows.servers prefect PORT [--database FILE] [--host HOST [--insecure]]`.
+
+`--host` binds another address; beyond loopback the server requires basic auth (PREFECT_SERVER_API_AUTH_STRING,
+`user:password`; clients send PREFECT_API_AUTH_STRING) or refuses to start unless `--insecure`
+(solrl_core/exposure.py).
 
 `prefect server start --port` moves the API, but the UI asks the server's `/ui-settings` for its API URL, which
 Prefect derives from PREFECT_API_URL or else PREFECT_SERVER_API_HOST/PORT (default 4200), not from `--port`. The
@@ -24,13 +28,24 @@ DATABASE_URL = "PREFECT_SERVER_DATABASE_CONNECTION_URL"
 DATABASE_URL_SETTINGS = (DATABASE_URL, "PREFECT_API_DATABASE_CONNECTION_URL")  # Prefect reads either name
 
 
-def prefect_server_env(port: int, database: Path | None = None, environ=os.environ) -> dict[str, str]:
-    """Settings for a Prefect server on HOST:`port` whose UI calls that same API; its database the SQLite file
+AUTH_SETTING = "PREFECT_SERVER_API_AUTH_STRING"  # the server's basic auth, `user:password`
+WHAT_A_CALLER_CAN_DO = "run any deployment (arbitrary code on the workers) and read or delete every flow run"
+
+
+def _reachable_as(host: str) -> str:
+    """The address a browser on another machine calls for a server bound to `host` (a wildcard: this host's name)."""
+    import socket
+
+    return socket.gethostname() if host in ("0.0.0.0", "::", "[::]") else host
+
+
+def prefect_server_env(port: int, database: Path | None = None, environ=os.environ, host: str = HOST) -> dict[str, str]:
+    """Settings for a Prefect server on `host`:`port` whose UI calls that same API; its database the SQLite file
     `database` (None: Prefect's default) unless `environ` names a database already."""
     env = {
-        "PREFECT_SERVER_API_HOST": HOST,
+        "PREFECT_SERVER_API_HOST": host,
         "PREFECT_SERVER_API_PORT": str(port),
-        "PREFECT_UI_API_URL": f"http://{HOST}:{port}/api",
+        "PREFECT_UI_API_URL": f"http://{_reachable_as(host)}:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
     if database is not None and not any(environ.get(name) for name in DATABASE_URL_SETTINGS):
@@ -45,8 +60,8 @@ def prefect_ui_command(port: int = 4200) -> str:
             f"(then open http://{HOST}:{port})")
 
 
-def prefect_server_argv(port: int) -> list[str]:
-    return [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)]
+def prefect_server_argv(port: int, host: str = HOST) -> list[str]:
+    return [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
 
 
 def start_prefect(env: dict[str, str], port: int, log: Path, cwd: Path, timeout_s: float = 180,
@@ -73,17 +88,39 @@ def start_prefect(env: dict[str, str], port: int, log: Path, cwd: Path, timeout_
             time.sleep(1)
 
 
+def _arguments(argv: list[str]):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m flows.servers", description="The Prefect server of make server")
+    parser.add_argument("server", choices=["prefect"])
+    parser.add_argument("port", type=int)
+    parser.add_argument("--database", type=Path, help="its SQLite database file")
+    parser.add_argument("--host", default=HOST, help=f"the address to bind (default {HOST}); beyond loopback it "
+                        f"needs {AUTH_SETTING}=user:password")
+    parser.add_argument("--insecure", action="store_true", help="bind beyond loopback without authentication")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> None:
-    usage = len(argv) in (2, 4) and argv[0] == "prefect" and argv[1].isdigit() and argv[2:3] in ([], ["--database"])
-    if not usage:
-        sys.exit("usage: python -m flows.servers prefect PORT [--database FILE]")
-    port, database = int(argv[1]), (Path(argv[3]) if len(argv) == 4 else None)
-    env = prefect_server_env(port, database)
+    from solrl_core.errors import SolrlError
+    from solrl_core.exposure import check_exposure
+
+    args = _arguments(argv)
+    try:
+        warning = check_exposure(args.host, "Prefect server", WHAT_A_CALLER_CAN_DO, bool(os.environ.get(AUTH_SETTING)),
+                                 f"set {AUTH_SETTING}=user:password (its clients then set PREFECT_API_AUTH_STRING)",
+                                 args.insecure)
+    except SolrlError as exc:
+        print(f"solrl: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if warning:
+        print(f"solrl: {warning}", file=sys.stderr, flush=True)
+    env = prefect_server_env(args.port, args.database, host=args.host)
     if DATABASE_URL in env:
-        database.absolute().parent.mkdir(parents=True, exist_ok=True)
-        print(f"Prefect database: {database.absolute()}", file=sys.stderr, flush=True)
+        args.database.absolute().parent.mkdir(parents=True, exist_ok=True)
+        print(f"Prefect database: {args.database.absolute()}", file=sys.stderr, flush=True)
     # exec: the caller's process id is the server's (make server stops it by that id)
-    os.execve(sys.executable, prefect_server_argv(port), {**os.environ, **env})
+    os.execve(sys.executable, prefect_server_argv(args.port, args.host), {**os.environ, **env})
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -40,8 +41,10 @@ from solrl_core.grids import frame_count, frame_strip, save_gif
 from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_animations, top_bottom_grids
 from solrl_core.credentials import remember, with_credentials
 from solrl_core.redaction import redact, redact_tree
+from solrl_core.resource_limits import limit_error
 from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.run.storage import local_file, location, save_image
+from solrl_core.userfiles import closest_existing, format_bytes
 from solrl_core.wording import plural
 
 POOL_TILE = 128  # pixels, longer side of each image in the pool's top/bottom grids
@@ -333,6 +336,15 @@ def tracking_failure(exc: Exception, uri: str, what: str, info: dict | None = No
              "run the same command again (it resumes, and logs what is not logged yet)")
     cause = _store_failure(exc, where)
     if cause is not None:
+        limited = limit_error(exc)  # a `ulimit` the store's file reached: the limit is what to fix
+        if limited is not None:
+            return TrackingFailed(f"MLflow at {where} failed while logging {what}: {limited}")
+        store = sqlite_file(where)
+        if "disk is full" in cause and store is not None:
+            free = format_bytes(shutil.disk_usage(closest_existing(store)).free)
+            return TrackingFailed(f"MLflow at {where} failed while logging {what} ({cause}; {free} free on the disk "
+                                  f"of {store}); free some space there or use another tracking.uri, then run the same "
+                                  "command again (it resumes, and logs what is not logged yet)")
         return TrackingFailed(f"MLflow at {where} failed while logging {what} ({cause}); {again}")
     if info is not None:
         _present.discard((info["tracking_uri"], info["mlflow_run_id"]))

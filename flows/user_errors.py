@@ -16,6 +16,7 @@ import sys
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import LINE_CHARS, one_line
 from solrl_core.redaction import redact_text
+from solrl_core.resource_limits import limit_error
 from solrl_core.userfiles import USER_ERRNOS, user_os_error
 
 EXIT_USER_ERROR = 2
@@ -26,6 +27,9 @@ def as_user_error(exc: BaseException) -> SolrlError | None:
     """`exc` as the one-line error the user can fix, or None when it is not one (a bug: keep its traceback)."""
     if isinstance(exc, SolrlError):
         return exc
+    limited = limit_error(exc)  # a `ulimit` reached: named in one line (solrl_core/resource_limits.py)
+    if limited is not None:
+        return limited
     if isinstance(exc, OSError):
         return user_os_error(exc)
     return None

@@ -18,6 +18,8 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    # MLflow logs a database error with its traceback before raising it; solrl's one line says it (flows/tracking.py)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     # Prefect's shutdown notices ("Still processing items: 12 items remaining...", while the events and logs of the
     # run are still being sent at exit) would come after the command's own last line, its error or its summary
     for worker in PREFECT_QUEUE_WORKERS:

@@ -4,25 +4,46 @@ directory, MLflow run)."""
 
 from __future__ import annotations
 
+from solrl_core.errors import DamagedArtifactError
 from solrl_core.mlflow_links import run_link
+from solrl_core.run.integrity import verify_stage
 from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.runs import load_run_config
 from solrl_core.run.staleness import describe, recompute_command, stale_items
 from solrl_core.wording import plural
 
-MARKS = {"complete": "done", "partial": "part", "pending": "-", "stale": "stale"}
+MARKS = {"complete": "done", "partial": "part", "pending": "-", "stale": "stale", "damaged": "DAMAGED"}
+
+
+def _damaged(run: RunDir, iteration: int, stage: str) -> str | None:
+    """Why a complete stage's artifact is not what its manifest records (a file deleted, truncated: sizes only, a
+    stat per file, nothing read), or None when it is."""
+    try:
+        verify_stage(run, iteration, stage, contents=False)
+    except DamagedArtifactError as exc:
+        return str(exc)
+    return None
 
 
 def run_status(run: RunDir) -> dict:
     """The run's state. `completed_iterations`: iterations from 0 whose update is complete, without a gap.
-    `running`: the live process that holds the run ("pid 123 on host node1 since ..."), or None. `interrupted`: stages
-    with an artifact but no manifest while no process runs the run (a crash or a failure inside the stage; the next
-    `solrl train` or `solrl stage` resumes or redoes them); while one does, those are `in_progress`. `stale`: completions computed from inputs that were
-    computed again since (solrl_core/run/staleness.py; `solrl train` recomputes them); their stages show "stale"."""
+    `damaged`: complete stages whose artifact no longer matches its manifest (a file deleted or truncated; `solrl
+    train` refuses them with the same line). `running`: the live process that holds the run ("pid 123 on host node1
+    since ..."), or None. `interrupted`: stages with an artifact but no manifest while no process runs the run (a
+    crash or a failure inside the stage; the next `solrl train` or `solrl stage` resumes or redoes them); while one
+    does, those are `in_progress`. `stale`: completions computed from inputs that were computed again since
+    (solrl_core/run/staleness.py; `solrl train` recomputes them); their stages show "stale"."""
     cfg = load_run_config(run)
     holder = run.holder()  # a live process runs it: its half-written stages are being written, not interrupted
     count = max([cfg.iterations, *[i + 1 for i in run.iterations_present()]])
     stages = [{s: run.stage_status(i, s) for s in STAGES} for i in range(count)]
+    damaged = []
+    for i, row in enumerate(stages):
+        for s, st in row.items():
+            why = _damaged(run, i, s) if st == "complete" else None
+            if why is not None:
+                row[s] = "damaged"
+                damaged.append({"iteration": i, "stage": s, "why": why})
     stale = stale_items(run)
     for item in stale:
         if item["stage"] in STAGES:
@@ -44,6 +65,7 @@ def run_status(run: RunDir) -> dict:
             "step": last["step"], "metrics": last["metrics"], "ema": last.get("ema"),
             "samples": str(run.eval_dir(last["step"]) / "samples.png")},
         "evaluations": [{"step": e["step"], "reward": e["metrics"]["reward"]} for e in evaluations],
+        "damaged": damaged,
         "stale": stale,
         "recompute": recompute_command(run),
         "eval_every": cfg.eval.every,
@@ -63,6 +85,7 @@ def status_text(data: dict) -> str:
         lines.append(f"interrupted  : {item['stage']} of iteration {item['iteration']} (artifact without manifest; "
                      f"`solrl train` resumes it, or: solrl stage {item['stage']} --run-dir {data['run_dir']} "
                      f"--iteration {item['iteration']} --force)")
+    lines += [f"damaged      : {item['why']}" for item in data["damaged"]]
     lines += stale_lines(data["stale"], data["recompute"])
     last = data["last_evaluation"]
     if last is None:

@@ -75,16 +75,20 @@ def shard_task(run_dir: str, iteration: int, ref: str, what: str, index: int, fi
 
 
 @task(name="rank", task_run_name="{what}-it{iteration}-rank{rank}", **{**_TASK, "retries": 0})
-def rank_task(run_dir: str, iteration: int, ref: str, what: str, rank: int, world: int, store: str) -> dict:
+def rank_task(run_dir: str, iteration: int, ref: str, what: str, rank: int, world: int, store: str,
+              threads: int | None = None) -> dict:
     """One rank of collective work (not retried alone: its peers would wait for it; the stage task is retried)."""
-    return run_rank(_context(run_dir, iteration), ref, rank, world, store, *pinned_device())
+    return run_rank(_context(run_dir, iteration), ref, rank, world, store, *pinned_device(), threads=threads)
 
 
 @flow(name="solrl-ranks", flow_run_name="{what}-it{iteration}-ranks")
-def ranks_flow(run_dir: str, iteration: int, ref: str, what: str, world: int, store: str) -> list[dict]:
-    """Every rank at once, each on a worker with a free `device` (they meet through the file `store`)."""
+def ranks_flow(run_dir: str, iteration: int, ref: str, what: str, world: int, store: str,
+               threads: int | None = None) -> list[dict]:
+    """Every rank at once, each on a worker with a free `device` (they meet through the file `store`), each with
+    `threads` torch intra-op threads."""
     with dask.annotate(resources={RESOURCE: 1}):
-        futures = [rank_task.submit(run_dir, iteration, ref, what, rank, world, store) for rank in range(world)]
+        futures = [rank_task.submit(run_dir, iteration, ref, what, rank, world, store, threads)
+                   for rank in range(world)]
     return [future.result() for future in futures]
 
 
@@ -95,6 +99,15 @@ def shards_flow(run_dir: str, iteration: int, ref: str, what: str, shards: list[
         prepare_task.submit(run_dir, iteration, ref, what).result()
         futures = [shard_task.submit(run_dir, iteration, ref, what, **shard) for shard in shards]
     return [future.result() for future in futures]
+
+
+def rank_threads(world: int) -> int:
+    """The torch intra-op threads of each of `world` ranks on this machine's device workers: this process's own
+    count shared between them, so that one rank computes as this process would (docs/config.md,
+    orchestration.devices)."""
+    import torch
+
+    return max(1, torch.get_num_threads() // world)
 
 
 def cluster_devices(address: str) -> int:
@@ -195,7 +208,8 @@ class DaskShards:
         runner = _task_runner(self._address(ctx.cfg, ref))
         with tempfile.TemporaryDirectory(prefix="solrl-ranks-") as tmp:  # the workers are on this machine
             return ranks_flow.with_options(task_runner=runner)(location(ctx.run.root), ctx.iteration, ref, _name(ref),
-                                                               world, str(Path(tmp) / "group.store"))
+                                                               world, str(Path(tmp) / "group.store"),
+                                                               rank_threads(world))
 
     def _address(self, cfg, ref: str) -> str:
         if cfg.orchestration.dask_address:

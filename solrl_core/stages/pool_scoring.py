@@ -38,6 +38,7 @@ from solrl_core.rewards.base import Reward, torch_device
 from solrl_core.rewards.registry import load_rewards, reward_batch_size, weighted_sum
 from solrl_core.stages.context import StageContext
 from solrl_core.run.storage import remove_tree, zarr_store
+from solrl_core.torch_threads import intra_op_threads, set_threads
 
 SCORES = "scores.zarr"  # next to the pool it scores
 MAX_QUEUED = 2  # committed batches waiting for the scorer before sampling waits for it
@@ -48,17 +49,6 @@ def _torch_on_cpu(rewards: Mapping[str, Reward]) -> bool:
     return any(reward.uses_torch and torch_device(reward.device).type == "cpu" for reward in rewards.values())
 
 
-def _set_threads(count: int) -> int:
-    """Set the calling thread's torch intra-op threads (OpenMP and MKL keep them per thread; torch's global default
-    moves too, for threads that start later); return the previous count."""
-    import torch
-
-    before = torch.get_num_threads()
-    if before != count:  # setting them also empties oneDNN's cache of compiled kernels: only when they change
-        torch.set_num_threads(count)
-    return before
-
-
 @contextlib.contextmanager
 def scoring_threads(rewards: Mapping[str, Reward]) -> Iterator[None]:
     """Score `rewards` with SCORING_THREADS intra-op threads when one of them is a torch reward on the CPU (the
@@ -66,11 +56,8 @@ def scoring_threads(rewards: Mapping[str, Reward]) -> Iterator[None]:
     if not _torch_on_cpu(rewards):
         yield
         return
-    before = _set_threads(SCORING_THREADS)
-    try:
+    with intra_op_threads(SCORING_THREADS):
         yield
-    finally:
-        _set_threads(before)
 
 
 class ScoreStore:
@@ -207,7 +194,7 @@ class InlineScorer:
         # the scorer thread keeps the scoring threads (`scoring_threads` then changes nothing per batch)
         pinned = SCORING_THREADS if _torch_on_cpu(rewards) else None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solrl-score",
-                                            initializer=_set_threads if pinned else None,
+                                            initializer=set_threads if pinned else None,
                                             initargs=(pinned,) if pinned else ())
         self._futures: deque[Future] = deque()
 

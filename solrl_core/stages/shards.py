@@ -46,6 +46,7 @@ from solrl_core.placement import local_name, placed_config, resolve_devices
 from solrl_core.models.backbones.cache import load_backbone, model_loads
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.pool_scoring import scoring_while_sampling
+from solrl_core.torch_threads import intra_op_threads
 
 
 Work = Callable[..., Any] | str  # a work function of a stage module, or its ref
@@ -186,14 +187,18 @@ class ShardRunner(Protocol):
         by other means)."""
 
 
-def run_rank(ctx: StageContext, ref: str, rank: int, world: int, store: str, device: str, label: str) -> dict:
+def run_rank(ctx: StageContext, ref: str, rank: int, world: int, store: str, device: str, label: str,
+             threads: int | None = None) -> dict:
     """In the process of one of `world` device workers that run the collective work `ref` together (the update's
     data-parallel ranks): `load(ref)(ctx, rank, world, store)`, the ranks meeting through the file store `store`;
-    return the rank's record with its result under "result"."""
+    return the rank's record with its result under "result". `threads`: its torch intra-op threads (a Dask worker
+    has one; the update's CPU reductions are split by thread, so one rank that runs with the orchestrating
+    process's threads computes what that process would, bit for bit)."""
     start = time.perf_counter()
     ctx = placed(ctx, device)
-    result = load(ref)(ctx, rank, world, store)
-    return {**process_record(rank, label, start), "result": result}
+    with intra_op_threads(threads):
+        result = load(ref)(ctx, rank, world, store)
+    return {**process_record(rank, label, start, threads=threads), "result": result}
 
 
 class InProcess:

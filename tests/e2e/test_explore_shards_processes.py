@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from sharded_runs import STAGES, assert_same_results, copy_quantized
+from sharded_runs import STAGES, UPDATE_THREADS, assert_same_results, copy_quantized
 from sharded_runs import reference  # noqa: F401 - a fixture: the one-device run
 from solrl_core.evaluate import eval_dir
 from solrl_core.run.pool import read_table
+from solrl_core.torch_threads import intra_op_threads
 
 
 SPLIT = ("explore", "score_explore", "regenerate", "score_final")  # the stages of STAGES whose work is split
@@ -49,7 +50,10 @@ def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
     two, _ = copy_quantized(one, tmp_path / "two", "orchestration.devices=[cpu, cpu]")
     start = time.perf_counter()
     with _prefect(session_env), dask_shards():  # one local cluster serves every stage (they start one each alone)
-        manifests = {stage: stage_flow(str(two.root), stage, 0, progress=False) for stage in STAGES}
+        manifests = {}
+        for stage in STAGES:
+            with intra_op_threads(UPDATE_THREADS if stage == "update" else None):
+                manifests[stage] = stage_flow(str(two.root), stage, 0, progress=False)
         print(f"explore..update: 1 device {one_seconds:.1f} s, 2 CPU devices {time.perf_counter() - start:.1f} s")
         evaluation = evaluation_flow(str(two.root), 1, progress=False)
 
@@ -60,6 +64,7 @@ def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
         assert alone["pid"] == os.getpid() and alone["device"] == "cpu" and alone["rows"] == [0, rows[stage]]
     (rank,) = manifests["update"]["summary"]["shards"]  # one update process (train.processes 1): worker 0's
     assert rank["device"] == "cpu" and rank["pid"] in {s["pid"] for s in manifests["explore"]["summary"]["shards"]}
+    assert rank["threads"] == UPDATE_THREADS  # the orchestrating process's threads, as the one-device update had
     _assert_two_cpu_processes(evaluation["shards"], 4)
     _assert_two_cpu_processes(evaluation["score_shards"], 4)
     assert_same_results(one, two)

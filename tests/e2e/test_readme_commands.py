@@ -427,7 +427,7 @@ def check_shell(command: str) -> str:
 
         extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
         target = words[-1].strip("'")
-        match = re.fullmatch(r"\.(?:\[(\w+)\])?", target)
+        match = re.fullmatch(r"\.(?:\[([\w-]+)\])?", target)
         assert words[:2] == ["pip", "install"] and match and (match.group(1) is None or match.group(1) in extras), command
         if "-c" in words:  # the tested set: the file the Makefile installs with
             assert words[words.index("-c") + 1] == "constraints.txt" and "-c constraints.txt" in (ROOT / "Makefile").read_text()

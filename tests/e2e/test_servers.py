@@ -21,11 +21,17 @@ def test_make_server_starts_prefect_through_flows_servers():
     port = free_port()
     plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
-    assert f'{sys.prefix}/bin/python -m flows.servers prefect {port} --database "{ROOT}/.prefect/prefect.db" &' in plan
+    assert (f'{sys.prefix}/bin/python -m flows.servers prefect {port} --database "{ROOT}/.prefect/prefect.db" --host '
+            '127.0.0.1 ') in plan
+    assert "flows.mlflow_server" in plan and plan.count("--host 127.0.0.1") == 2
     assert "prefect server start" not in plan  # one command line, in flows/servers.py
     plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}", "PREFECT_DB=/x/p.db"],
                           cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert f'flows.servers prefect {port} --database "/x/p.db" &' in plan
+    assert f'flows.servers prefect {port} --database "/x/p.db" --host 127.0.0.1 ' in plan
+    plan = subprocess.run(["make", "-n", "server", f"VENV={sys.prefix}", "SERVER_HOST=0.0.0.0",
+                           "SERVER_FLAGS=--insecure"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert plan.count("--host 0.0.0.0 --insecure") == 2  # both servers; their health is asked of 127.0.0.1
+    assert "http://127.0.0.1:4200/api/health" in plan
 
 
 @pytest.mark.e2e

@@ -181,3 +181,12 @@ def test_a_piped_command_keeps_its_own_exit_status(tmp_path):
     argv = run_catalogue._piped([sys.executable, "-c", "import sys; print('one'); sys.exit(3)"], "head -1")
     done = procs.run(argv, dict(os.environ), tmp_path, timeout_s=60)
     assert (done.returncode, done.stdout) == (3, "one\n")
+
+
+@pytest.mark.e2e  # starts processes
+def test_a_case_runs_under_its_ulimits_soft_and_hard(tmp_path):
+    script = ("import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE), "
+              "resource.getrlimit(resource.RLIMIT_FSIZE))")
+    argv = procs.limited([sys.executable, "-c", script], (("-n", 77), ("-f", 2048)))
+    done = procs.run(argv, dict(os.environ), tmp_path, timeout_s=60)
+    assert (done.returncode, done.stdout) == (0, f"(77, 77) ({2048 * 1024}, {2048 * 1024})\n")

@@ -11,6 +11,7 @@ import pytest
 
 from repo_paths import TINY
 from solrl_core.run.pool import read_table
+from solrl_core.torch_threads import intra_op_threads
 
 STAGES = ("explore", "score_explore", "select", "regenerate", "score_final", "update")
 COMPARED = {
@@ -23,6 +24,11 @@ COMPARED = {
 # rewards in batches of 2 rows, so that the score stages and the evaluation split too; a small evaluation
 SETTINGS = ["reward_models.embedded.batch_size=2", "eval.num_prompts=2", "eval.seeds_per_prompt=2", "eval.steps=2",
             "eval.batch_size=1"]
+
+
+# the update's intra-op threads, in the one-device run and in the process that orchestrates a split one: a device
+# worker's rank computes with the orchestrator's threads (tasks/shards.rank_threads), so the checkpoints agree
+UPDATE_THREADS = 2
 
 
 def shards_config(*overrides):
@@ -45,7 +51,8 @@ def reference(tmp_path_factory, one_torch_thread):
     run_stage(one, cfg, 0, "quantize", progress=False)
     start = time.perf_counter()
     for stage in STAGES:
-        run_stage(one, cfg, 0, stage, progress=False)
+        with intra_op_threads(UPDATE_THREADS if stage == "update" else None):
+            run_stage(one, cfg, 0, stage, progress=False)
     seconds = time.perf_counter() - start
     run_eval(one, cfg, 1)
     return one, seconds

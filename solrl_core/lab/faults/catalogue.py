@@ -44,6 +44,7 @@ class Case:
     recomputed: tuple[str, ...] = ()  # run-relative files that the commands must have rewritten
     timeout_s: float | None = None  # the first command's time limit (None: the catalogue's --timeout)
     pipe: str | None = None  # a shell pipeline the command's standard output goes into, e.g. "head -1"
+    limits: tuple[tuple[str, int], ...] = ()  # `ulimit` options set for the command, e.g. (("-n", 32),)
 
 
 def _stage(name: str, iteration: int = LAST, *extra: str) -> tuple[str, ...]:
@@ -326,6 +327,32 @@ CASES: tuple[Case, ...] = (
     Case("i29-make-tiny-onto-file", "input", "make-tiny DIR where DIR is a file",
          ("make-tiny", "flux1", "{case}/afile"),
          (("write", {"path": "{case}/afile", "text": "a file\n"}),), timeout_s=FAST_S),
+    # ---- issue #51 (names i51-*): resource limits, names that are paths, settings that do nothing ---------------
+    _new_run("i51-open-files-32", "a hard limit of 32 open files (ulimit -n 32)", limits=(("-n", 32),),
+             timeout_s=FAST_S),
+    _new_run("i51-address-space-3g", "3 GiB of address space (ulimit -v), less than torch's libraries map",
+             limits=(("-v", 3 * 1024 * 1024),), timeout_s=FAST_S),
+    _new_run("i51-file-size-2m", "files of at most 2 MiB (ulimit -f 2048)", limits=(("-f", 2048),),
+             timeout_s=FAST_S),
+    _new_run("i51-run-name-parent", "a run name of ../../x (a path, not a name)", "--set", "name=../../x",
+             timeout_s=FAST_S),
+    _new_run("i51-run-name-rtl-override", "a run name holding a right-to-left override character",
+             "--set", "name=run\u202egnp.exe", timeout_s=FAST_S),
+    _bad_config("i51-config-duplicate-key", "a key written twice in one mapping (YAML keeps the last silently)",
+                text="extends: {config}\niterations: 2\niterations: 3\n"),
+    _bad_config("i51-config-nested-50000", "flow collections nested 50,000 levels deep",
+                text="a: " + "[" * 50_000 + "]" * 50_000 + "\n"),
+    _new_run("i51-cache-interval-zero", "a feature cache with an interval of 0",
+             "--set", "explore.cache.kind=taylorseer", "--set", "explore.cache.options.cache_interval=0",
+             timeout_s=FAST_S),
+    Case("i51-calibrate-zero-prompts", "input", "calibrate-explore --prompts 0",
+         ("calibrate-explore", "{config}", "--prompts", "0", "--out", "{case}/cal"), timeout_s=FAST_S),
+    Case("i51-calibrate-min-spearman-above-one", "input", "calibrate-explore --min-spearman 1.5 (refused before the "
+         "work)", ("calibrate-explore", "{config}", "--min-spearman", "1.5", "--out", "{case}/cal"), timeout_s=FAST_S),
+    Case("i51-presets-write-unwritable", "input", "presets --write into a folder without write permission",
+         ("presets", "--write", "demo", "{case}/ro/demo.yaml"), (("mkdir", {"path": "{case}/ro"}),
+                                                       ("read_only", {"path": "{case}/ro"})),
+         unprivileged=True, timeout_s=FAST_S),
 )
 
 KINDS = ("input", "damage", "force", "signal")

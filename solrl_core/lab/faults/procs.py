@@ -58,6 +58,12 @@ def unprivileged(argv: list[str]) -> list[str]:
     return [setpriv, "--bounding-set=-dac_override,-dac_read_search", *argv]
 
 
+def limited(argv: list[str], limits) -> list[str]:
+    """`argv` run under the shell's `ulimit` options `limits` (("-n", 32), ...), soft and hard, as a user sets them."""
+    options = "; ".join(f"ulimit {flag} {int(value)}" for flag, value in limits)
+    return ["bash", "-c", f'{options} && exec "$@"', "limited", *argv]
+
+
 _SMALL_DISK = """size=$1 mnt=$2 src=$3; shift 3
 mount -t tmpfs -o size=${size}k tmpfs "$mnt" && cp -a "$src" "$mnt/run" || exit 97
 "$@"; rc=$?

@@ -225,6 +225,8 @@ def run_case(ctx: Context, case: Case) -> dict:
         argv = procs.on_small_disk(inner, run_dir, case_dir / "disk", SMALL_DISK_FREE_KB)
     if case.pipe:
         argv = _piped(argv, case.pipe)
+    if case.limits:
+        argv = procs.limited(argv, case.limits)
     if case.unprivileged:
         argv = procs.unprivileged(argv)
     from solrl_core.run.rundir import RunDir

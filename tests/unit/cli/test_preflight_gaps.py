@@ -209,4 +209,5 @@ def test_a_full_disk_under_the_sqlite_store_while_logging_is_one_line(tmp_path, 
         event.remove(Engine, "connect", cap)
     message = str(info.value)
     assert "\n" not in message and "database error: database or disk is full" in message, message
+    assert "free on the disk of" in message and "free some space there or use another tracking.uri" in message
     assert f"MLflow at {uri} failed while logging iteration 0" in message

@@ -50,3 +50,27 @@ def test_a_folder_holding_someone_elses_config_is_not_a_run_directory(tmp_path):
     run.config_path.write_text(run.config_path.read_text().replace("iterations:", "iterations: 3\nxiterations:", 1))
     with pytest.raises(SolrlError, match="is damaged"):
         run_status(run)
+
+
+def test_a_complete_stage_whose_file_was_deleted_or_cut_is_damaged(tmp_path):
+    """`solrl status` checks each complete stage's files against its manifest (sizes, a stat each): a file deleted or
+    truncated since is "DAMAGED" with the command that rebuilds it, and the iteration is no longer complete."""
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, load_config(TINY))
+    with run.hold():
+        with run.stage_output(0, "select") as out:
+            (out / "summary.json").write_text('{"version": 1}')
+            (out / "data.txt").write_text("x" * 100)
+        run.commit(0, "select", {"version": 1}, {})
+    assert run_status(run)["damaged"] == []
+
+    (run.stage_dir(0, "select") / "data.txt").write_text("x" * 10)
+    data = run_status(run)
+    assert [(d["iteration"], d["stage"]) for d in data["damaged"]] == [(0, "select")]
+    assert data["iterations"][0]["stages"]["select"] == "damaged"
+    text = status_text(data)
+    assert "damaged      : iter_0000/select/data.txt is damaged" in text
+    assert f"solrl stage select --run-dir {run.root} --iteration 0 --force" in text
+
+    (run.stage_dir(0, "select") / "data.txt").unlink()
+    assert "(missing)" in status_text(run_status(run))

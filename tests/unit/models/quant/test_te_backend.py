@@ -1,6 +1,6 @@
-"""Transformer Engine backend on a real GPU. Everything here needs transformer-engine (which needs CUDA); the
-whole module is skipped, with the reason, elsewhere. The TE wiring is also tested without TE, against a fake,
-in test_quant_backends.py."""
+"""Transformer Engine backend on a real GPU. Everything here needs transformer-engine (which needs CUDA): elsewhere
+the module is not collected (conftest.py beside it) or, imported alone, skipped with the reason. The TE wiring is
+also tested without TE, against a fake, in test_quant_backends.py."""
 
 import copy
 
