@@ -86,6 +86,6 @@ def test_make_server_starts_mlflow_through_flows_mlflow_server_and_says_where_it
     plan = subprocess.run(["make", "-n", "server", f"MLFLOW_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
     assert (f'{sys.prefix}/bin/python -m flows.mlflow_server {port} "sqlite:///{ROOT}/mlruns.db" '
-            f'"{ROOT}/mlartifacts" &') in plan
+            f'"{ROOT}/mlartifacts" --host 127.0.0.1 ') in plan
     assert f"MLFLOW_TRACKING_URI=http://127.0.0.1:{port}" in plan
     assert f"http://127.0.0.1:{port}/#/experiments?{TRAINING_VIEW}" in plan
