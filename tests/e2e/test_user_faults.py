@@ -5,7 +5,6 @@ starts). The same faults in process: tests/unit/cli/test_user_faults_in_process.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from pathlib import Path
@@ -49,12 +48,17 @@ def test_config_is_a_directory(run_cli, tmp_path):
     assert_one_line_error(proc, str(tmp_path), "is a directory")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
-def test_config_unreadable_for_real(run_cli, tmp_path):
+def test_config_unreadable_for_real(session_env, tmp_path):
+    """As root too: the command runs without the capabilities that let root read any file (procs.unprivileged)."""
+    import subprocess
+
+    from solrl_core.lab.faults.procs import unprivileged
+
     config = tmp_path / "secret.yaml"
     config.write_text(f"extends: {TINY}\n")
     config.chmod(0)
-    proc = run_cli("train", str(config), "--run-dir", str(tmp_path / "r"), check=False)
+    argv = unprivileged([sys.executable, "-m", "flows.cli", "train", str(config), "--run-dir", str(tmp_path / "r")])
+    proc = subprocess.run(argv, env=session_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert_one_line_error(proc, str(config), "Permission denied")
 
 
