@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from flows.servers import HOST
+from flows.servers import HOST, exposure_allowed
+from solrl_core.exposure import WILDCARDS, local_address
 from solrl_core.mlflow_links import health_failure, record_server, server_record
 from solrl_core.orphan_guard import guarded
 
@@ -58,7 +59,7 @@ def allowed_hosts(host: str, port: int) -> list[str]:
     a public address as Host header: its DNS-rebinding guard). None of it for 127.0.0.1 or a wildcard bind."""
     import socket
 
-    if host in (HOST, "0.0.0.0", "::"):
+    if host == HOST or host in WILDCARDS:
         return []
     names = dict.fromkeys([host, socket.gethostname(), "localhost", HOST])
     return ["--allowed-hosts", ",".join(f"{n}{p}" for n in names for p in ("", f":{port}"))]
@@ -92,7 +93,7 @@ def serve(port: int, store: str, artifacts: str, host: str = HOST) -> int:
 
 
 def _watch(server: subprocess.Popen, port: int, store: str, host: str) -> int:
-    uri = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    uri = f"http://{local_address(host)}:{port}"
 
     def stop(*_) -> None:
         raise SystemExit(0)
@@ -120,9 +121,6 @@ def _watch(server: subprocess.Popen, port: int, store: str, host: str) -> int:
 def main(argv: list[str]) -> None:
     import argparse
 
-    from solrl_core.errors import SolrlError
-    from solrl_core.exposure import check_exposure
-
     parser = argparse.ArgumentParser(prog="python -m flows.mlflow_server", description="The MLflow server of make "
                                      "server")
     parser.add_argument("port", type=int)
@@ -132,15 +130,9 @@ def main(argv: list[str]) -> None:
                         f"needs {USER} and {PASSWORD}")
     parser.add_argument("--insecure", action="store_true", help="bind beyond loopback without authentication")
     args = parser.parse_args(argv)
-    try:
-        warning = check_exposure(args.host, "MLflow server", WHAT_A_CALLER_CAN_DO, authenticated(),
-                                 f"set {USER} and {PASSWORD} (its basic-auth app; the same two variables let "
-                                 "solrl and MLflow's clients in)", args.insecure)
-    except SolrlError as exc:
-        print(f"solrl: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    if warning:
-        print(f"solrl: {warning}", file=sys.stderr, flush=True)
+    exposure_allowed(args.host, "MLflow server", WHAT_A_CALLER_CAN_DO, authenticated(),
+                     f"set {USER} and {PASSWORD} (its basic-auth app; the same two variables let solrl and MLflow's "
+                     "clients in)", args.insecure)
     sys.exit(serve(args.port, args.store, args.artifacts, args.host))
 
 

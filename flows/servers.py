@@ -36,7 +36,25 @@ def _reachable_as(host: str) -> str:
     """The address a browser on another machine calls for a server bound to `host` (a wildcard: this host's name)."""
     import socket
 
-    return socket.gethostname() if host in ("0.0.0.0", "::", "[::]") else host
+    from solrl_core.exposure import WILDCARDS
+
+    return socket.gethostname() if host in WILDCARDS else host
+
+
+def exposure_allowed(host: str, server: str, lets_a_caller: str, authenticated: bool, how: str,
+                     insecure: bool) -> None:
+    """`check_exposure` for a server about to start: its warning on stderr, or its refusal as the one-line error and
+    exit 2 (the server does not start)."""
+    from flows.user_errors import report, say
+    from solrl_core.errors import SolrlError
+    from solrl_core.exposure import check_exposure
+
+    try:
+        warning = check_exposure(host, server, lets_a_caller, authenticated, how, insecure)
+    except SolrlError as exc:
+        sys.exit(report(exc))
+    if warning:
+        say(f"solrl: {warning}")
 
 
 def prefect_server_env(port: int, database: Path | None = None, environ=os.environ, host: str = HOST) -> dict[str, str]:
@@ -102,19 +120,9 @@ def _arguments(argv: list[str]):
 
 
 def main(argv: list[str]) -> None:
-    from solrl_core.errors import SolrlError
-    from solrl_core.exposure import check_exposure
-
     args = _arguments(argv)
-    try:
-        warning = check_exposure(args.host, "Prefect server", WHAT_A_CALLER_CAN_DO, bool(os.environ.get(AUTH_SETTING)),
-                                 f"set {AUTH_SETTING}=user:password (its clients then set PREFECT_API_AUTH_STRING)",
-                                 args.insecure)
-    except SolrlError as exc:
-        print(f"solrl: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    if warning:
-        print(f"solrl: {warning}", file=sys.stderr, flush=True)
+    exposure_allowed(args.host, "Prefect server", WHAT_A_CALLER_CAN_DO, bool(os.environ.get(AUTH_SETTING)),
+                     f"set {AUTH_SETTING}=user:password (its clients then set PREFECT_API_AUTH_STRING)", args.insecure)
     env = prefect_server_env(args.port, args.database, host=args.host)
     if DATABASE_URL in env:
         args.database.absolute().parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import logging
 import math
@@ -41,7 +42,7 @@ from solrl_core.grids import frame_count, frame_strip, save_gif
 from solrl_core.pool_plots import best_worst_grid, proxy_final_scatter, top_bottom_animations, top_bottom_grids
 from solrl_core.credentials import remember, with_credentials
 from solrl_core.redaction import redact, redact_tree
-from solrl_core.resource_limits import limit_error
+from solrl_core.resource_limits import causes, limit_error
 from solrl_core.run.rundir import STAGES, RunDir, read_json, write_json_atomic
 from solrl_core.run.storage import local_file, location, save_image
 from solrl_core.userfiles import closest_existing, format_bytes
@@ -364,10 +365,7 @@ def _store_failure(exc: Exception, where: str) -> str | None:
     import requests
     from mlflow.exceptions import MlflowException
 
-    chain, seen = [], exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = list(itertools.islice(causes(exc), 10))
     text = " ".join(str(e) for e in chain)
     if "OperationalError" in text or any(type(e).__name__ == "OperationalError" for e in chain):
         drivers = [str(e) for e in chain if type(e).__name__ == "OperationalError"]

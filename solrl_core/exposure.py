@@ -14,6 +14,12 @@ import ipaddress
 from solrl_core.errors import SolrlError
 
 LOOPBACK_NAMES = ("localhost",)
+WILDCARDS = ("0.0.0.0", "::", "[::]")  # every address of the machine
+
+
+def local_address(host: str) -> str:
+    """Where a process on this machine reaches a server bound to `host` (a wildcard bind: 127.0.0.1)."""
+    return "127.0.0.1" if host in WILDCARDS else host
 
 
 def is_loopback(host: str) -> bool:

@@ -71,7 +71,8 @@ def check_resource_limits() -> None:
                          f"`ulimit -f unlimited`; {_RAISE_IT}")
 
 
-def _chain(exc: BaseException):
+def causes(exc: BaseException):
+    """`exc`, then its cause (or context), then that one's, ... once each."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -81,7 +82,7 @@ def _chain(exc: BaseException):
 
 def limit_error(exc: BaseException) -> SolrlError | None:
     """The one-line error of an exception a resource limit caused (anywhere in its chain of causes), or None."""
-    for link in _chain(exc):
+    for link in causes(exc):
         text = str(link)
         if isinstance(link, OSError) and link.errno in (errno.EMFILE, errno.ENFILE):
             files = _soft(resource.RLIMIT_NOFILE)
