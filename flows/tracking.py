@@ -107,7 +107,15 @@ def connect(uri: str):
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     import mlflow
 
+    user_setting = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(with_credentials(route(uri)))  # run.json records the store redacted
+    # MLflow also exports the URI as MLFLOW_TRACKING_URI, for its subprocesses: the user's variable is put back, or a
+    # later new run of this process (a sweep, a matrix) would land in this store rather than where `tracking_uri` says
+    # (and the credentials would reach every child's environment)
+    if user_setting is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = user_setting
     if route(uri) not in _opened:
         with store_lock(uri):  # a new sqlite store: one process creates its schema, the others wait and find it
             mlflow.MlflowClient().search_experiments(max_results=1)

@@ -22,11 +22,14 @@ BEYOND = "0.0.0.0"  # every address of the machine: beyond loopback
 USER, PASSWORD = "alice", "s3cret-for-the-test"
 
 
+CALL_TIMEOUT = 120  # seconds: the first call that reaches MLflow's store makes its schema, slow on a loaded machine
+
+
 def _status(url: str, auth: str | None = None) -> int:
     request = urllib.request.Request(url, headers={"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
                                      if auth else {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -38,7 +41,7 @@ def _call(url: str, body: dict | None = None) -> bytes:
                "Content-Type": "application/json"}
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as response:
         return response.read()
 
 

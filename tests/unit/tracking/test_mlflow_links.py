@@ -87,6 +87,25 @@ def test_mlflow_prints_no_run_links_on_stdout_once_connected(tmp_path, capsys, m
     assert capsys.readouterr().out == ""
 
 
+def test_a_store_connected_to_does_not_become_the_next_new_runs_store(tmp_path, monkeypatch):
+    """MLflow exports the URI it is set to as MLFLOW_TRACKING_URI; connect puts the user's variable back, so a new run
+    later in the same process (a sweep, a matrix) still goes where tracking.uri / the variable / the working directory
+    says, and the store's URI (credentials and all) does not reach the children's environment."""
+    import os
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    tracking.connect(sqlite_store(tmp_path / "a" / "mlruns.db"))
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    monkeypatch.chdir(tmp_path / "b")
+    assert tracking.tracking_uri(load_config(TINY)) == sqlite_store(tmp_path / "b" / "mlruns.db")
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", sqlite_store(tmp_path / "b" / "team.db"))
+    tracking.connect(sqlite_store(tmp_path / "a" / "mlruns.db"))
+    assert os.environ["MLFLOW_TRACKING_URI"] == sqlite_store(tmp_path / "b" / "team.db")
+
+
 def test_few_params_are_logged_the_config_is_an_artifact():
     for config in (TINY, ROOT / "configs" / "demo.yaml", ROOT / "configs" / "pools.yaml"):
         cfg = load_config(config)
