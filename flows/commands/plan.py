@@ -35,12 +35,17 @@ def cmd_plan(args) -> int:
         if args.family and args.family not in FAMILIES:
             raise SolrlError(f"unknown family '{args.family}'; known: {', '.join(FAMILIES)}")
         result = plan_config(load_config(args.target, args.set or []), args.gpu, gpus=args.gpus,
-                             utilisation=args.utilisation, model=args.model, calibration=cal)
+                             utilisation=args.utilisation, model=args.model, calibration=cal,
+                             price_per_gpu_hour=args.price)
         if args.family:
             result["families"] = {args.family: result["families"][args.family]}
+            result["run"] = {args.family: result["run"][args.family]}
     else:
         if args.model:
             raise SolrlError("--model prices a CONFIG's shapes on another backbone; with a model name, drop it")
+        if args.price is not None:
+            raise SolrlError(f"--price costs a CONFIG's whole run (its iterations and evaluations); give a config, "
+                             f"e.g. solrl plan {args.target}_sol_rl_pickscore --gpu {args.gpu} --price {args.price:g}")
         result = plan(args.target, args.gpu, family=args.family, gpus=args.gpus, utilisation=args.utilisation,
                       calibration=cal)
     print(json.dumps(result, indent=2) if args.json else format_plan(result))
@@ -101,14 +106,29 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _price(text: str) -> float:
+    """A price per GPU-hour: a finite number above 0 (argparse reports anything else in one line)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a price: give a number above 0, e.g. 2.5")
+    return value
+
+
 def register(sub) -> None:
     p = sub.add_parser("plan", help="predict seconds per stage and iteration of each family on a GPU",
                        description="Count the FLOPs of one forward of a full-size backbone (meta device, no weights) "
                        "and predict each family's seconds per stage on a GPU from its published dense throughput "
                        "at a stated utilisation, at a run config's per-iteration sizes (CONFIG) or the official "
                        "ones (MODEL). With a CONFIG it also states each stage's memory per GPU and what the run "
-                       "writes to its run directory per iteration and in all. --paper compares the predictions with "
-                       "the paper's iteration times.")
+                       "writes to its run directory per iteration and in all, and the whole run: its iterations, "
+                       "evaluations and audits in wall-clock hours on the GPUs, GPU-hours and, with --price, cost, per "
+                       "family. --paper compares the predictions with the paper's iteration times.")
     p.add_argument("target", nargs="?", metavar="CONFIG|MODEL",
                    help="a run config, a file or a packaged name (its backbone and per-iteration sizes; the other "
                    "families at the same sizes; `solrl presets` lists the names) or a model: "
@@ -118,6 +138,8 @@ def register(sub) -> None:
     p.add_argument("--gpu", help="b200, gb200, b300, h100, h200, a100, rtx-pro-6000, rtx-5090, l40s, ...")
     p.add_argument("--family", help="one family only (default: all four)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs per iteration (default 8, as the paper)")
+    p.add_argument("--price", type=_price, metavar="USD_PER_GPU_HOUR",
+                   help="with CONFIG: the price of one GPU-hour, to cost each family's whole run (e.g. 2.5)")
     p.add_argument("--utilisation", type=float, default=None, help="fraction of peak throughput (default 0.4)")
     p.add_argument("--paper", action="store_true", help="the paper's three models against its reported times")
     p.add_argument("--calibration", metavar="REPORT_JSON",

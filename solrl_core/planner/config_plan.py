@@ -116,9 +116,10 @@ def config_forward(cfg, model: str | None = None) -> tuple[ForwardFlops, dict, s
 
 
 def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, model: str | None = None,
-                calibration=None) -> dict:
+                calibration=None, price_per_gpu_hour: float | None = None) -> dict:
     """The plan of a validated ``RunConfig`` on ``gpus`` × ``gpu``: the same keys as ``planner.cost_model.plan`` plus
-    ``config`` and ``config_family``. SolrlError (one line) for an unknown GPU or model. ``calibration``: as in
+    ``config``, ``config_family`` and ``run`` (each family's whole run, ``run_total.run_totals``, costed at
+    ``price_per_gpu_hour`` when given). SolrlError (one line) for an unknown GPU or model. ``calibration``: as in
     ``planner.cost_model.plan``."""
     from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
 
@@ -135,7 +136,10 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
                          update_assumption(objective_for(cfg)))
     from solrl_core.planner.disk import run_disk
 
-    extra = {"disk": run_disk(cfg, model).to_dict()}
+    from solrl_core.planner.run_total import run_totals
+
+    run = run_totals(cfg, costs, fwd, tp, per_image["total"], price_per_gpu_hour)
+    extra = {"run": {family: total.to_dict() for family, total in run.items()}, "disk": run_disk(cfg, model).to_dict()}
     if not model:
         extra["memory"] = config_memory(cfg, g)
     return {"config": cfg.name, "config_family": cfg.family, **calibrated(result, calibration), **extra}

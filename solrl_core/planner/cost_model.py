@@ -364,6 +364,10 @@ def format_plan(result: dict) -> str:
     prompts = next(iter(result["families"].values()))["shapes"]["prompts"]
     lines.append(f"Seconds per RL iteration ({prompts} prompts). Assumptions:")
     lines += [f"  - {a}" for a in result["assumptions"]]
+    if result.get("run"):
+        from solrl_core.planner.run_total import format_run_totals
+
+        lines += ["", format_run_totals(result["run"], result["gpus"], result["gpu_title"], result.get("config_family"))]
     if result.get("memory"):
         lines += ["", _memory_line(result["memory"])]
     if result.get("disk"):

@@ -183,6 +183,13 @@ def evaluation_count(cfg) -> int:
     return 0 if not every else 1 + n // every + (1 if n % every else 0)
 
 
+def audit_count(cfg) -> int:
+    """Audits of a run: the iterations `stages.audit.audit_due` audits."""
+    from solrl_core.stages.audit import audit_due
+
+    return sum(audit_due(cfg, i) for i in range(cfg.iterations))
+
+
 def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
     """At most how many prompts the run encodes into its text cache (``text_cache.run_prompts``): the training
     prompts it can draw (all of them with ``model.release_text_encoders``), the evaluated ones, the calibration
@@ -229,7 +236,7 @@ def disk_estimate(cfg, shapes: SampleShapes, distilled_guidance: bool = False) -
     once = {"text cache": _encoded_prompts(cfg, distilled_guidance) * shapes.conditioning_bytes,
             "initial adapters": checkpoint_bytes(shapes)["adapters"]}
     return DiskEstimate(per_iteration, evaluation, audit, once, cfg.iterations, evaluation_count(cfg),
-                        cfg.iterations // cfg.audit.every if cfg.audit.every else 0)
+                        audit_count(cfg))
 
 
 def run_disk(cfg, model: str | None = None) -> DiskEstimate:

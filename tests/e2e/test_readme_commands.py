@@ -134,7 +134,7 @@ SOLRL_CONCRETE = {
         "tests/unit/config/test_packaged_configs.py::test_write_gives_a_file_that_works_anywhere_and_refuses_to_overwrite",
     "solrl train configs/presets/flux1_sol_rl_pickscore.yaml --iterations 1 --set model.path=/tmp/tiny-flux": BACKBONES,
     "solrl stage explore --run-dir runs/demo-pools --iteration 0 --force": HERE,
-    "solrl plan configs/presets/flux1_sol_rl_pickscore.yaml --gpu h100": HERE,
+    "solrl plan configs/presets/flux1_sol_rl_pickscore.yaml --gpu h100 --gpus 4 --price 2.5": HERE,
     "solrl plan flux1 --gpu h100": HERE,
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,

@@ -237,3 +237,60 @@ def test_the_embedded_video_model_is_priced_by_its_own_forward():
     assert (f["image_tokens"], f["text_tokens"], WIDTH) == (64, 8, 192)
     assert f["attention"] == pytest.approx(4 * 2 * 2 * WIDTH * 64 * (64 + 8))
     assert f["model"] == "embedded_video" and 0.3 < f["low_precision_share"] < 0.8  # feed-forward in 4 bits
+
+
+def test_the_whole_run_adds_iterations_evaluations_and_audits_and_costs_gpu_hours():
+    """Each family's whole run (solrl_core/planner/run_total.py) against a count made here: iterations x the
+    family's seconds per iteration, plus the evaluations' and audits' full-precision forwards at the plan's bf16
+    rate; GPU-hours scale with the GPUs, the cost with the price."""
+    from solrl_core.planner.flops import forward_flops
+
+    cfg = load_config(PRESETS / "flux1_sol_rl_pickscore.yaml", ["iterations=40", "eval.every=15", "audit.every=10"])
+    result = plan_config(cfg, "h100", gpus=4, price_per_gpu_hour=2.5)
+    fwd, bf16 = forward_flops("flux1"), get_gpu("h100").bf16 * 1e12 * 0.4 * 4
+    per_image = result["per_image_flops"]["total"]
+    evaluation = cfg.eval.num_prompts * cfg.eval.seeds_per_prompt * (cfg.eval.steps * fwd.total + per_image) / bf16
+    for family, total in result["run"].items():
+        cost = result["families"][family]
+        shapes = cost["shapes"]
+        audit = shapes["prompts"] * shapes["seeds"] * (shapes["regenerate_steps"] * fwd.total + per_image) / bf16
+        assert (total["iterations"], total["evaluations"], total["audits"]) == (40, 4, 4)  # before, after 15, 30 and 40
+        assert total["wall_s"] == pytest.approx(40 * cost["seconds"]["iteration"] + 4 * evaluation + 4 * audit)
+        assert total["gpu_hours"] == pytest.approx(total["wall_s"] / 3600 * 4)
+        assert total["cost"] == pytest.approx(total["gpu_hours"] * 2.5)
+    eight = plan_config(cfg, "h100", gpus=8)["run"]["sol_rl"]
+    assert eight["wall_s"] == pytest.approx(result["run"]["sol_rl"]["wall_s"] / 2)  # work split evenly, no overlap
+    assert eight["gpu_hours"] == pytest.approx(result["run"]["sol_rl"]["gpu_hours"]) and eight["cost"] is None
+
+
+def test_the_plan_text_shows_the_whole_run_per_family_and_the_saving():
+    from solrl_core.planner.cost_model import format_plan
+
+    result = plan_config(load_config(PRESETS / "flux1_sol_rl_pickscore.yaml"), "h200", gpus=4, price_per_gpu_hour=3)
+    text = format_plan(result)
+    run = result["run"]
+    assert "Whole run (300 iterations, 16 evaluations) on 4 x NVIDIA H200" in text
+    assert "| cost at 3 per GPU-hour |" in text
+    for family, total in run.items():
+        assert f"| {total['gpu_hours']:.3g} | {total['cost']:,.2f} |" in text, family
+    saved = run["naive_scaling"]["gpu_hours"] - run["sol_rl"]["gpu_hours"]
+    assert saved > 0 and f"sol_rl saves {saved:.3g} GPU-hours against naive_scaling" in text
+    assert "Give --price" in format_plan(plan_config(load_config(PRESETS / "flux1_sol_rl_pickscore.yaml"), "h200"))
+
+
+def test_the_cli_costs_a_configs_run_and_refuses_a_price_it_cannot_use(capsys):
+    import json
+
+    from flows.cli import main
+
+    assert main(["plan", "flux1_sol_rl_pickscore", "--gpu", "h100", "--gpus", "4", "--price", "2.5", "--family",
+                 "sol_rl", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["run"]) == ["sol_rl"] and out["run"]["sol_rl"]["price_per_gpu_hour"] == 2.5
+    assert main(["plan", "flux1", "--gpu", "h100", "--price", "2.5"]) == 2  # a model has no iterations to cost
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--price costs a CONFIG's whole run" in err[0] and "flux1_sol_rl_pickscore" in err[0]
+    for bad in ("0", "-1", "nan", "cheap"):
+        with pytest.raises(SystemExit) as info:
+            main(["plan", "flux1_sol_rl_pickscore", "--gpu", "h100", "--price", bad])
+        assert info.value.code == 2 and f"'{bad}' is not a price" in capsys.readouterr().err
