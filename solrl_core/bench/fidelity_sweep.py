@@ -18,7 +18,6 @@ false``), and W0 quantized with θ_old's LoRA in high precision beside it (``qua
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -39,6 +38,7 @@ from solrl_core.rl.fidelity import ranking_fidelity
 from solrl_core.models.sampler import resolve_sampler, sample
 from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters
+from solrl_core.stages.transformer_copies import fresh_transformer
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def lora_settings(cfg: RunConfig) -> tuple[Setting, list[Setting]]:
 def _model(cfg: RunConfig, setting: Setting, adapters: Path | None):
     """The base model's copy under `setting`: θ_old of `adapters` merged or as a branch (`setting.lora`)."""
     backbone = load_backbone(cfg)
-    transformer = copy.deepcopy(backbone.transformer).eval()
+    transformer = fresh_transformer(backbone)
     factors = None
     if setting.lora:
         if adapters is None:

@@ -120,6 +120,15 @@ def clear_reward_cache() -> None:
         _cache.clear()
 
 
+def release_rewards(names) -> None:
+    """Forget the loaded models of the rewards `names` (under every spec): a reward only the evaluation scores leaves
+    the device between evaluations (its memory goes back once nothing else holds it) and loads again at the next."""
+    names = set(names)
+    with _lock:
+        for key in [key for key in _cache if key[0] in names]:
+            del _cache[key]
+
+
 def check_reward_names(names) -> None:
     """SolrlError naming the first name that is neither registered nor an importable plug-in."""
     for name in names:

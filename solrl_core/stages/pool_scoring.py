@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import create_array
 from solrl_core.rewards.base import Reward, torch_device
-from solrl_core.rewards.registry import load_rewards, reward_batch_size, weighted_sum
+from solrl_core.rewards.registry import load_rewards, release_rewards, reward_batch_size, weighted_sum
 from solrl_core.stages.context import StageContext
 from solrl_core.run.storage import remove_tree, zarr_store
 from solrl_core.torch_threads import intra_op_threads, set_threads
@@ -315,6 +315,7 @@ class PoolScoring:
     desc: str
     n_rows: int
     unit: int  # the lcm of the rewards' batch sizes
+    release: tuple[str, ...] = ()  # rewards the process forgets once it has scored (`release_rewards`)
     bar_unit = "row"
 
     def prepare(self, ctx: StageContext) -> None:
@@ -327,7 +328,10 @@ class PoolScoring:
         return False
 
     def whole(self, ctx: StageContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        return score_pool(ctx, self.pool, self.desc, self.weights)
+        try:
+            return score_pool(ctx, self.pool, self.desc, self.weights)
+        finally:
+            release_rewards(self.release)
 
     def run_shard(self, ctx: StageContext, shard) -> tuple[dict, dict[str, list[float]]]:
         rows = shard.rows(self.unit, self.n_rows)
@@ -338,7 +342,10 @@ class PoolScoring:
         store.committed = dict.fromkeys(rewards, rows.start)
         images = group["image"]
         what = _what(ctx, self.pool)
-        RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b])).run(rows.stop)
+        try:
+            RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b])).run(rows.stop)
+        finally:
+            release_rewards(self.release)
         return {"scored": len(rows)}, {name: values[rows.start:rows.stop].tolist() for name, values in
                                        store.values.items()}
 
@@ -353,8 +360,11 @@ class PoolScoring:
 
 def pool_scoring(ctx: StageContext, pool_path: Path, desc: str, weights: Mapping[str, float] | None = None
                  ) -> PoolScoring:
-    """The scoring of the pool at `pool_path` with `weights` (default: the training rewards)."""
+    """The scoring of the pool at `pool_path` with `weights` (default: the training rewards); the rewards of
+    `weights` that do not train (an evaluation's gold or own rewards) are released once scored, so they hold no
+    device memory between evaluations."""
     weights = dict(weights or ctx.cfg.rewards)
     n_rows = int(zarr.open_group(zarr_store(pool_path), mode="r").attrs["n_rows"])
     unit = math.lcm(*(reward_batch_size(name, ctx.cfg.reward_models) for name in weights))
-    return PoolScoring(pool_path, weights, desc, n_rows, unit)
+    release = tuple(name for name in weights if name not in ctx.cfg.rewards)
+    return PoolScoring(pool_path, weights, desc, n_rows, unit, release)

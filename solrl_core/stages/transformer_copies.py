@@ -7,13 +7,15 @@ import copy
 import torch
 
 from solrl_core.models.backbones.base import Backbone
+from solrl_core.models.module_caches import own_method_caches
 from solrl_core.stages.context import StageContext
 from solrl_core.run.storage import load_tensors
 
 
 def fresh_transformer(backbone: Backbone) -> torch.nn.Module:
-    """A private copy of the base transformer, safe to load other weights into, merge into or quantize."""
-    return copy.deepcopy(backbone.transformer).eval()
+    """A private copy of the base transformer, safe to load other weights into, merge into or quantize; its method
+    caches are its own (`own_method_caches`: freed with the copy)."""
+    return own_method_caches(copy.deepcopy(backbone.transformer).eval())
 
 
 def weight_sharing_transformer(backbone: Backbone) -> torch.nn.Module:
@@ -22,10 +24,11 @@ def weight_sharing_transformer(backbone: Backbone) -> torch.nn.Module:
     For the LoRA policy: peft wraps the copy's layers (the cached module tree is untouched) and never writes to base
     weights; merged weights are computed out of place (`LoraPolicy.merged_weights`). Replacing modules (quantization)
     or parameters (`merged_transformer`) in the copy is safe; anything that writes weights in place
-    (load_state_dict, `.to(dtype)`) must use `fresh_transformer` instead."""
+    (load_state_dict, `.to(dtype)`) must use `fresh_transformer` instead. Its method caches are its own, as
+    `fresh_transformer`'s."""
     base = backbone.transformer
     shared = {id(t): t for t in (*base.parameters(), *base.buffers())}
-    return copy.deepcopy(base, memo=shared).eval()
+    return own_method_caches(copy.deepcopy(base, memo=shared).eval())
 
 
 def merged_transformer(backbone: Backbone, merged: dict[str, torch.Tensor]) -> torch.nn.Module:

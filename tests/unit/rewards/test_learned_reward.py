@@ -84,6 +84,20 @@ def test_an_evaluation_with_a_gold_evaluator_stores_gold_and_the_gap(tmp_path):
     assert metrics["gold_gap"] == pytest.approx(learned - gold, abs=1e-6)
 
 
+def test_a_reward_only_the_evaluation_scores_is_released_once_it_has_scored(tmp_path):
+    """The gold evaluator (a model) is loaded for each evaluation and forgotten after it, so it holds no device memory
+    through the iterations; the training reward stays loaded."""
+    cfg = load_config(TINY, ["eval.gold=embedded_learned", "eval.every=1", "eval.num_prompts=1",
+                             "eval.seeds_per_prompt=2", "eval.steps=2"])
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, cfg)
+    training, gold = get_reward("embedded"), get_reward("embedded_learned")
+    assert get_reward("embedded_learned") is gold  # cached while nothing releases it
+    assert "gold" in run_eval(run, cfg, 0)["metrics"]
+    assert get_reward("embedded") is training
+    assert get_reward("embedded_learned") is not gold
+
+
 def test_the_learned_demo_trains_on_the_learned_reward_and_evaluates_gold(tmp_path):
     """configs/demo_learned.yaml is the demo with the learned reward trained on and the programmatic one as gold; one
     evaluation of its initial policy reports both (the training itself is the demo's, run in test_pipeline)."""

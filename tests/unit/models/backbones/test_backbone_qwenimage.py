@@ -146,3 +146,33 @@ def test_resolution_must_fit_the_packing(tiny_dir):
 
 def test_load_errors(tiny_dir, tmp_path):
     checks.assert_path_errors(MODEL_KIND, tiny_dir, tmp_path, "vae")
+
+
+def test_a_dropped_transformer_copy_frees_its_rotary_module(backbone):
+    """diffusers memoizes Qwen-Image's rotary tables in class-level caches keyed by the module, so a plain copy of
+    the transformer, once used and dropped, stays alive with its tables (the run makes a copy per iteration: the
+    explore copy, the evaluation's policy). The run's copies have caches of their own, freed with them, and give the
+    same velocity as the base model."""
+    import copy
+    import gc
+    import weakref
+
+    from solrl_core.stages.transformer_copies import fresh_transformer, weight_sharing_transformer
+
+    x = backbone.initial_noise([0])
+    sigma = torch.full((1,), 0.7)
+    cond = backbone.encode_prompts(PROMPTS[:1])
+    expected = backbone.velocity(backbone.transformer, x, sigma, cond)
+
+    def used_then_dropped(model) -> weakref.ref:
+        torch.testing.assert_close(backbone.velocity(model, x, sigma, cond), expected, rtol=0, atol=0)
+        torch.testing.assert_close(backbone.velocity(model, x, sigma, cond), expected, rtol=0, atol=0)  # cached
+        return weakref.ref(model.pos_embed)
+
+    plain = used_then_dropped(copy.deepcopy(backbone.transformer))
+    gc.collect()
+    assert plain() is not None  # the cause: diffusers' class-level cache holds it
+    for make in (fresh_transformer, weight_sharing_transformer):
+        rotary = used_then_dropped(make(backbone))
+        gc.collect()
+        assert rotary() is None, make.__name__
