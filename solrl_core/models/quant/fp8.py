@@ -15,6 +15,13 @@ this emulates, and of ``torch._scaled_mm``'s decode scales):
 A tensor whose amax is below 448 / FLT_MAX (~1.3e-36) gets S capped at FLT_MAX; values then round as far as
 float32 allows. Non-finite input raises ValueError, unless ``check_finite=False`` (a layer's per-call activation
 path: no host sync; a NaN or ±inf input then gives a NaN output, see ``as_float32``).
+
+Activations (``fp8_encode_activation``, ``fp8_qdq_activation``: what an explore copy's FP8 layers run per call)
+take the same arithmetic without a float32 copy of the whole input: the amax is read in the input's own dtype
+(``aminmax``: exact, the largest magnitude is one of the input's values), and the float32 scaling, clamping and
+rounding run on chunks of at most ``CHUNK_ELEMENTS`` elements. Their temporaries are one chunk's (16 MiB of float32)
+whatever the batch, where a whole-tensor float32 path holds three float32 copies of the input at its peak (FLUX.1's
+explore batch: GiBs per layer call). The codes, and so the outputs, are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -62,3 +69,57 @@ def fp8_quantize_dequantize(x: torch.Tensor, check_finite: bool = True) -> torch
     """
     codes, S = fp8_encode(x, check_finite)
     return fp8_decode(codes, S).to(x.dtype)
+
+
+CHUNK_ELEMENTS = 1 << 22  # float32 elements of the activation paths' one temporary (16 MiB)
+
+
+def _activation_scale(x: torch.Tensor) -> torch.Tensor:
+    """S for ``x`` from its amax read in its own dtype: no float32 copy (aminmax: no |x| temporary either)."""
+    low, high = torch.aminmax(x.detach())
+    return fp8_scale(torch.maximum(high.to(torch.float32), low.to(torch.float32).neg()))
+
+
+def _row_chunks(rows: int, cols: int):
+    """Row ranges of a (rows, cols) matrix holding at most CHUNK_ELEMENTS elements each (one row at least)."""
+    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
+    return ((a, min(a + step, rows)) for a in range(0, rows, step))
+
+
+def _scaled_chunk(x: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """clamp(x · S, ±448) in float32 for one chunk: a float32 copy scaled and clamped in place."""
+    return x.detach().to(torch.float32, copy=True).mul_(S).clamp_(-E4M3_MAX, E4M3_MAX)
+
+
+def fp8_encode_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fp8_encode(x, check_finite=False)`` (the same codes and scale) with one chunk's float32 temporary (module
+    docstring); the codes have ``x``'s shape."""
+    if not x.is_floating_point():
+        raise TypeError(f"fp8_encode_activation needs a floating-point tensor, got {x.dtype}")
+    if x.numel() == 0:
+        return x.detach().to(torch.float8_e4m3fn), torch.ones((), dtype=torch.float32, device=x.device)
+    S = _activation_scale(x)
+    flat = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+    codes = torch.empty(flat.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    for a, b in _row_chunks(*flat.shape):
+        codes[a:b].copy_(_scaled_chunk(flat[a:b], S))  # the cast rounds to nearest, ties to even, as .to() does
+    return codes.reshape(x.shape), S
+
+
+def fp8_qdq_activation(x: torch.Tensor) -> torch.Tensor:
+    """``fp8_quantize_dequantize(x, check_finite=False)`` (bit for bit) with one chunk's temporaries: each chunk is
+    encoded, decoded and written into the output in ``x``'s dtype."""
+    if not x.is_floating_point():
+        raise TypeError(f"fp8_qdq_activation needs a floating-point tensor, got {x.dtype}")
+    if x.numel() == 0:
+        return x.detach().clone()
+    S = _activation_scale(x)
+    inverse = 1.0 / S
+    flat = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+    out = torch.empty(flat.shape, dtype=x.dtype, device=x.device)
+    for a, b in _row_chunks(*flat.shape):
+        chunk = _scaled_chunk(flat[a:b], S)
+        chunk.copy_(chunk.to(torch.float8_e4m3fn))  # rounded to E4M3, back in float32
+        out[a:b].copy_(chunk.mul_(inverse))
+        del chunk  # before the next chunk is made: one float32 chunk alive at a time
+    return out.reshape(x.shape)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solrl_core.models.quant.fp8 import fp8_encode, fp8_quantize_dequantize
+from solrl_core.models.quant.fp8 import fp8_encode, fp8_encode_activation, fp8_qdq_activation, fp8_quantize_dequantize
 from solrl_core.models.quant.linear import WeightErrorMixin, _load_bias, _placeholder, _source, rel_error_tensor
 
 
@@ -58,7 +58,7 @@ class FP8EmulatedLinear(_FrozenLinearBase):
         _load_bias(self, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(fp8_quantize_dequantize(x, check_finite=False), self.weight, self.bias)
+        return F.linear(fp8_qdq_activation(x), self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ", fmt=fp8 (emulated)"
@@ -94,7 +94,7 @@ class ScaledMMFP8Linear(_FrozenLinearBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        codes, S = fp8_encode(x2, check_finite=False)
+        codes, S = fp8_encode_activation(x2)  # no float32 copy of the input (solrl_core/models/quant/fp8.py)
         y = torch._scaled_mm(
             codes.contiguous(),  # (tokens, in), row-major
             self.weight_fp8.t(),  # (in, out), column-major as the GEMM wants
@@ -103,7 +103,7 @@ class ScaledMMFP8Linear(_FrozenLinearBase):
             out_dtype=torch.float32,
         )
         if self.bias is not None:
-            y = y + self.bias.float()
+            y.add_(self.bias.float())  # in place: the float32 output is the only one
         return y.to(x.dtype).reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:

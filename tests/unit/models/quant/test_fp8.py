@@ -176,3 +176,84 @@ def test_bf16_linear_rounds_weights_inputs_and_outputs():
     assert torch.equal(layer(x), expected.to(bf).float())
     assert layer(x).dtype == torch.float32
     assert 0.0 < layer.weight_rel_error < 0.01
+
+
+# ---- the activation paths: the same codes, one chunk's float32 temporary -------------------------------------------
+def _activations(dtype):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 9, 40, generator=g) * 3
+    x[0, 0, :4] = torch.tensor([0.0, -0.0, 1e-30, -6e4])  # zeros, a tiny value, the amax (negative, fp16's range)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chunk", [7, 40, 1 << 22])  # under a row, rows and a ragged last chunk, the whole tensor
+def test_the_activation_paths_equal_the_whole_tensor_float32_path_bit_for_bit(dtype, chunk, monkeypatch):
+    import solrl_core.models.quant.fp8 as fp8
+
+    from solrl_core.models.quant.fp8 import fp8_encode_activation, fp8_qdq_activation
+
+    monkeypatch.setattr(fp8, "CHUNK_ELEMENTS", chunk)
+    x = _activations(dtype)
+    codes, S = fp8_encode_activation(x)
+    ref_codes, ref_S = fp8_encode(x, check_finite=False)
+    assert codes.shape == x.shape and torch.equal(codes.view(torch.uint8), ref_codes.view(torch.uint8))
+    assert torch.equal(S, ref_S)
+    out = fp8_qdq_activation(x)
+    assert out.dtype == dtype and torch.equal(out, fp8_quantize_dequantize(x, check_finite=False))
+    x[1, 2, 3] = float("nan")  # no check, no sync: a NaN input gives NaN out, as the whole-tensor path
+    assert torch.isnan(fp8_qdq_activation(x)).all()
+    empty = torch.empty(0, 8, dtype=dtype)
+    assert fp8_qdq_activation(empty).shape == (0, 8) and fp8_encode_activation(empty)[1].item() == 1.0
+
+
+def _peak_temporary_bytes(fn, x) -> int:
+    """The most bytes of tensors made inside `fn(x)` alive at once (a dispatch mode counts every new storage and
+    its release)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Live(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.now = self.peak = 0
+            self.known = {x.untyped_storage().data_ptr()}
+
+        def _free(self, ptr, n):
+            self.now -= n
+            self.known.discard(ptr)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.known:
+                    storage = t.untyped_storage()
+                    self.known.add(storage.data_ptr())
+                    self.now += storage.nbytes()
+                    self.peak = max(self.peak, self.now)
+                    weakref.finalize(t, self._free, storage.data_ptr(), storage.nbytes())
+            return out
+
+    with Live() as live:
+        result = fn(x)
+        del result
+    return live.peak
+
+
+def test_the_activation_paths_hold_one_chunk_of_float32_beside_their_output(monkeypatch):
+    """An explore-sized bf16 activation: the whole-tensor path peaks at several float32 copies of it; the activation
+    path at its output (codes: 1 byte an element; qdq: the input's dtype) plus one chunk."""
+    import solrl_core.models.quant.fp8 as fp8
+
+    from solrl_core.models.quant.fp8 import fp8_encode_activation, fp8_qdq_activation
+
+    monkeypatch.setattr(fp8, "CHUNK_ELEMENTS", 1 << 14)
+    x = torch.randn(64, 1024, dtype=torch.bfloat16)  # 2^16 elements, 4 chunks
+    n, chunk = x.numel(), 4 * (1 << 14)
+    whole = _peak_temporary_bytes(lambda t: fp8_quantize_dequantize(t, check_finite=False), x)
+    assert whole >= 3 * 4 * n  # float32 copies of the whole input
+    lean = _peak_temporary_bytes(fp8_qdq_activation, x)
+    assert lean <= 2 * n + chunk + chunk // 4 + 64  # the bf16 output, one float32 chunk, its E4M3 codes, scalars
+    assert _peak_temporary_bytes(lambda t: fp8_encode_activation(t)[0], x) <= n + chunk + 64
