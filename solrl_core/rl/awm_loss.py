@@ -29,7 +29,7 @@ def awm_log_prob(v: torch.Tensor, eps: torch.Tensor, x0: torch.Tensor, t: torch.
     """The per-pair (B,) ghuber-weighted log-likelihood of the velocity v at x_t against the target ε − x0, in
     float64; t is (B,)."""
     err = _sample_mean((v.double() - (eps.double() - x0.double())) ** 2)
-    floor = torch.tensor(EPS, dtype=torch.float64, device=err.device)
+    floor = err.new_full((), EPS)  # made on the device: no host-to-device copy per micro-batch
     return -((err + EPS) ** power - floor ** power) * t.double().reshape(-1) / power
 
 

@@ -133,3 +133,18 @@ def test_the_gradient_is_the_advantage_weighted_log_likelihoods():
                        advantage_max=1, clip_range=1, kl_weight=0, old_kl_weight=0)
     loss.backward()
     assert (v.grad[0] < 0).all() and (v.grad[1] > 0).all()  # gradient descent raises row 0's v, lowers row 1's
+
+
+def test_the_log_likelihood_and_loss_copy_nothing_to_the_device():
+    """AWM's per-micro-batch formulas on a (faked) GPU: no host-to-device copy and no sync (a constant made on the
+    host would be one copy per call, two per micro-batch)."""
+    from solrl_core.testing.fake_cuda import fake_cuda
+
+    with fake_cuda() as gpu:
+        v, eps, x0 = (torch.randn(4, DIM, device="cuda") for _ in range(3))
+        t = torch.rand(4, device="cuda")
+        before = len(gpu.uploads)
+        log_prob = awm_log_prob(v, eps, x0, t, 1.0)
+        awm_loss(log_prob, awm_log_prob(v, eps, x0, t, 1.0), torch.randn(4, device="cuda", dtype=torch.float64), v,
+                 v, v, adv_clip=5.0, advantage_max=1.0, clip_range=0.2, kl_weight=0.1, old_kl_weight=0.1)
+        assert gpu.uploads[before:] == [] and gpu.syncs == []
