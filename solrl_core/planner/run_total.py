@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from solrl_core.planner.cost_model import Shapes, Throughput
 from solrl_core.planner.disk import audit_count, evaluation_count
 from solrl_core.planner.flops import ForwardFlops
 
@@ -60,19 +59,21 @@ class RunTotal:
         return {**asdict(self), "wall_s": self.wall_s, "gpu_hours": self.gpu_hours, "cost": self.cost}
 
 
-def evaluation_seconds(cfg, fwd: ForwardFlops, tp: Throughput, per_image_flops: float) -> float:
-    """Seconds of one held-out evaluation: its samples' full-precision forwards, decodes and rewards."""
+def evaluation_seconds(cfg, fwd: ForwardFlops, tp, per_image_flops: float) -> float:
+    """Seconds of one held-out evaluation: its samples' full-precision forwards, decodes and rewards (`tp`: the
+    plan's `cost_model.Throughput`)."""
     samples = cfg.eval.num_prompts * cfg.eval.seeds_per_prompt
     return samples * (cfg.eval.steps * fwd.total + per_image_flops) / tp.rate("bf16")
 
 
-def audit_seconds(shapes: Shapes, fwd: ForwardFlops, tp: Throughput, per_image_flops: float) -> float:
-    """Seconds of one audit: the whole explore pool regenerated at full precision, decoded and scored."""
-    samples = shapes.prompts * shapes.seeds
-    return samples * (shapes.regenerate_steps * fwd.total + per_image_flops) / tp.rate("bf16")
+def audit_seconds(shapes: dict, fwd: ForwardFlops, tp, per_image_flops: float) -> float:
+    """Seconds of one audit: the whole explore pool regenerated at full precision, decoded and scored (`shapes`: a
+    family's `cost_model.Shapes` as a dict, as its iteration cost holds it)."""
+    samples = shapes["prompts"] * shapes["seeds"]
+    return samples * (shapes["regenerate_steps"] * fwd.total + per_image_flops) / tp.rate("bf16")
 
 
-def run_totals(cfg, costs: dict[str, dict], fwd: ForwardFlops, tp: Throughput, per_image_flops: float,
+def run_totals(cfg, costs: dict[str, dict], fwd: ForwardFlops, tp, per_image_flops: float,
                price_per_gpu_hour: float | None = None) -> dict[str, RunTotal]:
     """Each family's ``RunTotal`` from its per-iteration cost (``cost_model.iteration_cost``) and the config's
     iterations, evaluations and audits."""
@@ -80,7 +81,7 @@ def run_totals(cfg, costs: dict[str, dict], fwd: ForwardFlops, tp: Throughput, p
     one_evaluation = evaluation_seconds(cfg, fwd, tp, per_image_flops)
     out = {}
     for family, cost in costs.items():
-        shapes = Shapes(**cost["shapes"])
+        shapes = cost["shapes"]
         out[family] = RunTotal(
             family=family, iterations=cfg.iterations, evaluations=evaluations, audits=audits,
             iterations_s=cfg.iterations * cost["seconds"]["iteration"], evaluations_s=evaluations * one_evaluation,

@@ -249,7 +249,7 @@ def test_inline_scores_equal_the_split_score_stages_bit_for_bit_whatever_the_thr
         scorer.close()
         assert torch.get_num_threads() == 2  # the sampling thread keeps its own count
         torch.set_num_threads(1)  # a device worker of the split score stage
-        ctx = SimpleNamespace(cfg=SimpleNamespace(reward_models=models), iteration=0)
+        ctx = SimpleNamespace(cfg=SimpleNamespace(reward_models=models, rewards=weights), iteration=0)
         work = pool_scoring(ctx, pool, "score", weights)
         assert (work.n_rows, work.unit) == (N_ROWS, 4)
         reports = [{"shard": shard.index, "result": work.run_shard(ctx, shard)[1]}
