@@ -80,6 +80,15 @@ def _activation_scale(x: torch.Tensor) -> torch.Tensor:
     return fp8_scale(torch.maximum(high.to(torch.float32), low.to(torch.float32).neg()))
 
 
+def _matrix(x: torch.Tensor, what: str) -> torch.Tensor | None:
+    """``x`` as a (rows, last dim) view for the activation paths; None when it is empty. TypeError unless float."""
+    if not x.is_floating_point():
+        raise TypeError(f"{what} needs a floating-point tensor, got {x.dtype}")
+    if x.numel() == 0:
+        return None
+    return x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+
+
 def _row_chunks(rows: int, cols: int):
     """Row ranges of a (rows, cols) matrix holding at most CHUNK_ELEMENTS elements each (one row at least)."""
     step = max(1, CHUNK_ELEMENTS // max(cols, 1))
@@ -94,12 +103,10 @@ def _scaled_chunk(x: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
 def fp8_encode_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``fp8_encode(x, check_finite=False)`` (the same codes and scale) with one chunk's float32 temporary (module
     docstring); the codes have ``x``'s shape."""
-    if not x.is_floating_point():
-        raise TypeError(f"fp8_encode_activation needs a floating-point tensor, got {x.dtype}")
-    if x.numel() == 0:
+    flat = _matrix(x, "fp8_encode_activation")
+    if flat is None:
         return x.detach().to(torch.float8_e4m3fn), torch.ones((), dtype=torch.float32, device=x.device)
     S = _activation_scale(x)
-    flat = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
     codes = torch.empty(flat.shape, dtype=torch.float8_e4m3fn, device=x.device)
     for a, b in _row_chunks(*flat.shape):
         codes[a:b].copy_(_scaled_chunk(flat[a:b], S))  # the cast rounds to nearest, ties to even, as .to() does
@@ -109,13 +116,11 @@ def fp8_encode_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def fp8_qdq_activation(x: torch.Tensor) -> torch.Tensor:
     """``fp8_quantize_dequantize(x, check_finite=False)`` (bit for bit) with one chunk's temporaries: each chunk is
     encoded, decoded and written into the output in ``x``'s dtype."""
-    if not x.is_floating_point():
-        raise TypeError(f"fp8_qdq_activation needs a floating-point tensor, got {x.dtype}")
-    if x.numel() == 0:
+    flat = _matrix(x, "fp8_qdq_activation")
+    if flat is None:
         return x.detach().clone()
     S = _activation_scale(x)
     inverse = 1.0 / S
-    flat = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
     out = torch.empty(flat.shape, dtype=x.dtype, device=x.device)
     for a, b in _row_chunks(*flat.shape):
         chunk = _scaled_chunk(flat[a:b], S)
