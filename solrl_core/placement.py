@@ -85,15 +85,19 @@ def check_gpus_for_processes(processes: int, device: str) -> None:
 def check_update_devices(cfg) -> None:
     """What the update needs of this machine: `model.device`, and a GPU for each of its `train.processes` ranks."""
     check_present(cfg.model.device, "model.device")
-    if not str(cfg.model.device).startswith("cuda") and update_on_device_workers(cfg):
-        return  # CPU ranks that are the device workers' own processes (check_update_ranks counts them)
+    if (not str(cfg.model.device).startswith("cuda") and update_on_device_workers(cfg)
+            and cfg.orchestration.devices != "auto"):
+        return  # CPU ranks that are the listed device workers' own processes (check_update_ranks counts them)
     check_gpus_for_processes(cfg.train.processes, cfg.model.device)
 
 
 def update_on_device_workers(cfg) -> bool:
     """Whether the update's ranks run on the run's device workers (tasks/shards.py): a local cluster of several
-    devices and one training machine; otherwise torchrun starts them."""
-    return cfg.orchestration.dask_address is None and cfg.train.nodes == 1 and len(resolve_devices(cfg)) > 1
+    devices, or an update of several ranks, on one training machine; otherwise (ranks that span machines, a Dask
+    cluster this run did not start) torchrun starts them. A one-machine update of several ranks thus never starts
+    beside a model its flow process holds: that process holds none."""
+    return (cfg.orchestration.dask_address is None and cfg.train.nodes == 1
+            and (len(resolve_devices(cfg)) > 1 or cfg.train.processes > 1))
 
 
 def check_update_ranks(cfg) -> None:
@@ -122,7 +126,8 @@ def check_devices(cfg, update: bool = True) -> None:
 
 def resolve_devices(cfg) -> list[str]:
     """The devices of `cfg.orchestration.devices`: the list as given, or for `auto` every visible CUDA device when
-    `model.device` is a CUDA device and CUDA is available, else `model.device` alone."""
+    `model.device` is a CUDA device and CUDA is available, else `model.device` once per update rank of a one-machine
+    run (`train.processes`: each rank a device worker that keeps its model, as a GPU's does), else once."""
     devices = cfg.orchestration.devices
     if devices != "auto":
         return list(devices)
@@ -130,7 +135,8 @@ def resolve_devices(cfg) -> list[str]:
 
     if torch.device(cfg.model.device).type == "cuda" and torch.cuda.is_available():
         return [f"cuda:{k}" for k in range(torch.cuda.device_count())]
-    return [cfg.model.device]
+    local_ranks = cfg.orchestration.dask_address is None and cfg.train.nodes == 1
+    return [cfg.model.device] * (cfg.train.processes if local_ranks else 1)
 
 
 def splits_over_devices(cfg) -> bool:

@@ -64,7 +64,8 @@ def devices_auto() -> tuple[list[str], str]:
 
     model_device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = SimpleNamespace(model=SimpleNamespace(device=model_device),
-                          orchestration=SimpleNamespace(devices="auto"))
+                          orchestration=SimpleNamespace(devices="auto", dask_address=None),
+                          train=SimpleNamespace(processes=1, nodes=1))
     return resolve_devices(cfg), model_device
 
 

@@ -50,6 +50,28 @@ def load_sibling(cfg: RunConfig, path: str) -> Backbone:
     return _load_sibling(cfg.model.model_dump_json(), path)
 
 
+def held_models() -> int:
+    """How many models (backbones and sibling views) this process holds in its cache now."""
+    return _load_backbone.cache_info().currsize + _load_sibling.cache_info().currsize
+
+
+def drop_models() -> None:
+    """Forget this process's cached models and give their device memory back: before other processes load the model
+    on the same devices (a torchrun-started update whose rank 0 shares this process's GPU). The next model work in
+    this process loads again (counted by `model_loads`)."""
+    import gc
+
+    import torch
+
+    held = held_models()
+    _load_sibling.cache_clear()
+    _load_backbone.cache_clear()
+    if held:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 def model_loads() -> int:
     """How many models this process has loaded so far (recorded with each piece of work it runs)."""
     return len(_load_seconds)

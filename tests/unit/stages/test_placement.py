@@ -143,3 +143,26 @@ def test_more_update_ranks_than_device_workers_is_refused_before_any_work(monkey
                                 "train.rdzv_endpoint=127.0.0.1:29400"])
     assert not update_on_device_workers(across)  # torchrun on every machine: its own ranks (not the workers')
     check_devices(across)
+
+
+def test_a_one_machine_update_of_several_ranks_runs_on_device_workers(monkeypatch):
+    """`train.processes` > 1 on one machine: each rank is a device worker that keeps its model (on a CPU, `auto` is
+    the model's device once per rank), so no torchrun rank loads beside a model the flow process holds; a list of
+    one GPU for two ranks (rank 0 would share GPU 0 with the flow's copy) is refused."""
+    from solrl_core.placement import splits_over_devices, update_on_device_workers
+
+    monkeypatch.setattr(placement, "cpu_cores", lambda: 2)
+    two = load_config(TINY, ["train.processes=2"])
+    assert resolve_devices(two) == ["cpu", "cpu"] and splits_over_devices(two) and update_on_device_workers(two)
+    check_devices(two)
+    with pytest.raises(SolrlError, match=r"^train.processes is 3 .* 2 CPU cores .*; set train.processes to 2 or less$"):
+        check_devices(load_config(TINY, ["train.processes=3"]))
+    across = load_config(TINY, ["train.processes=2", "train.nodes=2", "train.rdzv_endpoint=127.0.0.1:29400"])
+    assert resolve_devices(across) == ["cpu"] and not update_on_device_workers(across)  # torchrun on each machine
+    with fake_cuda(device_count=2):
+        one_gpu = load_config(TINY, ["model.device=cuda", "orchestration.devices=[cuda:0]", "train.processes=2",
+                                     "train.dist_backend=nccl"])
+        assert update_on_device_workers(one_gpu)
+        with pytest.raises(SolrlError, match=r"train.processes is 2, but the update's ranks run on the 1 device "
+                                             r"workers \(orchestration.devices: cuda:0\); set train.processes to 1"):
+            check_devices(one_gpu)
