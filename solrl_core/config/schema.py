@@ -132,6 +132,19 @@ class ModelConfig(_Strict):
         False, description="drop the text encoders from the device once every prompt of the run is cached"
     )
     allow_downloads: bool = Field(False, description="let from_pretrained reach the hub (off: local files only)")
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="torch.compile the sampling copies (explore, regenerate, evaluation, audit; compiled once "
+        "per process, reused by every later copy: solrl_core/models/compiled.py): auto = on a CUDA device (as the "
+        "reference compiles its inference copies), off on a CPU (the first compile costs more than a demo run saves)")
+    compile_mode: str | None = Field(
+        None, description="torch.compile mode of the sampling copies; null = max-autotune-no-cudagraphs on a GPU "
+        "(UniRL's Sol-RL scouts), default on a CPU")
+    compile_backend: str = Field(
+        "inductor", description="torch.compile backend of the sampling copies (inductor; eager or aot_eager trace "
+        "without generating kernels, for debugging)")
+    tf32: bool = Field(
+        True, description="TensorFloat-32 matrix products for float32 work on a CUDA device (the LoRA θ's layers, "
+        "float32 rewards; flow_grpo's allow_tf32); no effect on a CPU")
 
 
 

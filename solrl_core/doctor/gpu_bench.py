@@ -186,11 +186,33 @@ def _meta_model(config: dict) -> torch.nn.Module:
         return getattr(diffusers, config["_class_name"]).from_config(config)
 
 
+def _time_compiled(explore: torch.nn.Module, call, eager_out: torch.Tensor, eager_seconds: float, device: str,
+                   repeats: int, backend: str) -> dict:
+    """The same copy compiled as a run compiles its sampling copies (``models.compiled``): the first call's seconds
+    (the compile), seconds per forward after it, the speed-up over eager and the output's relative difference."""
+    from solrl_core.models.compiled import compile_in_place, compile_mode
+
+    mode = compile_mode(SimpleNamespace(compile_mode=None, device=device))
+    torch._dynamo.reset()  # each precision's copy compiles anew: its first call times its compile
+    compile_in_place(explore, backend, mode)
+    with torch.no_grad():
+        start = time.perf_counter()
+        out = call(explore)[0].detach()
+        _sync(device)
+        first = time.perf_counter() - start
+        seconds = _time(lambda: call(explore), device, repeats)
+    return {"backend": backend, "mode": mode if backend == "inductor" else None, "compile_seconds": first,
+            "seconds_per_forward": seconds, "speedup": eager_seconds / seconds, "rel_error": _rel(out, eager_out)}
+
+
 def _time_precisions(spec, config: dict, image_tokens: int, text_tokens: int, min_width: int, batch: int,
-                     device: str, dtype: torch.dtype, precisions, repeats: int) -> tuple:
-    """Build the model of ``config`` and time a forward of ``batch`` samples per precision; (the base model, the
-    forward's FLOPs, the throughput rows, the relative errors). CUDA out-of-memory propagates (``measure`` halves)."""
+                     device: str, dtype: torch.dtype, precisions, repeats: int, compile_backend: str | None = None
+                     ) -> tuple:
+    """Build the model of ``config`` and time a forward of ``batch`` samples per precision, eager and, with
+    ``compile_backend``, compiled; (the base model, the forward's FLOPs, the throughput rows, the relative errors).
+    CUDA out-of-memory propagates (``measure`` halves)."""
     from solrl_core.planner.flops import count_flops, example_inputs
+    from solrl_core.models.compiled import compilable
     from solrl_core.models.quant.backends import apply_backend, resolve_backend
     from solrl_core.stages.transformer_copies import weight_sharing_transformer
 
@@ -232,6 +254,8 @@ def _time_precisions(spec, config: dict, image_tokens: int, text_tokens: int, mi
         row["tflops"] = _share_rate(flops, low, seconds, throughput.get("bf16"))
         # W0 + this precision's copy + one explore batch's forward: the transformer part of an explore process
         row["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+        if compile_backend and compilable(explore):  # not on fake tensors (the fake-CUDA tier)
+            row["compiled"] = _time_compiled(explore, call, outputs[name], seconds, device, repeats, compile_backend)
         throughput[name] = row
         del explore
     errors = {}
@@ -247,8 +271,11 @@ def _time_precisions(spec, config: dict, image_tokens: int, text_tokens: int, mi
 def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = None, precisions=PRECISIONS,
             repeats: int = 3, batch: int | None = None, dtype: torch.dtype | None = None, run_config=None,
             config_directory=None, config_overrides: dict | None = None, image_tokens: int | None = None,
-            text_tokens: int | None = None, min_width: int | None = None, micro_batch: int | None = None) -> dict:
-    """The bench's measurements as a dict (see the module docstring). ``blocks``: at most this many transformer
+            text_tokens: int | None = None, min_width: int | None = None, micro_batch: int | None = None,
+            compile_backend: str | None = "auto") -> dict:
+    """The bench's measurements as a dict (see the module docstring). ``compile_backend``: also time each precision's
+    copy compiled with this torch.compile backend (``auto``: inductor on a CUDA device, none on a CPU, where its
+    compile takes minutes; None: eager only). ``blocks``: at most this many transformer
     blocks (None: the whole model, halved on out-of-memory). ``batch``, ``dtype``, ``micro_batch`` and the LoRA
     settings come from ``run_config`` (default: the model's official preset, ``preset_config``) unless given. The
     other keyword overrides shrink the model and the sample (tests run it on a CPU at tiny sizes); without them it
@@ -266,6 +293,8 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
     image_tokens = image_tokens or spec.image_tokens
     text_tokens = text_tokens or spec.text_tokens
     min_width = spec.min_width if min_width is None else min_width
+    if compile_backend == "auto":
+        compile_backend = "inductor" if torch.device(device).type == "cuda" else None
     full = _blocks(config)
     n = min(blocks or full, full)
     cut = "asked" if n < full else None
@@ -273,7 +302,8 @@ def measure(model: str = "flux1", device: str = "cuda", *, blocks: int | None = 
         cfg = _with_blocks(config, n)
         try:
             base, flops, throughput, errors = _time_precisions(spec, cfg, image_tokens, text_tokens, min_width,
-                                                               batch, device, dtype, precisions, repeats)
+                                                               batch, device, dtype, precisions, repeats,
+                                                               compile_backend)
             break
         except torch.cuda.OutOfMemoryError:
             if n <= 1:
@@ -402,6 +432,18 @@ def format_markdown(report: dict) -> str:
             out.append(f"| {name} | {row['impl']} | {1e3 * row['seconds_per_forward']:.2f} | "
                        f"{1e3 * row['seconds_per_sample']:.2f} | {row['tflops_forward']:.3g} | {share} | "
                        f"{row['replaced_layers']} | {_gib(row['peak_gib'])} | {_gib(row.get('planner_gib'))} |")
+    compiled = {name: row["compiled"] for name, row in report["throughput"].items() if "compiled" in row}
+    if compiled:
+        first = next(iter(compiled.values()))
+        mode = f", mode {first['mode']}" if first["mode"] else ""
+        out += ["", f"The same copies compiled as a run compiles its sampling copies (torch.compile, {first['backend']}"
+                f"{mode}): the first call includes the compile; output difference against eager (‖c − e‖ / ‖e‖).", "",
+                "| precision | compile s (first call) | ms / forward compiled | ms / forward eager | speed-up | "
+                "difference |", "|---|---:|---:|---:|---:|---:|"]
+        for name, c in compiled.items():
+            eager = report["throughput"][name]["seconds_per_forward"]
+            out.append(f"| {name} | {c['compile_seconds']:.1f} | {1e3 * c['seconds_per_forward']:.2f} | "
+                       f"{1e3 * eager:.2f} | {c['speedup']:.2f}× | {c['rel_error']:.2g} |")
     st = report.get("stages", {})
     if st:
         planned = st.get("planner_gib", {})

@@ -13,9 +13,12 @@ is set; the audit, when ``audit.every`` is. Text encoders count unless ``model.r
 ``model.dtype`` sets the bytes of the weights. An explore sibling (``explore.sibling.path``) stays loaded beside W0 in
 every stage of a device worker: its transformer's weights count in each (``sibling_model_of``).
 
-What the memory model leaves out — sampling batches (``explore.batch_size``, ``eval.batch_size``), VAE decoding
-(``model.decode_chunk``), the evaluation's other reward models — is not checked: the check refuses configs that
-cannot fit, it does not promise that the others do.
+Each sampling stage also holds its batch's activations (``sampling_batches``: ``explore.batch_size``,
+``regenerate.batch_size``, ``eval.batch_size``, doubled under classifier-free guidance; ``memory.sampling_bytes`` a
+sample). What the memory model leaves out — VAE decoding (``model.decode_chunk``), the low-precision layers' own
+temporaries — is not checked: the check refuses configs that cannot fit, it does not promise that the others do.
+The evaluation's reward models are loaded for the evaluation and released after it (``rewards.registry.
+release_rewards``): they never sit beside a training stage.
 
 Only a backbone the planner has a full-size model of is checked (``memory_model_of``): not the embedded model, a
 plug-in kind, or a local ``model.path`` whose transformer config differs from the full-size one (a tiny model from
@@ -44,7 +47,8 @@ MARGIN_GIB = 2.0
 
 _PARTS = {"weights": "W0", "quantized": "quantized layers", "merged": "merged LoRA layers",
           "lora": "LoRA training state", "adapters": "LoRA adapters", "text_encoders": "text encoders", "vae": "VAE",
-          "reward": "reward model", "activations": "activations", "sibling": "explore sibling"}
+          "reward": "reward model", "activations": "activations", "sibling": "explore sibling",
+          "sampling": "sampling batch"}
 
 
 @dataclass(frozen=True)
@@ -170,10 +174,27 @@ def _estimate(cfg, model: str, explore: ExploreCopy, **changes):
                     gradient_checkpointing=cfg.model.gradient_checkpointing,
                     samples_bytes=update_samples_bytes(cfg, full_size_latent(model, cfg.model.resolution,
                                                                                 cfg.model.frames)))
+    settings["sampling_batches"] = sampling_batches(cfg, model)
     settings.update(changes)
     targets = tuple(cfg.train.lora_targets) if cfg.train.lora_targets else None
     return memory_estimate(model, lora_rank=cfg.train.lora_rank, lora_targets=targets, image_tokens=image,
                            text_tokens=text, dtype=cfg.model.dtype, explore=explore, **settings)
+
+
+def sampling_batches(cfg, model: str) -> dict[str, int]:
+    """Samples per transformer forward of each sampling stage of ``cfg`` on the planner's ``model``: its batch size,
+    twice it under classifier-free guidance (the unconditional half rides in the same forward)."""
+    from solrl_core.planner.flops import get_model
+    from solrl_core.models.backbones.registry import backbone_spec
+
+    distilled = backbone_spec(get_model(model).backbone).defaults.distilled_guidance
+
+    def per_forward(batch: int, guidance: float) -> int:
+        return batch * (2 if guidance != 1.0 and not distilled else 1)
+
+    rollout, regenerate = cfg.guidance.rollout, cfg.regenerate.batch_size
+    return {"explore": per_forward(cfg.explore.batch_size, rollout), "regenerate": per_forward(regenerate, rollout),
+            "audit": per_forward(regenerate, rollout), "evaluation": per_forward(cfg.eval.batch_size, cfg.guidance.eval)}
 
 
 def _stages(cfg, model: str, copies: list[ExploreCopy], lora_branch: bool | None = None,

@@ -40,8 +40,13 @@ The other stages (``MemoryEstimate.stage_parts``), each with the text encoders, 
 The update also holds the iteration's samples on every rank (``samples``: what ``memory_estimate`` is given, from
 the run config; a Flow-GRPO trajectory of 1,152 FLUX.1 samples at 512 px is about 3 GiB).
 
-Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the sampling batches, text embeddings of the
-iteration's samples, and the no-grad forwards of v_old and v_ref (their activations are freed as they go).
+The sampling stages also hold their batch's activations when the caller says the batches (``sampling_batches``:
+the fit check does, from the run config): per sample, its latent and conditioning and the most a no-grad forward
+holds at once (``sampling_bytes``, measured on the meta device); FLUX.1 at 512 px: ~0.11 GiB a sample.
+
+Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the low-precision layers' own temporaries (an
+FP8 layer's input codes, chunked: ``quant.fp8.CHUNK_ELEMENTS``), text embeddings of the iteration's samples, and
+the no-grad forwards of v_old and v_ref (their activations are freed as they go).
 
     python -m solrl_core.planner.memory        # the table, as in docs/backbones.md
 """
@@ -434,6 +439,36 @@ def _activation_bytes(model: str, image_tokens: int, text_tokens: int, reuse_blo
     )
 
 
+def sampling_bytes(model: str, image_tokens: int | None = None, text_tokens: int | None = None) -> int:
+    """What one sample of a sampling batch adds to its stage's peak, in bytes: its input latent and conditioning and
+    the most a no-grad forward of it holds at once besides the weights (bf16, attention as FlashAttention computes
+    it: no score matrix), measured on the meta device (``planner.live_bytes``). A batch of B samples holds B times
+    this (a no-grad forward's tensors scale with the batch); classifier-free guidance runs 2B."""
+    m = get_model(model)
+    return _sampling_bytes(m.key, image_tokens or m.spec.image_tokens, text_tokens or m.spec.text_tokens)
+
+
+@lru_cache(maxsize=None)
+def _sampling_bytes(model: str, image_tokens: int, text_tokens: int) -> int:
+    from solrl_core.planner.live_bytes import peak_bytes
+
+    m = get_model(model)
+    module = _inference_module(m.key)
+    config = json.loads((config_dir() / m.spec.config_file).read_text())
+    inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and not k.endswith("_ids")
+              else v for k, v in example_inputs(m.spec.kind, config, image_tokens, text_tokens).items()}
+    tensors = [v for v in inputs.values() if torch.is_tensor(v)]
+    with torch.no_grad(), _flash_attention():
+        forward = peak_bytes(lambda *_: module(**inputs, return_dict=False), *tensors)
+    return forward + sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+@lru_cache(maxsize=None)
+def _inference_module(model: str) -> nn.Module:
+    """The full-size transformer of ``model`` in bf16 on the meta device, as a sampling copy runs it."""
+    return meta_transformer(model).to(torch.bfloat16).requires_grad_(False)
+
+
 # ---------------------------------------------------------------------------------------------- the estimate
 
 
@@ -456,6 +491,7 @@ class MemoryEstimate:
     lora_branch: bool = True  # quant.lora_branch: θ_old beside the quantized base, no merged layers in the copy
     explore_gib: dict[str, float] | None = None  # what the explore copy adds to W0: quantized and merged layers
     merged_gib: float = 0.0  # the targeted layers' W0 + ΔW, as the evaluation's policy holds them
+    sampling_gib: dict[str, float] | None = None  # stage -> its sampling batch's activations (None: not counted)
 
     @property
     def total_gib(self) -> float:
@@ -488,8 +524,11 @@ class MemoryEstimate:
         branch = {"weights": g["weights"], "adapters": adapters, **beside}
         evaluation = {"weights": g["weights"], "merged": self.merged_gib,
                       "adapters": self.lora_params * EVALUATION_ADAPTER_BYTES_PER_PARAM / GIB, **beside}
-        return {"explore": explore, "regenerate": branch, "update": dict(g), "evaluation": evaluation,
-                "audit": dict(branch)}
+        stages = {"explore": explore, "regenerate": branch, "update": dict(g), "evaluation": evaluation,
+                  "audit": dict(branch)}
+        for stage, gib in (self.sampling_gib or {}).items():
+            stages[stage] = {**stages[stage], "sampling": gib}
+        return stages
 
     @property
     def inference_gib(self) -> float:
@@ -539,15 +578,18 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
                     lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
                     gradient_checkpointing: bool = True, image_tokens: int | None = None,
                     text_tokens: int | None = None, dtype: str = "bfloat16",
-                    explore: ExploreCopy | None = None, samples_bytes: int = 0) -> MemoryEstimate:
+                    explore: ExploreCopy | None = None, samples_bytes: int = 0,
+                    sampling_batches: dict[str, int] | None = None) -> MemoryEstimate:
     """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted), by default
     as the model's presets run it; the keywords describe another run: the rank (None: ``official_rank``) and
     targets of θ and θ_old, the update without gradient checkpointing, one sample's image and text tokens (another
     resolution or text length: the activations are measured at those), ``model.dtype`` (float32: 4 bytes per value
     of the transformer, text encoders and VAE; the activations are then counted at the same width), and the explore
     copy (default: ``official_explore_copy``), and the bytes of the iteration's samples the update holds on every
-    rank (``planner.disk.update_samples_bytes``: the latents, a Flow-GRPO trajectory; 0 in the official table).
-    The activations are measured with the official targets at the official rank, at any rank or targets."""
+    rank (``planner.disk.update_samples_bytes``: the latents, a Flow-GRPO trajectory; 0 in the official table), and
+    the samples per forward of each sampling stage (``sampling_batches``: stage -> samples, twice the batch under
+    classifier-free guidance), whose activations (``sampling_bytes`` each) join those stages (none in the official
+    table). The activations are measured with the official targets at the official rank, at any rank or targets."""
     m = get_model(model)
     key = m.key
     if key not in SPECS:
@@ -583,7 +625,17 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         activation_per_pair_no_checkpointing=act.no_checkpointing, gib=gib, lora_rank=lora_rank,
         gradient_checkpointing=gradient_checkpointing, explore_copy=explore.backend.describe(),
         lora_branch=explore.lora_branch, explore_gib={k: v / GIB for k, v in copy.items()}, merged_gib=merged / GIB,
+        sampling_gib=_sampling_gib(key, sampling_batches, image_tokens, text_tokens, weight_bytes),
     )
+
+
+def _sampling_gib(model: str, batches: dict[str, int] | None, image_tokens, text_tokens,
+                  weight_bytes: int) -> dict[str, float] | None:
+    """Each sampling stage's batch activations (``sampling_bytes`` per sample, at the weights' width)."""
+    if not batches:
+        return None
+    per_sample = sampling_bytes(model, image_tokens, text_tokens) * (weight_bytes / BF16)
+    return {stage: samples * per_sample / GIB for stage, samples in batches.items()}
 
 
 def format_markdown(rows: list[MemoryEstimate]) -> str:

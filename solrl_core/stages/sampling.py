@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import CandidateWriter
+from solrl_core.models.compiled import compiled_copy
 from solrl_core.models.sampler import resolve_sampler, sample, schedule_sigmas
 from solrl_core.models.sde_sampler import sample_sde
 from solrl_core.models.seeds import derived_generator
@@ -222,7 +223,8 @@ class PoolSampling:
 
     def sample(self, ctx, backbone, batches: range | None = None, on_commit=None, desc: str | None = None):
         """`sample_into_pool` with these settings: every batch not done yet, or those of `batches` (a shard)."""
-        return sample_into_pool(self.path, self.on(ctx, backbone), self.model(ctx, backbone), self.prompts, self.prompt_index,
+        transformer = compiled_copy(self.model(ctx, backbone), ctx.cfg.model)  # model.compile
+        return sample_into_pool(self.path, self.on(ctx, backbone), transformer, self.prompts, self.prompt_index,
                                 self.seeds, self.steps, self.batch_size, self.keep_latents, self.attrs,
                                 ctx.progress, desc or self.desc, self.extra_columns, on_commit, ctx, batches,
                                 self.guidance, self.sde, self.keep_trajectory)

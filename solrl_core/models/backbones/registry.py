@@ -143,10 +143,21 @@ def check_backbone_files(model) -> None:
         adapter_class(model.kind).check_files(model)
 
 
+def set_tf32(model) -> None:
+    """`model.tf32`: this process's float32 matrix products and convolutions on CUDA in TensorFloat-32 (or not)."""
+    import torch
+
+    if torch.device(model.device).type == "cuda":
+        precision = "tf32" if model.tf32 else "ieee"  # torch's fp32_precision API (allow_tf32 is its legacy one)
+        torch.backends.cuda.matmul.fp32_precision = precision
+        torch.backends.cudnn.fp32_precision = precision
+
+
 def load_backbone(model) -> Backbone:
     """The adapter for a `model:` config section (solrl_core.config.schema.ModelConfig). A SolrlError when a plug-in's load
     raises (naming it) or when the loaded model generates at another resolution than `model.resolution` asks for (a
     setting that would be recorded in the run's config and not applied)."""
+    set_tf32(model)
     with plugin_code(model.kind, "model.kind", "load"):
         backbone = adapter_class(model.kind).load(model)
     made = getattr(backbone, "resolution", None)

@@ -272,3 +272,21 @@ def test_bench_cuda_path_builds_on_the_device_in_bf16_and_attaches_theta_there()
     assert {dtype for dtype, _ in seen} == {torch.bfloat16}
     assert report["device"]["planner_gpu"] == "h100" and report["model"]["dtype"] == "bfloat16"
     assert report["throughput"]["bf16"]["impl"] == "torch" and report["stages"]["ok"] == ["regenerate", "update"]
+
+
+def test_bench_times_each_precision_compiled_beside_eager(tmp_path):
+    """What the first GPU measures in one run (`auto`: inductor on CUDA); traced here with aot_eager on a CPU."""
+    report = gpu_bench.run_bench(tmp_path, "flux1", "cpu", planner_gpu="h100", blocks=2, repeats=1, batch=2,
+                                 precisions=("bf16",), config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8,
+                                 min_width=16, compile_backend="aot_eager")
+    rows = {name: row for name, row in report["throughput"].items() if "compiled" in row}
+    assert set(rows) == {"bf16"}
+    compiled = rows["bf16"]["compiled"]
+    assert compiled["backend"] == "aot_eager" and compiled["rel_error"] < 1e-5
+    assert compiled["seconds_per_forward"] > 0 and compiled["compile_seconds"] > 0
+    assert compiled["speedup"] == pytest.approx(rows["bf16"]["seconds_per_forward"] / compiled["seconds_per_forward"])
+    text = (tmp_path / "report.md").read_text()
+    assert "compiled as a run compiles its sampling copies (torch.compile, aot_eager)" in text and "| bf16 | " in text
+    assert "compiled" not in gpu_bench.measure("flux1", "cpu", blocks=2, repeats=1, batch=1, precisions=("bf16",),
+                                               config_overrides=TINY_FLUX, image_tokens=16, text_tokens=8,
+                                               min_width=16)["throughput"]["bf16"]  # auto on a CPU: eager only

@@ -208,38 +208,11 @@ def test_the_activation_paths_equal_the_whole_tensor_float32_path_bit_for_bit(dt
 
 
 def _peak_temporary_bytes(fn, x) -> int:
-    """The most bytes of tensors made inside `fn(x)` alive at once (a dispatch mode counts every new storage and
-    its release)."""
-    import weakref
+    """The most bytes of tensors made inside `fn(x)` alive at once (planner.live_bytes: a dispatch mode counts every
+    new storage and its release)."""
+    from solrl_core.planner.live_bytes import peak_bytes
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    class Live(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.now = self.peak = 0
-            self.known = {x.untyped_storage().data_ptr()}
-
-        def _free(self, ptr, n):
-            self.now -= n
-            self.known.discard(ptr)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.known:
-                    storage = t.untyped_storage()
-                    self.known.add(storage.data_ptr())
-                    self.now += storage.nbytes()
-                    self.peak = max(self.peak, self.now)
-                    weakref.finalize(t, self._free, storage.data_ptr(), storage.nbytes())
-            return out
-
-    with Live() as live:
-        result = fn(x)
-        del result
-    return live.peak
+    return peak_bytes(fn, x)
 
 
 def test_the_activation_paths_hold_one_chunk_of_float32_beside_their_output(monkeypatch):
