@@ -135,7 +135,7 @@ class ModelConfig(_Strict):
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the sampling copies (explore, regenerate, evaluation, audit; compiled once "
         "per process, reused by every later copy: solrl_core/models/compiled.py): auto = on a CUDA device (as the "
-        "reference compiles its inference copies), off on a CPU (the first compile costs more than a demo run saves)")
+        "reference compiles its inference copies), off on a CPU (a demo run breaks even: docs/lab/compile-2026-11-29.md)")
     compile_mode: str | None = Field(
         None, description="torch.compile mode of the sampling copies; null = max-autotune-no-cudagraphs on a GPU "
         "(UniRL's Sol-RL scouts), default on a CPU")

@@ -29,7 +29,7 @@ GPU_MODE = "max-autotune-no-cudagraphs"  # UniRL's Sol-RL scouts; CUDA graphs wo
 
 def compile_enabled(model_cfg) -> bool:
     """`model.compile`: true, false, or auto (on a CUDA device, as the reference compiles its inference copies;
-    off on a CPU, where the first compile costs more than a demo run's sampling saves: docs/lab/compile-2026-11-29.md)."""
+    off on a CPU, where a demo run of 24 iterations only breaks even: docs/lab/compile-2026-11-29.md)."""
     if model_cfg.compile == "auto":
         return torch.device(model_cfg.device).type == "cuda"
     return bool(model_cfg.compile)
