@@ -69,12 +69,13 @@ def _timed(call, repeats: int) -> tuple[torch.Tensor, float, float]:
     return out, first, statistics.median(times)
 
 
-def measure(model: str, batch: int, steps: int, repeats: int, tmp: Path) -> list[dict]:
+def measure(model: str, batch: int, steps: int, repeats: int, tmp: Path, backend: str = "inductor") -> list[dict]:
     from solrl_core.models.backbones.registry import load_backbone
     from solrl_core.models.compiled import compiled_copy
     from solrl_core.models.sampler import sample
 
     cfg = _config(model, tmp)
+    cfg.model.compile_backend = backend
     backbone = load_backbone(cfg.model)
     prompts = ["a red circle"] * batch
     cond = backbone.encode_prompts(prompts)
@@ -116,12 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8, help="samples per call (default 8)")
     parser.add_argument("--steps", type=int, default=6, help="sampling steps (default 6, the explore's)")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after the first (default 3)")
+    parser.add_argument("--backend", default="inductor",
+                        help="torch.compile backend (default inductor, what a run uses; aot_eager traces without "
+                        "generating kernels: a check of the tracing in seconds)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="solrl-compile-") as tmp:
         for model in args.models:
-            rows += measure(model, args.batch, args.steps, args.repeats, Path(tmp))
+            rows += measure(model, args.batch, args.steps, args.repeats, Path(tmp), args.backend)
             print(f"{model}: measured", flush=True)
     print(format_rows(rows))
     if args.json:

@@ -165,6 +165,8 @@ PYTHON_MODULES = {
     "solrl_core.config.explain": CONFIG_DOC,
     "solrl_core.doctor": DOCTOR_BENCH,
     "solrl_core.bench.fidelity_sweep": "tests/unit/bench/test_fidelity_sweep.py::test_lora_branch_at_full_precision_ranks_as_the_merged_copy",
+    "solrl_core.bench.compiled_vs_eager":
+        "tests/unit/bench/test_compiled_vs_eager.py::test_the_benchmark_measures_both_copies_and_writes_its_numbers",
     "flows.lab.prefect_latency": "tests/lab/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
     "flows.lab.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
     "solrl_core.doctor.acceptance":  # on a GPU only; its CPU path
