@@ -56,10 +56,12 @@ def tiny_overrides(model: str, directory: Path) -> list[str]:
 
 
 def run_overrides(iterations: int, device: str, dtype: str | None, precision: str) -> list[str]:
-    """What every acceptance run sets: its length, device, dtype (None: the config's) and explore precision, and one
-    update process (the stages run in this process)."""
+    """What every acceptance run sets: its length, device, dtype (None: the config's) and explore precision, one
+    update process, and that one device alone (the stages run in this process: on a machine of several GPUs, `auto`
+    would spread their shards over all of them)."""
+    one = "cuda:0" if device == "cuda" else device
     out = [f"iterations={iterations}", f"model.device={device}", f"explore.precision={precision}",
-           "train.processes=1"]
+           "train.processes=1", f"orchestration.devices=[{one}]"]
     return out + ([f"model.dtype={dtype}"] if dtype else [])
 
 

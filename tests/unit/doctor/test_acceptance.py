@@ -115,3 +115,15 @@ def test_without_cuda_or_with_an_unknown_name_it_is_one_line_exit_2_before_any_s
         assert acceptance.main(["--out", str(tmp_path / "r")]) == 2
         assert capsys.readouterr().err.strip().startswith("error: the GPU acceptance needs a CUDA GPU")
     assert not (tmp_path / "r").exists()
+
+
+def test_the_acceptance_runs_on_one_gpu_of_a_machine_of_several():
+    """Its stages run in its own process: `auto` would spread their shards over every GPU (the review's finding)."""
+    from repo_paths import TINY
+    from solrl_core.placement import resolve_devices
+    from solrl_core.testing.fake_cuda import fake_cuda
+
+    with fake_cuda(device_count=4):
+        cfg = load_config(TINY, acceptance_runs.run_overrides(1, "cuda", "bfloat16", "fp8"))
+        assert resolve_devices(cfg) == ["cuda:0"]
+    assert resolve_devices(load_config(TINY, acceptance_runs.run_overrides(1, "cpu", None, "fp8"))) == ["cpu"]
