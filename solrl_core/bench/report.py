@@ -800,7 +800,8 @@ def format_markdown(report: dict, plots: dict[str, str], command: str | None = N
                  f"{d['iterations_done']} | {', '.join(map(str, d['seeds']))} |")
     L += ["", "## Final held-out evaluation reward", "",
           f"Mean over seeds ± sample standard deviation (min – max); evaluation after the last common step. "
-          f"Target for time-to-target: {report['baseline']}'s final reward = **{_f(report['target'])}**.", "",
+          f"Target for time-to-target: {report['baseline']}'s value before training + {report['target_gain']:g} = "
+          f"**{_f(report['target'])}**.", "",
           "| family | final reward | ± std | min – max | initial (step 0) | Δ vs naive_scaling |",
           "|---|---:|---:|---|---:|---:|"]
     ref = fams.get("naive_scaling", {}).get("final_reward")
