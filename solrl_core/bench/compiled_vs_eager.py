@@ -39,21 +39,26 @@ def _config(model: str, tmp: Path):
 TINY_MIN_WIDTH = 16  # the tiny backbones' layers are narrower than the presets' min widths (full-size models')
 
 
-def _copies(cfg, backbone) -> dict[str, torch.nn.Module]:
-    """A full-precision sampling copy and the explore copy (its eligible layers in emulated NVFP4; on a tiny backbone
-    every layer at least `TINY_MIN_WIDTH` wide, so that the copy has quantized layers at all)."""
+COPIES = ("fp32", EXPLORE_PRECISION)
+
+
+def _copy(cfg, backbone, precision: str) -> torch.nn.Module:
+    """A full-precision sampling copy ("fp32") or the explore copy (its eligible layers in emulated NVFP4; on a tiny
+    backbone every layer at least `TINY_MIN_WIDTH` wide, so that the copy has quantized layers at all)."""
     from solrl_core.models.quant.backends import apply_backend
     from solrl_core.models.quant.linear import explore_rule
     from solrl_core.stages.transformer_copies import merged_transformer
 
     explore = merged_transformer(backbone, {})
+    if precision == "fp32":
+        return explore
     skip, width = explore_rule(cfg.quant, backbone.defaults)
     width = width if cfg.model.kind == "embedded" else TINY_MIN_WIDTH
     report = apply_backend(explore, EXPLORE_PRECISION, skip, width, weight_fmt=cfg.quant.weight_format,
                            act_fmt=cfg.quant.act_format)
     if not any(layer.replaced for layer in report.layers):
         raise RuntimeError(f"{cfg.model.kind}: no layer of the explore copy was quantized")
-    return {"fp32": merged_transformer(backbone, {}), EXPLORE_PRECISION: explore}
+    return explore
 
 
 def _timed(call, repeats: int) -> tuple[torch.Tensor, float, float]:
@@ -81,11 +86,12 @@ def measure(model: str, batch: int, steps: int, repeats: int, tmp: Path, backend
     cond = backbone.encode_prompts(prompts)
     noise = backbone.initial_noise(list(range(batch)))
     rows = []
-    for precision, eager_copy in _copies(cfg, backbone).items():
+    for precision in COPIES:
         torch._dynamo.reset()
         run = lambda copy_: (lambda: sample(backbone, copy_, cond, noise, steps).x0)  # noqa: E731
-        eager, eager_first, eager_s = _timed(run(eager_copy), repeats)
-        compiled = compiled_copy(_copies(cfg, backbone)[precision], cfg.model)
+        copy_ = _copy(cfg, backbone, precision)
+        eager, _, eager_s = _timed(run(copy_), repeats)
+        compiled = compiled_copy(copy_, cfg.model)  # in place: its calls go through the compiled code from now
         out, compile_s, compiled_s = _timed(run(compiled), repeats)
         spread = float(eager.std())
         rows.append({"model": model, "copy": precision, "batch": batch, "steps": steps,

@@ -190,9 +190,9 @@ def _time_compiled(explore: torch.nn.Module, call, eager_out: torch.Tensor, eage
                    repeats: int, backend: str) -> dict:
     """The same copy compiled as a run compiles its sampling copies (``models.compiled``): the first call's seconds
     (the compile), seconds per forward after it, the speed-up over eager and the output's relative difference."""
-    from solrl_core.models.compiled import compile_in_place, compile_mode
+    from solrl_core.models.compiled import compile_in_place, default_mode
 
-    mode = compile_mode(SimpleNamespace(compile_mode=None, device=device))
+    mode = default_mode(device)
     torch._dynamo.reset()  # each precision's copy compiles anew: its first call times its compile
     compile_in_place(explore, backend, mode)
     with torch.no_grad():

@@ -39,7 +39,12 @@ def compile_mode(model_cfg) -> str:
     """`model.compile_mode`, or by device: autotuned kernels without CUDA graphs on a GPU, inductor's default on a CPU."""
     if model_cfg.compile_mode is not None:
         return model_cfg.compile_mode
-    return GPU_MODE if torch.device(model_cfg.device).type == "cuda" else "default"
+    return default_mode(model_cfg.device)
+
+
+def default_mode(device: str) -> str:
+    """The compile mode on `device` when `model.compile_mode` is null."""
+    return GPU_MODE if torch.device(device).type == "cuda" else "default"
 
 
 def _on_fake_tensors(module: torch.nn.Module) -> bool:

@@ -372,13 +372,18 @@ def activation_bytes(model: str, image_tokens: int | None = None, text_tokens: i
     return _activation_bytes(m.key, image_tokens or m.spec.image_tokens, text_tokens or m.spec.text_tokens)
 
 
+def _meta_inputs(m, image_tokens: int, text_tokens: int) -> dict:
+    """One sample's forward inputs on the meta device, floating ones in bf16 (positions ids as they are)."""
+    config = json.loads((config_dir() / m.spec.config_file).read_text())
+    return {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and not k.endswith("_ids")
+            else v for k, v in example_inputs(m.spec.kind, config, image_tokens, text_tokens).items()}
+
+
 @lru_cache(maxsize=None)
 def _activation_bytes(model: str, image_tokens: int, text_tokens: int, reuse_blocks: bool = True) -> ActivationBytes:
     m = get_model(model)
     module = _training_module(m.key)
-    config = json.loads((config_dir() / m.spec.config_file).read_text())
-    inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and not k.endswith("_ids")
-              else v for k, v in example_inputs(m.spec.kind, config, image_tokens, text_tokens).items()}
+    inputs = _meta_inputs(m, image_tokens, text_tokens)
     params = {p.untyped_storage()._cdata for p in module.parameters()}
     seen: set[int] = set()
     keep: list[torch.Tensor] = []  # hold the saved tensors so their storages are not reused mid-count
@@ -454,9 +459,7 @@ def _sampling_bytes(model: str, image_tokens: int, text_tokens: int) -> int:
 
     m = get_model(model)
     module = _inference_module(m.key)
-    config = json.loads((config_dir() / m.spec.config_file).read_text())
-    inputs = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and not k.endswith("_ids")
-              else v for k, v in example_inputs(m.spec.kind, config, image_tokens, text_tokens).items()}
+    inputs = _meta_inputs(m, image_tokens, text_tokens)
     tensors = [v for v in inputs.values() if torch.is_tensor(v)]
     with torch.no_grad(), _flash_attention():
         forward = peak_bytes(lambda *_: module(**inputs, return_dict=False), *tensors)

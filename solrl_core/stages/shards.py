@@ -242,12 +242,17 @@ def shard_workers(ctx: StageContext) -> int | None:
     return _RUNNER.get().workers(ctx.cfg)
 
 
+def on_the_one_device(ctx: StageContext) -> StageContext:
+    """The context of a run of one device placed on it, as every stage of that run sees it (the same cached model)."""
+    return placed(ctx, local_name(resolve_devices(ctx.cfg)[0]))
+
+
 @contextlib.contextmanager
 def one_device(ctx: StageContext, ref: str) -> Iterator[tuple[StageContext, Any, list[dict]]]:
     """The in-process path: (the context placed on the one device, the work, the one record, filled in when the
     block ends)."""
     device = resolve_devices(ctx.cfg)[0]
-    ctx = placed(ctx, local_name(device))
+    ctx = on_the_one_device(ctx)
     work = load(ref)(ctx)
     record: list[dict] = []
     start = time.perf_counter()

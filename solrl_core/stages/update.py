@@ -30,7 +30,7 @@ from solrl_core.models.seeds import derived_generator
 from solrl_core.run.storage import load_tensors, save_tensors
 from solrl_core.models.backbones.base import module_device
 from solrl_core.models.backbones.cache import drop_models, load_backbone
-from solrl_core.placement import local_name, resolve_devices
+from solrl_core.placement import resolve_devices
 from solrl_core.stages.checkpoints import (
     EMA_FILE,
     OPTIMIZER_FILE,
@@ -42,7 +42,7 @@ from solrl_core.stages.checkpoints import (
 )
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE, PURPOSE_TRAIN_T
-from solrl_core.stages.shards import placed, process_record, records, run_ranks
+from solrl_core.stages.shards import on_the_one_device, process_record, records, run_ranks
 from solrl_core.stages.update_launch import launch_update
 
 
@@ -130,9 +130,8 @@ def run_update(ctx: StageContext) -> dict:
         drop_models()  # torchrun's rank 0 loads on this process's GPU: never beside a copy held here
         return launch_update(ctx)  # torchrun: `train.processes` ranks per node each run `update_on_rank`
     start = time.perf_counter()
-    device = resolve_devices(ctx.cfg)[0]  # placed as the other stages of one device are: the same cached model
-    summary = update_on_rank(placed(ctx, local_name(device)), GradientSync())
-    return {**summary, "shards": [process_record(0, device, start)]}
+    summary = update_on_rank(on_the_one_device(ctx), GradientSync())  # placed as the other stages: one model
+    return {**summary, "shards": [process_record(0, resolve_devices(ctx.cfg)[0], start)]}
 
 
 def update_rank(ctx: StageContext, rank: int, world: int, store: str) -> dict:
