@@ -218,7 +218,7 @@ def ensure_stage_deployment(stage: str, pool: str) -> str:
 def train_command(config: Path, run_dir: Path, overrides: list[str]) -> str:
     """The `solrl train` command line a run of the training deployment is equivalent to (a packaged config by its
     name)."""
-    from solrl_core.config.packaged import packaged_name
+    from solrl_core.config.sources import packaged_name
 
     return shlex.join(["solrl", "train", packaged_name(config) or str(config), "--run-dir", str(run_dir),
                        *[arg for o in overrides for arg in ("--set", o)]])

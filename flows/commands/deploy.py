@@ -9,7 +9,7 @@ from solrl_core.wording import plural
 
 def cmd_deploy(args) -> int:
     from solrl_core.config.loading import load_config
-    from solrl_core.config.packaged import resolve_config
+    from solrl_core.config.sources import resolve_config
     from solrl_core.runs import default_run_dir
 
     from solrl_core.config.schema import plain_name_problem

@@ -1,5 +1,5 @@
 """`solrl presets`: the configs shipped in the package (the official presets, the demo, bench and family configs),
-and one of them written to an editable file."""
+and one of them written to an editable file (a preset's headed by what its settings are)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def config_rows() -> tuple[list[dict], list[dict]]:
     """(run configs, bench configs) shipped in the package, one row each: a run config's name, model, family and
     trained reward(s); a bench config's name and the family configs it trains."""
     from solrl_core.config.loading import config_kind, load_config
-    from solrl_core.config.packaged import packaged_configs
+    from solrl_core.config.sources import packaged_configs
     from solrl_core.config.presets import preset_models
 
     from solrl_core.config.learning_status import cell_status, learning_label, read_status
@@ -43,7 +43,8 @@ def write_preset(name: str, file: Path, overrides: list[str], force: bool = Fals
     key, no `extends`), to `file`: it works anywhere, whatever happens to the package later."""
     from solrl_core.config.schema import dump_config
     from solrl_core.config.loading import config_kind, load_config
-    from solrl_core.config.packaged import resolve_config
+    from solrl_core.config.presets import describe, preset_at
+    from solrl_core.config.sources import resolve_config
     from solrl_core.userfiles import check_output_file
 
     source = resolve_config(name)
@@ -55,9 +56,11 @@ def write_preset(name: str, file: Path, overrides: list[str], force: bool = Fals
         raise SolrlError(f"{file} exists; give another FILE or --force to replace it")
     check_output_file(file, "--write")  # where it goes, before the config is resolved
     text = dump_config(load_config(source, overrides))
+    preset = preset_at(source)
     file.parent.mkdir(parents=True, exist_ok=True)
     sets = "".join(f" --set {o}" for o in overrides)
-    file.write_text(f"# `solrl presets --write {name} {file.name}{sets}`: the config resolved (every key, defaults "
+    file.write_text((describe(preset.name) if preset else "")
+                    + f"# `solrl presets --write {name} {file.name}{sets}`: the config resolved (every key, defaults "
                     "filled in).\n# Edit it and run `solrl train FILE`; `solrl config --explain` says what each key "
                     "means.\n" + text, encoding="utf-8")
     return file

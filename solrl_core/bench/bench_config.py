@@ -11,8 +11,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from solrl_core.config.schema import (MAX_ITERATIONS, MAX_NODES, MAX_SEEDS, RunConfig, _count, _deep_merge,
-                                      format_validation_error, _read_yaml, _real, _Strict, apply_overrides)
+                                      format_validation_error, _real, _Strict, apply_overrides)
 from solrl_core.config.loading import validate_config
+from solrl_core.config.sources import read_config, resolve_config
 from solrl_core.errors import ConfigError
 
 
@@ -109,10 +110,8 @@ def read_protocol(path: str | Path, overrides: list[str] | None, quick: bool, wh
     """The YAML of a protocol config (a bench or a learning matrix: a file or a packaged name, with `extends`), its
     `quick` keys replacing the protocol's under `quick` (labelled protocol 'quick'), then the `--set` overrides;
     with the file's path. `what` names the config's kind in errors."""
-    from solrl_core.config.packaged import resolve_config
-
     path = resolve_config(path)
-    data = _read_yaml(path)
+    data = read_config(path)
     data.setdefault("name", path.stem)
     if quick:
         smaller = data.get("quick") or {}
@@ -170,7 +169,7 @@ def family_config(path: Path, bench: BenchConfig, seed: int) -> RunConfig:
         "tracking": {"experiment": bench.tracking.experiment,
                      **({"uri": bench.tracking.uri} if bench.tracking.uri else {})},
     }
-    data = _deep_merge(_deep_merge(_read_yaml(path), _nested(bench.overrides)), own)
+    data = _deep_merge(_deep_merge(read_config(path), _nested(bench.overrides)), own)
     data.setdefault("name", path.stem)
     cfg = validate_config(data, source=str(path))
     audited = low_precision_explore(cfg) if bench.audit_families is None else cfg.name in bench.audit_families

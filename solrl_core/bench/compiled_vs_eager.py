@@ -25,14 +25,13 @@ EXPLORE_PRECISION = "nvfp4_emulated"
 
 def _config(model: str, tmp: Path):
     from solrl_core.config.loading import load_config
-    from solrl_core.config.packaged import resolve_config
 
     if model == "embedded":
-        return load_config(resolve_config("demo"), ["model.compile=true"])
+        return load_config("demo", ["model.compile=true"])
     from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
 
     path = make_tiny_bundle(model, tmp / model)["dir"]
-    return load_config(resolve_config(f"{model}_sol_rl_pickscore"),
+    return load_config(f"{model}_sol_rl_pickscore",
                        [f"model.path={path}", "model.device=cpu", "model.dtype=float32", "model.compile=true"])
 
 

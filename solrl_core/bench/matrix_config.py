@@ -19,7 +19,8 @@ from pydantic import Field, ValidationError, model_validator
 from solrl_core.bench.bench_config import BenchTrackingConfig, _format, _nested, read_protocol
 from solrl_core.config.limits import MAX_ITERATIONS, MAX_SEEDS
 from solrl_core.config.loading import validate_config
-from solrl_core.config.schema import RunConfig, _count, _deep_merge, _read_yaml, _Strict, load_yaml
+from solrl_core.config.sources import read_config, resolve_config
+from solrl_core.config.schema import RunConfig, _count, _deep_merge, _Strict, load_yaml
 from solrl_core.errors import ConfigError
 from solrl_core.excerpts import cut
 from solrl_core.userfiles import read_text
@@ -118,8 +119,6 @@ def family_keys(path: Path) -> dict:
 
 
 def _resolve(base_dir: Path, name: str) -> Path:
-    from solrl_core.config.packaged import resolve_config
-
     local = base_dir / name
     return local if local.is_file() else resolve_config(name)
 
@@ -137,7 +136,7 @@ def cell_config(matrix: MatrixConfig, base_dir: Path, world: str, objective: str
         "tracking": {"experiment": matrix.tracking.experiment,
                      **({"uri": matrix.tracking.uri} if matrix.tracking.uri else {})},
     }
-    data = _read_yaml(_resolve(base_dir, spec.base))
+    data = read_config(_resolve(base_dir, spec.base))
     for layer in (family_keys(family), _nested(spec.overrides), _nested(matrix.objectives.get(objective, {})), own):
         data = _deep_merge(data, layer)
     return validate_config(data, source=f"{world}/{objective}/{family.stem}")

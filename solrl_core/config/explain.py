@@ -130,8 +130,8 @@ def markdown() -> str:
         "`solrl config --explain [SECTION]`, e.g. `solrl config --explain train.optimizer`.",
         "",
         "A config file may start from others with `extends:`; `--set key.path=value` overrides a key from the command "
-        "line. `official` in a description is the value of the paper's runs (docs/method.md); the generated presets "
-        "in `configs/presets/` carry them.",
+        "line. `official` in a description is the value of the paper's runs (docs/method.md); the official presets "
+        "(`solrl presets`) carry them.",
     ]
     for name in sections():
         out += ["", f"## {'`' + name + '`' if name else 'Top level'}", ""]

@@ -1,43 +1,58 @@
-"""The official presets: configs/presets/<model>_<family>_<reward>.yaml, one per model × family × reward, trained
-with DiffusionNFT (the method's objective); and the same for each other objective with a part in
-configs/parts/objectives/: configs/presets/<objective>/<model>_<family>_<reward>.yaml.
+"""The official presets, by name: `<model>_<family>_<reward>` trained with DiffusionNFT (the method's objective), and
+`<objective>/<model>_<family>_<reward>` for each other objective with a part in configs/parts/objectives/.
 
-Each preset is a short generated file whose one key, `extends`, lists the shared parts in configs/parts/
-(official.yaml, then one file each of models/, families/ and rewards/, then the objective's part and its part for
-that model where there is one; later files win), so a value lives in exactly one place. The models are the backbone specs with a part in parts/models/, the rewards the registered rewards with a
-part in parts/rewards/. Each preset's header says what its settings are: the official ones (docs/method.md) or, for
-a model without an official Sol-RL setting (SD3.5-Medium, Qwen-Image), what they are instead (the backbone spec's
-`settings`; its part names each value's source). Regenerate after changing the families below or adding a part (a
-test checks the checked-in files equal this output):
+A preset is not a file: its name resolves, when a command reads it, to the shared pieces it composes (later ones
+win, key by key):
 
-    python -m solrl_core.config.presets            # rewrite configs/presets/
-    python -m solrl_core.config.presets --check    # exit 1 if a preset differs or is missing (or one is left over)
+1. configs/parts/official.yaml, the settings every backbone shares (docs/method.md);
+2. the model's values its backbone spec holds (`BackboneSpec.part_values`: kind, resolution, sampler, text length,
+   quantization rule, micro-batch, timestep fraction, gradient clip), written nowhere else;
+3. configs/parts/models/<model>.yaml, what the spec does not hold (the hub path, the evaluation steps, guidance);
+4. configs/parts/families/<family>.yaml;
+5. configs/parts/models/<model>/<family>.yaml where there is one: the model's own values in that family (a few-step
+   model's step counts), which win over the family's;
+6. configs/parts/rewards/<reward>.yaml;
+7. for another objective, configs/parts/objectives/<objective>.yaml and, where a peer publishes that objective's
+   values for the model, configs/parts/objectives/<objective>/<model>.yaml.
+
+So a new backbone adds its spec and a model part, and its presets exist. The models are the backbone specs with a
+part in parts/models/, the rewards the registered rewards with a part in parts/rewards/. `solrl presets` lists them;
+`solrl presets --write NAME FILE` writes one resolved, a file to edit; `describe` says what its settings are (the
+official ones, or for a model without an official Sol-RL setting, what they are instead: the spec's `settings`).
+
+Where the docs write `configs/presets/NAME.yaml`, that is the preset's name too (`preset_path`: where its file would
+be, which the readers of solrl_core/config/sources.py resolve to the pieces above).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+import copy
 import textwrap
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
-from solrl_core.models.backbones.registry import backbone_specs
 from solrl_core.config.families import FAMILIES
-from solrl_core.config.schema import ObjectiveConfig
-from solrl_core.config.packaged import CONFIGS_DIR, PRESETS_SUBDIR
+from solrl_core.config.packaged import CONFIGS_DIR, PARTS_SUBDIR, PRESETS_SUBDIR
+from solrl_core.config.schema import ObjectiveConfig, _deep_merge, _parse_mapping
+from solrl_core.errors import ConfigError
+from solrl_core.models.backbones.registry import backbone_specs
 from solrl_core.rewards.registry import REWARDS as REGISTERED_REWARDS
 from solrl_core.rl.objectives import OBJECTIVES as OBJECTIVE_NAMES, objective_class
+from solrl_core.userfiles import read_text
 
-PRESETS_DIR = CONFIGS_DIR / PRESETS_SUBDIR
-HEADER_WIDTH = 120  # the header's comment lines are wrapped to this
+PRESETS_DIR = CONFIGS_DIR / PRESETS_SUBDIR  # where no file is: a preset's path names it (`preset_path`)
+PARTS_DIR = CONFIGS_DIR / PARTS_SUBDIR
+OBJECTIVES_DIR = PARTS_DIR / "objectives"
+HEADER_WIDTH = 120  # `describe` wraps to this
 
 MODEL_SPECS = {s.key: s for s in backbone_specs() if s.part.is_file()}  # models with a part in parts/models/
 MODELS = tuple(MODEL_SPECS)
 # rewards with a part in parts/rewards/, in the reward registry's order
 PRESET_REWARDS = {name: cls for name, cls in REGISTERED_REWARDS.items()
-                  if (CONFIGS_DIR / "parts" / "rewards" / f"{name}.yaml").is_file()}
+                  if (PARTS_DIR / "rewards" / f"{name}.yaml").is_file()}
 REWARDS = tuple(PRESET_REWARDS)
-OBJECTIVES_DIR = CONFIGS_DIR / "parts" / "objectives"
 # objectives with a part in parts/objectives/ (DiffusionNFT, the default, is official.yaml's), in the registry's order
 PRESET_OBJECTIVES = tuple(name for name in OBJECTIVE_NAMES if (OBJECTIVES_DIR / f"{name}.yaml").is_file())
 
@@ -46,26 +61,109 @@ TITLES = {
     **{name: cls.title or name for name, cls in PRESET_REWARDS.items()},
 }
 
+
+@dataclass(frozen=True)
+class Preset:
+    model: str  # a backbone spec's key
+    family: str
+    reward: str
+    objective: str | None = None  # None: DiffusionNFT, the method's
+
+    @property
+    def name(self) -> str:
+        """`<model>_<family>_<reward>`, under `<objective>/` for an objective other than DiffusionNFT."""
+        stem = f"{self.model}_{self.family}_{self.reward}"
+        return f"{self.objective}/{stem}" if self.objective else stem
+
+    @property
+    def run_name(self) -> str:
+        """The run's name (runs/<name>/, the MLflow run): the preset's, another objective's name as a prefix, so the
+        objectives' runs of one model, family and reward do not share a run directory."""
+        return self.name.replace("/", "_")
+
+    @property
+    def stem(self) -> str:
+        return self.name.rpartition("/")[2]
+
+    def pieces(self) -> list[Path | dict]:
+        """What the preset composes, in order (the module docstring): part files, and the spec's values as a mapping."""
+        spec_values = _nested(MODEL_SPECS[self.model].part_values())
+        pieces: list[Path | dict] = [PARTS_DIR / "official.yaml", spec_values, MODEL_SPECS[self.model].part,
+                                     PARTS_DIR / "families" / f"{self.family}.yaml"]
+        pieces += _existing(PARTS_DIR / "models" / self.model / f"{self.family}.yaml")
+        pieces.append(PARTS_DIR / "rewards" / f"{self.reward}.yaml")
+        if self.objective:
+            pieces.append(OBJECTIVES_DIR / f"{self.objective}.yaml")
+            pieces += _existing(OBJECTIVES_DIR / self.objective / f"{self.model}.yaml")
+        return pieces
+
+    def data(self) -> dict[str, Any]:
+        """The preset's keys: its pieces merged in order, and another objective's run name (a DiffusionNFT preset's
+        is its name, as any config's is its file's stem; a config that extends one is named after its own file)."""
+        merged: dict[str, Any] = {}
+        for piece in self.pieces():
+            merged = _deep_merge(merged, piece if isinstance(piece, dict) else _read_part(piece))
+        merged = copy.deepcopy(merged)  # the parts' mappings are cached: the caller may change its own
+        return _deep_merge(merged, {"name": self.run_name}) if self.objective else merged
+
+
+def _existing(path: Path) -> list[Path]:
+    return [path] if path.is_file() else []
+
+
+def _nested(dotted: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b": 1} -> {"a": {"b": 1}}."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        *parents, last = key.split(".")
+        node = out
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[last] = value
+    return out
+
+
+@cache
+def _read_part(path: Path) -> dict[str, Any]:
+    """A part's keys (a plain mapping: parts extend nothing)."""
+    data = _parse_mapping(read_text(path, "preset part"), str(path), f"preset part {path} is empty")
+    if "extends" in data:
+        raise ConfigError(f"{path}: a preset part extends nothing (the preset lists its parts: "
+                          "solrl_core/config/presets.py)")
+    return data
+
+
+@cache
+def presets() -> dict[str, Preset]:
+    """Name -> preset, DiffusionNFT's first, then each other objective's."""
+    every = (Preset(m, f, r, o) for o in (None, *PRESET_OBJECTIVES) for m in MODELS for f in FAMILIES for r in REWARDS)
+    return {p.name: p for p in every}
+
+
 def preset_name(model: str, family: str, reward: str, objective: str | None = None) -> str:
-    """`<model>_<family>_<reward>`, under `<objective>/` for an objective other than DiffusionNFT."""
-    name = f"{model}_{family}_{reward}"
-    return f"{objective}/{name}" if objective else name
-
-
-def run_name(model: str, family: str, reward: str, objective: str | None = None) -> str:
-    """The preset's run name (runs/<name>/, the MLflow run): its file's stem, prefixed by another objective's name so
-    that the objectives' runs of one model, family and reward do not share a run directory."""
-    name = f"{model}_{family}_{reward}"
-    return f"{objective}_{name}" if objective else name
-
-
-def _combinations():
-    return [(m, f, r, o) for o in (None, *PRESET_OBJECTIVES) for m in MODELS for f in FAMILIES for r in REWARDS]
+    return Preset(model, family, reward, objective).name
 
 
 def preset_models() -> dict[str, str]:
     """Preset name -> its model (the backbone key: several models may share a `model.kind`, as sd35l and sd35m)."""
-    return {preset_name(m, f, r, o): m for m, f, r, o in _combinations()}
+    return {name: p.model for name, p in presets().items()}
+
+
+def preset_path(name: str) -> Path:
+    """configs/presets/<name>.yaml: the name as the docs write it (no file is there)."""
+    return PRESETS_DIR / f"{name}.yaml"
+
+
+def preset_at(path: Path) -> Preset | None:
+    """The preset `path` names (`preset_path`), when it names one and no file is there."""
+    path = Path(path)
+    if path.is_file():
+        return None
+    try:
+        name = path.resolve().relative_to(PRESETS_DIR.resolve()).with_suffix("").as_posix()
+    except ValueError:
+        return None
+    return presets().get(name)
 
 
 def objective_part(model: str, objective: str) -> Path | None:
@@ -74,85 +172,17 @@ def objective_part(model: str, objective: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def preset_header(model: str, family: str, reward: str, objective: str | None = None) -> str:
-    """The comment lines heading one preset: what it is and what its settings are (its backbone spec's `settings`:
-    official, or where a model has no official setting, what they are instead; for another objective, where its
-    values come from), wrapped to 120 columns."""
-    what = f"{TITLES[model]}, {family}, trained on {TITLES[reward]}: {MODEL_SPECS[model].settings}."
-    if objective:
-        own = objective_part(model, objective)
-        source = (f"configs/parts/objectives/{objective}/{model}.yaml" if own else
-                  f"configs/parts/objectives/{objective}.yaml")
+def describe(name: str) -> str:
+    """What the preset `name` is and what its settings are (its backbone spec's `settings`: official, or where a
+    model has no official setting, what they are instead; for another objective, where its values come from), as
+    comment lines wrapped to 120 columns."""
+    p = presets()[name]
+    what = f"{TITLES[p.model]}, {p.family}, trained on {TITLES[p.reward]}: {MODEL_SPECS[p.model].settings}."
+    if p.objective:
+        source = (f"configs/parts/objectives/{p.objective}/{p.model}.yaml" if objective_part(p.model, p.objective)
+                  else f"configs/parts/objectives/{p.objective}.yaml")
         default = objective_class(ObjectiveConfig.model_fields["name"].default).title
-        what += (f" Objective {objective_class(objective).title} instead of {default}, its values from "
-                 f"{source} (each names its source).")
+        what += (f" Objective {objective_class(p.objective).title} instead of {default}, its values from {source} "
+                 "(each names its source).")
     lines = textwrap.wrap(what, HEADER_WIDTH - 2, break_on_hyphens=False, break_long_words=False)
     return "".join(f"# {line}\n" for line in lines)
-
-
-def preset_text(model: str, family: str, reward: str, objective: str | None = None) -> str:
-    """The YAML of one preset: a header and one `extends:` list of the parts."""
-    up = "../../parts" if objective else "../parts"
-    parts = [f"{up}/official.yaml", f"{up}/models/{model}.yaml", f"{up}/families/{family}.yaml",
-             f"{up}/rewards/{reward}.yaml"]
-    if objective:
-        parts.append(f"{up}/objectives/{objective}.yaml")
-        if objective_part(model, objective):
-            parts.append(f"{up}/objectives/{objective}/{model}.yaml")
-    return (
-        preset_header(model, family, reward, objective)
-        + "# Generated from configs/parts/ by `python -m solrl_core.config.presets`; edit the parts, not this file.\n"
-        f"extends: [{', '.join(parts)}]\n"
-        + (f"name: {run_name(model, family, reward, objective)}\n" if objective else "")
-    )
-
-
-def expected_presets() -> dict[str, str]:
-    """Path under configs/presets/ -> content of every preset."""
-    return {f"{preset_name(m, f, r, o)}.yaml": preset_text(m, f, r, o) for m, f, r, o in _combinations()}
-
-
-def _present(directory: Path) -> dict[str, Path]:
-    return {p.relative_to(directory).as_posix(): p for p in directory.rglob("*.yaml")} if directory.is_dir() else {}
-
-
-def write_presets(directory: Path = PRESETS_DIR) -> list[Path]:
-    """Write every preset into `directory`, remove stale `*.yaml` there; return the files written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    expected = expected_presets()
-    for name, stale in _present(directory).items():
-        if name not in expected:
-            stale.unlink()
-    written = []
-    for name, text in expected.items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
-        written.append(path)
-    return written
-
-
-def differences(directory: Path = PRESETS_DIR) -> list[str]:
-    """Names of presets that are missing, differ from the generator's output, or should not be there."""
-    expected = expected_presets()
-    present = {name: path.read_text() for name, path in _present(directory).items()}
-    return sorted(n for n in set(expected) | set(present) if expected.get(n) != present.get(n))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m solrl_core.config.presets", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a preset is out of date")
-    parser.add_argument("--dir", type=Path, default=PRESETS_DIR, help="presets directory (default configs/presets)")
-    args = parser.parse_args(argv)
-    if args.check:
-        diff = differences(args.dir)
-        print(f"{len(diff)} preset(s) out of date: {', '.join(diff)}" if diff else "presets are up to date")
-        return 1 if diff else 0
-    written = write_presets(args.dir)
-    print(f"wrote {len(written)} presets into {args.dir}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

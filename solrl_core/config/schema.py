@@ -2,23 +2,15 @@
 
 Unknown keys and bad values are rejected with a message naming the key, and so are settings that contradict the
 config's `family` (solrl_core/config/families.py). Every field carries a description: `solrl config --explain` and
-docs/config.md are generated from them (solrl_core/config/explain.py). A config may start from other files with
-`extends: other.yaml` or `extends: [a.yaml, b.yaml, ...]` (paths relative to the extending file; the list merges in
-order, later files win; mappings merge key by key, the extending file wins over all of them). Where a command takes
-a CONFIG, it is a file or the name of a config shipped in the package (`solrl presets` lists them).
-`--set a.b=value` overrides are parsed as YAML scalars and applied before validation.
-
-Tiny models: when `model.path` is a local directory holding `solrl_tiny.yaml` (written by `solrl make-tiny`), its
-values are merged over the config after `extends` and `--set`, and the `--set` overrides are applied once more, so
-the command line still wins. This makes an official preset runnable on a CPU against a tiny model.
+docs/config.md are generated from them (solrl_core/config/explain.py). Reading a config (a file, a packaged
+config or an official preset by name, with `extends`): solrl_core/config/sources.py; with `--set` overrides and a
+tiny model's run overrides, validated: solrl_core/config/loading.py.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import unicodedata
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
@@ -31,8 +23,6 @@ from solrl_core.excerpts import cut, excerpt, one_line
 from solrl_core.config.limits import (  # the integer settings' upper bounds (runs.py and tests read them from here too)
     MAX_BATCH, MAX_ITERATIONS, MAX_NODES, MAX_PROCESSES, MAX_PROMPTS, MAX_RANK, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
     MAX_FRAMES, MAX_SIDE, MAX_STEPS, MAX_WIDTH)
-from solrl_core.config.packaged import packaged_config
-from solrl_core.userfiles import read_text
 
 Precision = Literal["nvfp4", "nvfp4_emulated", "fp8", "fp8_emulated", "bf16", "fp32", "auto"]
 
@@ -846,47 +836,6 @@ def _parse_mapping(text: str, source: str, empty_hint: str) -> dict:
     return data
 
 
-def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    path = path.resolve()
-    if path in seen:
-        raise ConfigError(f"{path}: 'extends' forms a cycle")
-    if not path.exists():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        text = read_text(path, "config")
-    except SolrlError as exc:
-        raise ConfigError(str(exc)) from None
-    data = _parse_mapping(text, str(path), f"config file {path} is empty; write the settings to change (e.g. "
-                          "extends: demo.yaml plus the keys that differ)")
-    parents = data.pop("extends", None)
-    if not data and not parents:  # `extends: []` (or null) and nothing else: a run of every default, asked by no one
-        raise ConfigError(f"config file {path} sets nothing (an empty 'extends' and no keys); name the config it "
-                          "starts from (extends: demo.yaml) or write the settings")
-    if parents is None:
-        return data
-    if isinstance(parents, str):
-        parents = [parents]
-    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
-        raise ConfigError(f"{path}: 'extends' must be a file name or a list of file names")
-    base: dict = {}
-    for parent in parents:  # in order: later files win
-        base = _deep_merge(base, _read_yaml(_extended(path, parent), seen + (path,)))
-    return _deep_merge(base, data)
-
-
-def _extended(path: Path, parent: str) -> Path:
-    """The file `extends: parent` in config `path` names: relative to `path`'s folder, else a packaged config of that
-    name (`extends: demo.yaml` from a config of your own, beside no copy of demo.yaml)."""
-    local = path.parent / parent
-    if local.exists():
-        return local
-    packaged = packaged_config(parent)
-    if packaged is None:
-        raise ConfigError(f"{path}: extends '{cut(parent)}', not found: neither a file beside it ({local}) nor a "
-                          "packaged config (`solrl presets` lists them)")
-    return packaged
-
-
 def _yaml_kind(value: Any) -> str:
     return "list" if isinstance(value, list) else f"single value ({excerpt(value, 40)})"
 
@@ -939,36 +888,6 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 TINY_OVERRIDES_FILE = "solrl_tiny.yaml"
-
-
-def tiny_overrides_file(data: dict) -> Path | None:
-    """`model.path`/solrl_tiny.yaml when model.path is a local directory holding one (see `solrl make-tiny`)."""
-    model = data.get("model")
-    path = model.get("path") if isinstance(model, dict) else None
-    if not isinstance(path, str) or not path:
-        return None
-    candidate = Path(path).expanduser() / TINY_OVERRIDES_FILE
-    return candidate if candidate.is_file() else None
-
-
-def apply_tiny_overrides(data: dict, overrides: list[str]) -> dict:
-    """Merge the tiny model's run overrides over `data`, then the `--set` overrides again (the command line wins).
-    Prints one line to stderr when it does. A tiny model of another backbone kind is a ConfigError."""
-    tiny_file = tiny_overrides_file(data)
-    if tiny_file is None:
-        return data
-    tiny = _read_yaml(tiny_file)
-    kind = (tiny.get("model") or {}).get("kind")
-    wanted = data["model"].get("kind", "embedded")
-    if kind is not None and kind != wanted:
-        raise ConfigError(
-            f"model.path {tiny_file.parent} holds a tiny '{cut(kind)}' model but model.kind is '{cut(wanted)}'; "
-            "use the preset of that model"
-        )
-    data = apply_overrides(_deep_merge(data, tiny), overrides)
-    print(f"solrl: tiny model at {tiny_file.parent}: applied its CPU run overrides ({tiny_file.name}); "
-          "--set still wins", file=sys.stderr)
-    return data
 
 
 def dump_config(cfg: RunConfig) -> str:

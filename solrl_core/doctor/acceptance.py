@@ -38,7 +38,7 @@ ITERATIONS = 2
 
 
 def default_config() -> Path:
-    from solrl_core.config.presets import CONFIGS_DIR
+    from solrl_core.config.packaged import CONFIGS_DIR
 
     return CONFIGS_DIR / "demo.yaml"
 
@@ -46,7 +46,7 @@ def default_config() -> Path:
 def official_dtype() -> str:
     """``model.dtype`` of the official presets (configs/parts/official.yaml): what the runs use on CUDA."""
     from solrl_core.config.schema import load_yaml
-    from solrl_core.config.presets import CONFIGS_DIR
+    from solrl_core.config.packaged import CONFIGS_DIR
 
     return load_yaml((CONFIGS_DIR / "parts" / "official.yaml").read_text())["model"]["dtype"]
 

@@ -55,13 +55,9 @@ def preset_config(model: str):
     The reward part does not touch them (the registry's first reward is taken)."""
     from solrl_core.config.loading import load_config
     from solrl_core.planner.flops import get_model
-    from solrl_core.config.presets import PRESETS_DIR, REWARDS, preset_name
+    from solrl_core.config.presets import REWARDS, preset_name
 
-    path = PRESETS_DIR / f"{preset_name(get_model(model).backbone, PRESET_FAMILY, REWARDS[0])}.yaml"
-    if not path.is_file():
-        raise SolrlError(f"official preset not found: {path} (the bench reads the run's settings from it; run from "
-                         "a source checkout)")
-    return load_config(path)
+    return load_config(preset_name(get_model(model).backbone, PRESET_FAMILY, REWARDS[0]))
 
 
 def _config(model: str, config_directory, overrides: dict | None) -> tuple[object, dict]:

@@ -59,7 +59,6 @@ DASK = "tests/e2e/test_explore_shards_processes.py::test_explore_through_a_runni
 PRETRAIN = "tests/lab/test_embedded_pretrain.py::test_pretraining_is_reproducible_from_the_seed"
 PRETRAIN_VIDEO = "tests/lab/test_embedded_pretrain.py::test_the_motion_world_pretrains_a_video_model"
 VIDEO_DEMO = "tests/unit/stages/test_video_iteration.py::test_the_embedded_video_model_trains_in_its_world"
-PRESETS = "tests/unit/config/test_presets.py::test_checked_in_presets_equal_the_generator_output"
 COVERAGE = "tests/lab/test_quant_coverage.py::test_markdown_and_doc_are_current"
 MEMORY = "tests/unit/planner/test_model_sizes.py::test_memory_estimate_adds_up"
 BACKBONES = "tests/e2e/test_backbone_pipelines.py::test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model"
@@ -160,7 +159,7 @@ TOOL_COMMANDS = {  # (tool, subcommand words): where it runs against this projec
     ("dask", "worker"): DASK,
 }
 PYTHON_MODULES = {
-    "solrl_core.config.presets": PRESETS, "solrl_core.lab.quant_coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
+    "solrl_core.lab.quant_coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
     "flows.servers": MAKE_SERVER, "flows.lab.devices_bench": CHECKED,  # its options and files (minutes to run)
     "solrl_core.config.explain": CONFIG_DOC,
     "solrl_core.doctor": DOCTOR_BENCH,

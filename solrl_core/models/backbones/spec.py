@@ -9,10 +9,10 @@ registry (adapters), the planner (flops, memory, compare), the quantization cove
 This module imports neither torch nor an adapter: adapters and tiny makers are named as "module:Class" /
 "module:function" strings and imported when used.
 
-The preset part and the spec. The part is a run config a user reads and edits; the spec is what Python reads where
-no config exists (the adapters' defaults, the planner, the coverage report) and must work in an installed package
-without configs/. The spec is the source: `part_disagreements` lists every key of the part that says something else
-than the spec, and tests/unit/models/backbones/test_backbone_specs.py fails on any.
+The spec and the preset part. The spec is the one place of the model's values that Python reads where no config
+exists (the adapters' defaults, the planner, the coverage report; it must work in an installed package without
+configs/); the presets take the same values from it (`part_values`). The model's part (configs/parts/models/<key>.yaml)
+holds only what the spec does not: the hub path, the evaluation steps, guidance.
 """
 
 from __future__ import annotations
@@ -155,7 +155,8 @@ class BackboneSpec:
         return PARTS_DIR / f"{self.key}.yaml"
 
     def part_values(self) -> dict[str, Any]:
-        """The dotted config keys the preset part must set, with the spec's values."""
+        """The dotted config keys the spec gives every preset of this model (solrl_core/config/presets.py), with its
+        values: the model part (`part`) sets none of them."""
         d = self.defaults
         return {
             "model.kind": self.kind,
@@ -173,15 +174,3 @@ class BackboneSpec:
             **({"train.lora_rank": self.lora_rank} if self.lora_rank is not None else {}),
             **({"train.lora_alpha": self.lora_alpha} if self.lora_alpha is not None else {}),
         }
-
-
-def part_disagreements(spec: BackboneSpec, part: dict) -> list[str]:
-    """'key: part says X, spec says Y' for every key of `spec.part_values()` the parsed part gets wrong."""
-    out = []
-    for dotted, want in spec.part_values().items():
-        node: Any = part
-        for key in dotted.split("."):
-            node = node.get(key, "<missing>") if isinstance(node, dict) else "<missing>"
-        if node != want:
-            out.append(f"{dotted}: {spec.part.name} says {node!r}, the spec says {want!r}")
-    return out

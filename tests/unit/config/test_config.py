@@ -78,7 +78,7 @@ def test_extends_merges_and_detects_cycles(tmp_path):
 def test_extends_takes_a_packaged_config_by_name(tmp_path):
     """A config of your own, beside no copy of the shipped ones: `extends: demo.yaml` (or `demo`) is the packaged one;
     a file beside it of that name wins; neither is one line naming both places."""
-    from solrl_core.config.packaged import packaged_config
+    from solrl_core.config.sources import packaged_config
 
     for name in ("demo.yaml", "demo"):
         cfg = load_config(write(tmp_path, f"extends: {name}\niterations: 3\n", "mine.yaml"))

@@ -12,7 +12,8 @@ from solrl_core.config.schema import dump_config, load_yaml
 from solrl_core.config.learning_status import learning_label, read_status
 from solrl_core.config.loading import load_config, load_config_from, load_config_text
 from solrl_core.errors import ConfigError
-from solrl_core.config.packaged import CONFIGS_DIR, packaged_configs, packaged_name, resolve_config
+from solrl_core.config.packaged import CONFIGS_DIR
+from solrl_core.config.sources import packaged_configs, packaged_name, resolve_config
 
 
 def one_line_error(capsys) -> str:
@@ -21,19 +22,18 @@ def one_line_error(capsys) -> str:
     return err
 
 
-def test_every_config_under_configs_has_a_name_except_the_parts():
+def test_every_config_under_configs_has_a_name_except_the_parts_and_every_preset_too():
     assert CONFIGS_DIR == ROOT / "configs"  # in a checkout, the package is the repository's configs/ folder
     known = packaged_configs()
     every = {p for p in CONFIGS_DIR.rglob("*.yaml")
              if not {"parts", "measured"} & set(p.relative_to(CONFIGS_DIR).parts)}  # pieces, and measurements
-    assert set(known.values()) == every
+    assert {path for path in known.values() if path.is_file()} == every
     assert {"demo", "demo_learned", "bench", "pools", "families/sol_rl"} <= set(known)
-    assert set(known) >= set(presets.preset_models())
-    assert len(presets.preset_models()) == 336
+    assert set(known) - {name for name, path in known.items() if path.is_file()} == set(presets.preset_models())
     assert {"flux1_sol_rl_pickscore", "flow_grpo/flux1_sol_rl_pickscore", "awm/flux1_sol_rl_pickscore"} <= set(known)
     for name, path in known.items():
         assert packaged_name(path) == name
-    assert packaged_name(TINY) is None
+    assert packaged_name(TINY) is None and packaged_name(CONFIGS_DIR / "presets" / "nope.yaml") is None
 
 
 @pytest.mark.parametrize("argument", ["flux1_sol_rl_pickscore", "flux1_sol_rl_pickscore.yaml",
@@ -106,6 +106,7 @@ def test_write_gives_a_file_that_works_anywhere_and_refuses_to_overwrite(tmp_pat
     assert "extends" not in load_yaml(written.read_text())
     want = load_config("flux1_sol_rl_pickscore", ["iterations=12"])
     assert load_config(written) == want  # the same config, read from a file that names nothing else
+    assert written.read_text().startswith("# FLUX.1-dev, sol_rl, trained on PickScore: official settings")  # what it is
     capsys.readouterr()
     assert main(["presets", "--write", "demo", "mine.yaml"]) == 2
     assert "mine.yaml exists" in one_line_error(capsys) and load_config(written) == want

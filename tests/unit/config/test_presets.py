@@ -1,19 +1,21 @@
-"""The presets: generated from the parts, every one valid, carrying the official values of docs/method.md (or, for a
-model without an official setting, the values its part names a source for), and headed by what they are."""
+"""The presets: names composing the parts and the backbone specs, every one valid, carrying the official values of
+docs/method.md (or, for a model without an official setting, the values its spec and part name a source for), and
+described by what they are."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from repo_paths import ROOT
 from solrl_core.config import presets
 from solrl_core.config.loading import load_config
+from solrl_core.config.packaged import CONFIGS_DIR
+from solrl_core.config.schema import load_yaml
+from solrl_core.models.backbones.registry import backbone_spec
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.lab.quant_coverage import SANA_NATIVE_TO_DIFFUSERS
-
-PRESETS = ROOT / "configs" / "presets"
 
 # docs/method.md, "Official settings per backbone" (SD3.5-M has none: SD3.5-L's, min width = its width 1536 and
 # micro-batch 8 are this project's choices, stated in configs/parts/models/sd35m.yaml).
@@ -72,66 +74,82 @@ def write(directory: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_checked_in_presets_equal_the_generator_output(tmp_path):
-    expected = presets.expected_presets()
+def test_presets_are_names_that_compose_the_parts():
+    every = presets.presets()
     assert presets.PRESET_OBJECTIVES == ("flow_grpo", "awm")
-    assert len(expected) == 16 * len(presets.MODELS) * 3 == 336  # DiffusionNFT's, then Flow-GRPO's and AWM's
-
-    def files(directory):
-        return {p.relative_to(directory).as_posix(): p.read_text() for p in directory.rglob("*.yaml")}
-
-    assert sorted(files(PRESETS)) == sorted(expected)
-    assert presets.differences(PRESETS) == []
-    # the generator run into an empty directory writes exactly the checked-in files
-    presets.write_presets(tmp_path)
-    assert files(tmp_path) == files(PRESETS)
-
-
-def test_check_mode_reports_stale_and_missing_presets(tmp_path, capsys):
-    presets.write_presets(tmp_path)
-    assert presets.main(["--check", "--dir", str(tmp_path)]) == 0
-    (tmp_path / "sana_sol_rl_hpsv2.yaml").write_text("extends: ../parts/official.yaml\n")
-    (tmp_path / "flux1_diffusionnft_clipscore.yaml").unlink()
-    (tmp_path / "old_preset.yaml").write_text("{}\n")
-    (tmp_path / "awm" / "sd35l_sol_rl_pickscore.yaml").unlink()
-    assert presets.main(["--check", "--dir", str(tmp_path)]) == 1
-    assert presets.differences(tmp_path) == [
-        "awm/sd35l_sol_rl_pickscore.yaml", "flux1_diffusionnft_clipscore.yaml", "old_preset.yaml",
-        "sana_sol_rl_hpsv2.yaml"]
-    assert presets.main(["--dir", str(tmp_path)]) == 0  # regenerating repairs all three
-    assert presets.differences(tmp_path) == []
-    capsys.readouterr()
+    assert len(every) == 16 * len(presets.MODELS) * 3 == 336  # DiffusionNFT's, then Flow-GRPO's and AWM's
+    assert not (CONFIGS_DIR / "presets").exists()  # no generated files: a name resolves to its pieces when read
+    parts = CONFIGS_DIR / "parts"
+    pieces = every["sd35l_naive_quant_imagereward"].pieces()
+    spec = backbone_spec("sd35l")
+    assert pieces == [parts / "official.yaml", {"model": {"kind": "sd35", "resolution": 1024, "sampler": "dpmpp_2m",
+                                                          "max_sequence_length": 128},
+                                                "quant": {"skip_names": SD35_SKIP, "min_width": 2432},
+                                                "train": {"lora_targets": None, "timestep_fraction": 0.6,
+                                                          "micro_batch": 4, "optimizer": {"grad_clip": 0.002}}},
+                      spec.part, parts / "families" / "naive_quant.yaml", parts / "rewards" / "imagereward.yaml"]
 
 
-def test_presets_are_three_parts_deep_not_copies():
-    text = (PRESETS / "sd35l_naive_quant_imagereward.yaml").read_text()
-    keys = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert keys == ["extends: [../parts/official.yaml, ../parts/models/sd35l.yaml, ../parts/families/naive_quant.yaml, "
-                    "../parts/rewards/imagereward.yaml]"]
+def test_a_model_part_holds_only_what_its_spec_does_not():
+    """The spec is the one place of a model's values: its part sets none of them (the presets take them from it)."""
+    for model, spec in presets.MODEL_SPECS.items():
+        part = load_yaml(spec.part.read_text())
+        for dotted in spec.part_values():
+            node = part
+            for key in dotted.split("."):
+                node = node.get(key) if isinstance(node, dict) else None
+            assert node is None, f"{spec.part.name} sets {dotted}, which the spec holds"
+
+
+def test_a_model_part_per_family_wins_over_the_family(tmp_path, monkeypatch):
+    """A few-step model sets its own step counts: parts/models/<model>/<family>.yaml comes after the family's part."""
+    parts = tmp_path / "parts"
+    shutil.copytree(CONFIGS_DIR / "parts", parts)
+    (parts / "models" / "sd35m").mkdir()
+    (parts / "models" / "sd35m" / "sol_rl.yaml").write_text("explore: {steps: 4}\nregenerate: {steps: 8}\n")
+    monkeypatch.setattr(presets, "PARTS_DIR", parts)
+    monkeypatch.setattr(presets, "OBJECTIVES_DIR", parts / "objectives")
+    turbo = load_config("sd35m_sol_rl_pickscore")
+    assert (turbo.explore.steps, turbo.regenerate.steps) == (4, 8)
+    assert (turbo.explore.seeds_per_prompt, turbo.select.k) == (96, 24)  # the rest of the family's part stays
+    other = load_config("sd35l_sol_rl_pickscore")  # another model, and another family of this one: the family's
+    assert (other.explore.steps, other.regenerate.steps) == (6, 10)
+    assert load_config("sd35m_naive_quant_pickscore").explore.steps == 10
+    assert load_config("awm/sd35m_sol_rl_pickscore").explore.steps == 4  # under every objective
 
 
 def test_an_objectives_presets_add_its_part_and_the_models_own_values_where_a_peer_has_them():
-    text = (PRESETS / "flow_grpo" / "flux1_sol_rl_pickscore.yaml").read_text()
-    keys = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert keys == ["extends: [../../parts/official.yaml, ../../parts/models/flux1.yaml, ../../parts/families/sol_rl.yaml, "
-                    "../../parts/rewards/pickscore.yaml, ../../parts/objectives/flow_grpo.yaml, "
-                    "../../parts/objectives/flow_grpo/flux1.yaml]", "name: flow_grpo_flux1_sol_rl_pickscore"]
-    header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
+    parts = CONFIGS_DIR / "parts"
+    pieces = presets.presets()["flow_grpo/flux1_sol_rl_pickscore"].pieces()
+    assert pieces[-2:] == [parts / "objectives" / "flow_grpo.yaml", parts / "objectives" / "flow_grpo" / "flux1.yaml"]
+    described = presets.describe("flow_grpo/flux1_sol_rl_pickscore")
+    header = " ".join(line.removeprefix("# ") for line in described.splitlines())
     assert "Objective Flow-GRPO instead of DiffusionNFT" in header and "objectives/flow_grpo/flux1.yaml" in header
     # Flow-Factory's FLUX.1 Flow-GRPO-Fast: one SDE step drawn from [1, 2, 3], noise 0.7, no KL
-    grpo = load_config(PRESETS / "flow_grpo" / "flux1_sol_rl_pickscore.yaml")
+    grpo = load_config("flow_grpo/flux1_sol_rl_pickscore")
     g = grpo.objective.flow_grpo
+    assert grpo.name == "flow_grpo_flux1_sol_rl_pickscore"
     assert (grpo.objective.name, g.window_start, g.window_size, g.noise_level, g.kl_weight) == (
         "flow_grpo", [1, 2, 3], 1, 0.7, 0.0)
     # a model no peer publishes: the defaults (flow_grpo pickscore_sd3), the model's and family's values unchanged
-    sana = load_config(PRESETS / "flow_grpo" / "sana_naive_quant_hpsv2.yaml")
-    official = load_config(PRESETS / "sana_naive_quant_hpsv2.yaml")
+    sana = load_config("flow_grpo/sana_naive_quant_hpsv2")
+    official = load_config("sana_naive_quant_hpsv2")
     assert sana.objective.flow_grpo == type(g)() and sana.name == "flow_grpo_sana_naive_quant_hpsv2"
     assert sana.model_dump(exclude={"objective", "name"}) == official.model_dump(exclude={"objective", "name"})
-    awm = load_config(PRESETS / "awm" / "flux1_diffusionnft_pickscore.yaml").objective
+    awm = load_config("configs/presets/awm/flux1_diffusionnft_pickscore.yaml").objective  # as the docs write it
     assert (awm.name, awm.awm.times_per_sample, awm.awm.timestep_fraction, awm.awm.old_kl_weight) == ("awm", 4, 0.7,
                                                                                                       0.1)
-    assert load_config(PRESETS / "awm" / "sd35m_sol_rl_pickscore.yaml").objective.awm.times_per_sample == 6
+    assert load_config("awm/sd35m_sol_rl_pickscore").objective.awm.times_per_sample == 6
+
+
+def test_a_config_of_your_own_extends_a_preset_by_name(tmp_path):
+    mine = write(tmp_path, "mine.yaml", "extends: flux1_sol_rl_pickscore\niterations: 7\n")
+    cfg = load_config(mine)
+    assert cfg.iterations == 7 and cfg.name == "mine"  # named after its own file, as before
+    assert cfg.model_dump(exclude={"iterations", "name"}) == load_config("flux1_sol_rl_pickscore").model_dump(
+        exclude={"iterations", "name"})
+    grpo = load_config(write(tmp_path, "g.yaml", "extends: flow_grpo/flux1_sol_rl_pickscore.yaml\n"))
+    assert grpo.objective.name == "flow_grpo"
 
 
 def test_each_header_says_what_the_settings_are():
@@ -140,7 +158,7 @@ def test_each_header_says_what_the_settings_are():
     for model in presets.MODELS:
         for family in presets.FAMILIES:
             for reward in presets.REWARDS:
-                text = (PRESETS / f"{model}_{family}_{reward}.yaml").read_text()
+                text = presets.describe(f"{model}_{family}_{reward}")
                 header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
                 title = f"{presets.TITLES[model]}, {family}, trained on {presets.TITLES[reward]}: "
                 assert header.startswith(title)
@@ -148,7 +166,7 @@ def test_each_header_says_what_the_settings_are():
                 if model in ("sd35m", "qwenimage", "wan", "wan14b"):
                     assert official not in header
                     assert "no official Sol-RL setting" in header
-                    assert f"configs/parts/models/{model}.yaml" in header
+                    assert f"solrl_core/models/backbones/specs/{model}.py" in header
                 else:
                     assert header.startswith(title + official)
                 if model == "qwenimage":
@@ -161,7 +179,7 @@ def test_every_preset_validates_with_the_official_values(model):
     for family in presets.FAMILIES:
         for reward in presets.REWARDS:
             name = f"{model}_{family}_{reward}"
-            cfg = load_config(PRESETS / f"{name}.yaml")
+            cfg = load_config(name)
             assert cfg.name == name and cfg.family == family
             # per model
             assert (cfg.model.kind, cfg.model.resolution, cfg.model.sampler) == (
@@ -225,7 +243,7 @@ def test_missing_official_prompt_set_says_where_to_get_it(tmp_path, monkeypatch)
     from solrl_core.prompts import train_prompt_set
 
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(PRESETS / "sana_sol_rl_pickscore.yaml")
+    cfg = load_config("sana_sol_rl_pickscore")
     with pytest.raises(SolrlError) as err:
         train_prompt_set(cfg)
     message = str(err.value)
@@ -237,7 +255,7 @@ def test_missing_official_prompt_set_says_where_to_get_it(tmp_path, monkeypatch)
     (prompts / "train.txt").write_text("a cat\na dog\n")
     assert train_prompt_set(cfg) == ["a cat", "a dog"]
     # another missing file gets no pickscore hint
-    other = load_config(PRESETS / "sana_sol_rl_pickscore.yaml", ["prompts.train=mine.txt"])
+    other = load_config("sana_sol_rl_pickscore", ["prompts.train=mine.txt"])
     with pytest.raises(SolrlError, match=r"^prompts.train: file not found: mine.txt$"):
         train_prompt_set(other)
 
@@ -272,7 +290,7 @@ def test_null_lora_targets_mean_the_official_ones(model):
     from solrl_core.models.backbones.registry import adapter_class
     from solrl_core.planner.memory import lora_targets
 
-    cfg = load_config(PRESETS / f"{model}_sol_rl_pickscore.yaml")
+    cfg = load_config(f"{model}_sol_rl_pickscore")
     assert cfg.train.lora_targets is None
     assert adapter_class(cfg.model.kind).defaults.lora_targets == OFFICIAL_LORA[model]
     assert list(lora_targets(model)) == OFFICIAL_LORA[model]  # what the memory estimate counts

@@ -11,7 +11,7 @@ import pytest
 
 from solrl_core.models.backbones.registry import specs_of_kind
 from solrl_core.config.loading import config_kind, load_config
-from solrl_core.config.packaged import packaged_configs
+from solrl_core.config.sources import packaged_configs
 from solrl_core.rewards import commands
 from solrl_core.rewards.commands import check_config_rewards, config_image_size
 

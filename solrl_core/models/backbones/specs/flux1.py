@@ -2,6 +2,16 @@
 
 from solrl_core.models.backbones.spec import BackboneDefaults, BackboneSpec, CoverageRow, TokenLayout
 
+# Where this spec's preset values come from (the presets take them from here, solrl_core/config/presets.py;
+# configs/parts/models/flux1.yaml holds the rest):
+#   model.sampler = dpmpp_2m: DPM-Solver++(2M)-style multistep on x0-prediction
+#   model.max_sequence_length = 128: T5 tokens (NVlabs/Sana train_scripts/sol_rl/train_flux1.py)
+#   quant (the NVFP4 explore copy's rule): NVFP4 explore copy: these stay in high precision
+#   quant.min_width = 1000: and every Linear with max(in, out) <= 1000
+#   train.lora_targets = null: the backbone's default = the official to_q, to_k, to_v, to_out.0
+#   train.timestep_fraction = 0.4: 40% of the 10 steps' times per sample
+#   train.micro_batch = 12: per GPU (8 GPUs)
+#   train.optimizer.grad_clip = 1.0: NVlabs/Sana configs/sol_rl/flux1.py
 DEFAULTS = BackboneDefaults(
     lora_targets=["to_q", "to_k", "to_v", "to_out.0"],
     quant_skip_names=["x_embedder", "context_embedder", "time_text_embed", "norm_out"],

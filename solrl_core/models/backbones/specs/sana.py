@@ -20,6 +20,14 @@ NATIVE_TO_DIFFUSERS: dict[str, tuple[str, ...]] = {
     "attn.qkv": ("attn1.to_q", "attn1.to_k", "attn1.to_v"),
 }
 
+# Where this spec's preset values come from (the presets take them from here, solrl_core/config/presets.py;
+# configs/parts/models/sana.yaml holds the rest):
+#   model.sampler = euler: Euler ODE, uniform sigmas
+#   model.max_sequence_length = 300: Gemma tokens (NVlabs/Sana train_scripts/sol_rl/train_sana.py)
+#   train.lora_targets = null: the backbone's default = the official attn.qkv, attn.proj, cross_attn.q_linear,
+#     cross_attn.kv_linear, cross_attn.proj in diffusers names
+#   train.micro_batch = 16: per GPU (8 GPUs)
+#   train.optimizer.grad_clip = 1.0: NVlabs/Sana configs/sol_rl/sana.py
 DEFAULTS = BackboneDefaults(
     lora_targets=[
         "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",  # attn.qkv, attn.proj

@@ -4,6 +4,15 @@ from solrl_core.models.backbones.spec import BackboneDefaults, BackboneSpec, Cov
 
 CLIP_TOKENS = 77  # CLIP-L/-G tokens that precede the T5 tokens in SD3's joint text sequence (the tokenizers' length)
 
+# Where this spec's preset values come from (the presets take them from here, solrl_core/config/presets.py;
+# configs/parts/models/sd35l.yaml holds the rest):
+#   model.sampler = dpmpp_2m: as FLUX
+#   model.max_sequence_length = 128: T5 tokens (NVlabs/Sana train_scripts/sol_rl/train_sd3.py)
+#   quant (the NVFP4 explore copy's rule): NVFP4 explore copy: these stay in high precision
+#   quant.min_width = 2432: and every Linear with max(in, out) <= 2432 (the attention projections)
+#   train.lora_targets = null: the backbone's default = the official to_q/k/v, to_out.0, add_q/k/v_proj, to_add_out
+#   train.micro_batch = 4: per GPU (8 GPUs)
+#   train.optimizer.grad_clip = 0.002: NVlabs/Sana configs/sol_rl/sd3.py keeps configs/sol_rl/base.py's value
 DEFAULTS = BackboneDefaults(
     lora_targets=["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
     quant_skip_names=["pos_embed", "context_embedder", "time_text_embed", "norm_out", "norm1", "ff_context"],

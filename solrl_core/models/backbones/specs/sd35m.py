@@ -7,6 +7,13 @@ from dataclasses import replace
 from solrl_core.models.backbones.spec import CoverageRow
 from solrl_core.models.backbones.specs.sd35l import SPEC as LARGE
 
+# Where this spec's preset values come from (the presets take them from here, solrl_core/config/presets.py;
+# configs/parts/models/sd35m.yaml holds the rest):
+#   model.max_sequence_length = 128: as SD3.5-L (also DiffusionNFT's SD3.5-M runs: scripts/train_nft_sd3.py)
+#   quant.min_width = 1536: not official (SD3.5-L: 2432 = its width); 2432 here gives the same split
+#   train.lora_targets = null: the backbone's default, as SD3.5-L
+#   train.micro_batch = 8: not official (SD3.5-L: 4)
+#   train.optimizer.grad_clip = 0.002: as SD3.5-L (the same SD3 trainer; DiffusionNFT's SD3.5-M runs clip at 1.0)
 SPEC = replace(
     LARGE,
     key="sd35m",
@@ -26,7 +33,7 @@ SPEC = replace(
     aliases=("sd35-medium", "sd3.5-medium"),
     path_marker="medium",
     micro_batch=8,
-    settings=("SD3.5-Large's official settings (docs/method.md) and choices made here, as configs/parts/models/"
-              "sd35m.yaml says (there is no official Sol-RL setting for SD3.5-Medium)"),
+    settings=("SD3.5-Large's official settings (docs/method.md) and choices made here, as "
+              "solrl_core/models/backbones/specs/sd35m.py says (there is no official Sol-RL setting for SD3.5-Medium)"),
     tiny_maker="solrl_core.models.backbones.tiny.sd3:make_tiny_sd35m",
 )

@@ -14,6 +14,20 @@ WIDTH = 1536  # Wan2.1-T2V-1.3B's hidden width: 12 heads x 128 (Wan-Video/Wan2.1
 TOKENS = TokenLayout(sample=("condition_embedder.time_embedder", "condition_embedder.time_proj"),
                      text=("condition_embedder.text_embedder", "attn2.to_k", "attn2.to_v"))
 
+# Where this spec's preset values come from (the presets take them from here, solrl_core/config/presets.py;
+# configs/parts/models/wan.yaml holds the rest):
+#   model.resolution = 256: Flow-Factory's rollouts (its evaluation: 480)
+#   model.frames = 5: Flow-Factory's rollouts (its evaluation: 13)
+#   model.max_sequence_length = 512: WanPipeline's default, Flow-Factory's and UniRL's
+#   quant.skip_names = [condition_embedder, proj_out]: chosen here: the time and text embedders and the output
+#     projection
+#   quant.min_width = 1536: chosen here: the hidden width, as SD3.5-L's 2432 (attention kept, feed-forward in 4 bits)
+#   train.lora_targets = null: the backbone's default: Flow-Factory's (attention and feed-forward)
+#   train.lora_rank = 64: Flow-Factory
+#   train.lora_alpha = 128: Flow-Factory
+#   train.timestep_fraction = 0.6: chosen here (SD3.5's and SANA's)
+#   train.micro_batch = 8: chosen here
+#   train.optimizer.grad_clip = 1.0: Flow-Factory's max grad norm
 DEFAULTS = BackboneDefaults(
     lora_targets=["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
                   "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0", "ffn.net.0.proj", "ffn.net.2"],
@@ -38,7 +52,7 @@ SPEC = BackboneSpec(
     image_tokens=512,  # 256 px, VAE f8 -> 32x32, 1x2x2 patches -> 256 tokens per latent frame, 2 latent frames
     text_tokens=DEFAULTS.max_sequence_length,
     coverage=(CoverageRow("wan2.1-t2v-1.3b", "Wan2.1-T2V-1.3B", "no official setting: min width = its hidden width "
-                          "1536 (configs/parts/models/wan.yaml)", planner_key="wan",
+                          "1536 (solrl_core/models/backbones/specs/wan.py)", planner_key="wan",
                           planner_note="no official Sol-RL setting: Flow-Factory's Wan 2.1 GRPO rollouts (256 px, 5 "
                           "frames), the quantization rule chosen here"),),
     timestep_fraction=0.6,
@@ -49,8 +63,8 @@ SPEC = BackboneSpec(
     lora_rank=64,
     lora_alpha=128,
     micro_batch=8,
-    settings=("Flow-Factory's published Wan 2.1 GRPO settings and choices made here, as configs/parts/models/wan.yaml "
-              "says (there is no official Sol-RL setting for a video model)"),
+    settings=("Flow-Factory's published Wan 2.1 GRPO settings and choices made here, as "
+              "solrl_core/models/backbones/specs/wan.py says (there is no official Sol-RL setting for a video model)"),
     tiny_maker="solrl_core.models.backbones.tiny.wan:make_tiny_wan",
     temporal_compression=4,
 )
