@@ -1,4 +1,5 @@
-"""One RL iteration as a Prefect flow: the steps of solrl_core/method.py, in its order, each one a Prefect task.
+"""One RL iteration as a Prefect flow: `solrl_core.method.run_iteration` (the steps of solrl_core/method.py, in its
+order) with a step runner that makes each step a Prefect task.
 
 Each stage runs in this flow's process, or, when the config gives it a work pool (`orchestration.work_pools` /
 `default_pool`), as a run of its stage deployment on that pool (flows/deploy.py) that this flow waits for. With
@@ -13,12 +14,11 @@ from prefect import flow, get_run_logger
 
 from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, online_workers
 from flows.progress import stage_done
-from solrl_core.method import AUDIT, ITERATION
+from solrl_core.method import run_iteration
 from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config
-from solrl_core.stages.audit import audit_due
 from solrl_core.run.staleness import is_current
-from tasks.stage_tasks import STAGE_TASKS, audit_task
+from tasks.stage_task import AUDIT_TASK, STAGE_TASKS
 from tasks.remote_stage import remote_stage_task
 from tasks.shards import dask_shards
 
@@ -37,21 +37,17 @@ def iteration_flow(run_dir: str, iteration: int, progress: bool = True) -> dict[
     are stale (solrl_core/run/staleness.py): those are computed again."""
     run = RunDir(run_dir)
     cfg = load_run_config(run)
-    audit = audit_due(cfg, iteration)
-    manifests = {}
     with dask_shards() as shards:  # one Dask cluster (several devices): the training flow's, for the whole run
-        for step in ITERATION:
-            stage, stage_task = step.name, STAGE_TASKS[step.name]
+
+        def run_step(stage: str, iteration: int) -> dict:
             if stage == "update" and not shards.hosts_update(cfg):
                 shards.close()  # torchrun runs the update: the workers free their devices for it
-            pool = cfg.orchestration.pool_for(stage)
+            task = STAGE_TASKS.get(stage, AUDIT_TASK)  # the audit runs in this process, whatever the pools
+            pool = cfg.orchestration.pool_for(stage) if stage in STAGE_TASKS else None
             with stage_done(progress, stage, iteration, cfg.iterations):
                 if pool and not is_current(run, iteration, stage):  # stale stages are computed again
-                    manifests[stage] = remote_stage_task(run_dir, stage, iteration,
-                                                         _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
-                else:
-                    manifests[stage] = stage_task(run_dir, iteration, progress=progress)
-            if stage == "score_final" and audit:  # the optional audit reads the explore and its scores
-                with stage_done(progress, AUDIT.name, iteration, cfg.iterations):
-                    manifests[AUDIT.name] = audit_task(run_dir, iteration, progress=progress)
-    return manifests
+                    return remote_stage_task(run_dir, stage, iteration,
+                                             _deployment(stage, pool, cfg.orchestration.heartbeat_timeout))
+                return task(run_dir, iteration, progress=progress)
+
+        return run_iteration(cfg, iteration, run_step)

@@ -10,7 +10,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir
 from solrl_core.runs import check_iteration, load_run_config
 from solrl_core.run.storage import lock_wait_seconds
-from tasks.stage_tasks import STAGE_TASKS
+from tasks.stage_task import STAGE_TASKS
 
 
 @flow(name="solrl-stage", flow_run_name="{stage}-it{iteration}")

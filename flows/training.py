@@ -1,5 +1,6 @@
-"""The training flow: iterations up to the configured count, each resumed from its first incomplete (or stale) stage,
-stale evaluations evaluated again; and
+"""The training flow: `solrl_core.method.run_training` (iterations up to the configured count, each resumed from its
+first incomplete (or stale) stage, the evaluations on the config's schedule, stale evaluations evaluated again) with
+each iteration a Prefect flow, each evaluation a Prefect task, MLflow logging and progress around them; and
 `train_config_flow`, what `solrl train CONFIG` does as one flow (the entry point of the training deployment)."""
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
 from tasks.shards import dask_shards
 from solrl_core.config.loading import load_config_from
+from solrl_core.method import run_training
 from solrl_core.run.rundir import RunDir
 from solrl_core.runs import load_run_config, prepare_run
 from solrl_core.stages.audit import AUDIT
-from solrl_core.run.staleness import stale_items
 
 
 @flow(name="solrl-train", flow_run_name="train-{run_dir}")
@@ -31,35 +32,36 @@ def training_flow(run_dir: str, iterations: int, progress: bool = True) -> list[
     # the next iteration computes; the MLflow run is RUNNING until every log is in
     with (mlflow_run_training(run, cfg), dask_shards() as shards, shards.models_on_workers(cfg),
           TrackingQueue() as tracking):
-        if cfg.eval.every:
-            tracking.submit(log_evaluation, run, cfg, evaluate_task(run_dir, 0, progress=progress))
         clock = IterationClock(iterations)
-        for iteration in range(iterations):
+        computed = {}
+
+        def iterate(iteration: int) -> None:
             clock.begin()
-            computed = not run.is_complete(iteration, "update")
+            computed[iteration] = not run.is_complete(iteration, "update")
             iteration_flow(run_dir, iteration, progress=progress)
+
+        def after_iteration(iteration: int) -> None:
             tracking.submit(log_iteration, run, cfg, iteration)
             metrics = iteration_metrics(run, iteration)
             history.append(metrics)
-            clock.say(iteration, metrics, computed)
+            clock.say(iteration, metrics, computed[iteration])
             if run.is_complete(iteration, AUDIT):
                 tracking.submit(log_audit, run, cfg, iteration)
-            logger.info(
-                "iteration %d: explore reward %.4f, train reward %.4f, loss %.4f",
-                iteration,
-                metrics["reward/explore_mean"],
-                metrics["reward/train_mean"],
-                metrics["loss/total"],
-            )
-            step = iteration + 1
-            if cfg.eval.every and (step % cfg.eval.every == 0 or step == iterations):
-                with stage_done(progress, f"evaluation after {step} iterations"):
-                    evaluation = evaluate_task(run_dir, step, progress=progress)
-                tracking.submit(log_evaluation, run, cfg, evaluation)
+            logger.info("iteration %d: explore reward %.4f, train reward %.4f, loss %.4f", iteration,
+                        metrics["reward/explore_mean"], metrics["reward/train_mean"], metrics["loss/total"])
+
+        def evaluate(step: int) -> dict:
+            if step == 0:
+                return evaluate_task(run_dir, 0, progress=progress)
+            with stage_done(progress, f"evaluation after {step} iterations"):
+                return evaluate_task(run_dir, step, progress=progress)
+
+        def after_evaluation(step: int, evaluation: dict) -> None:
+            tracking.submit(log_evaluation, run, cfg, evaluation)
+            if step:
                 logger.info("evaluation after %d iterations: %s", step, evaluation["metrics"])
-        for item in stale_items(run):  # evaluations off the schedule whose checkpoint was computed again
-            if item["stage"] == "eval" and item["step"] <= iterations:
-                tracking.submit(log_evaluation, run, cfg, evaluate_task(run_dir, item["step"], progress=progress))
+
+        run_training(run, cfg, iterations, iterate, evaluate, after_iteration, after_evaluation)
     return history
 
 

@@ -18,8 +18,9 @@ and, every `audit.every` iterations, the `audit` after score_final: the whole ex
 precision, to measure how well the cheap explore ranks seeds (nothing downstream reads it).
 
 Each step is a stage: a function from artifacts in the run directory to an artifact (solrl_core/stages/<module>.py),
-`STEP.run(StageContext) -> summary`. `ITERATION` lists them in the order the Prefect flow runs them
-(flows/iteration.py); `solrl_core/stages/runner.py` runs one (skip it when complete, verify its inputs, commit its
+`STEP.run(StageContext) -> summary`. `ITERATION` lists them in order, and `run_iteration` below runs them so
+(the Prefect flow, flows/iteration.py, through a runner that makes each a Prefect task); `run_training` runs the
+iterations and the held-out evaluations. `solrl_core/stages/runner.py` runs one (skip it when complete, verify its inputs, commit its
 artifact atomically). What a step reads is the stage table's (solrl_core/run/stage_table.py, the ground floor the
 run directory machinery reads too): the same-iteration steps before it, and the previous checkpoint. A step's
 model work (`work`) is split over the devices when the run has several (solrl_core/stages/shards.py). The algorithm,
@@ -31,8 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from solrl_core.config.schema import RunConfig
+from solrl_core.run.rundir import RunDir
 from solrl_core.run.stage_table import BY_NAME as TABLE_BY_NAME
 from solrl_core.run.stage_table import Stage
+from solrl_core.run.staleness import stale_items
 from solrl_core.stages import audit, explore, quantize, regenerate, score, update
 from solrl_core.stages.select import run_select
 
@@ -77,3 +81,53 @@ AUDIT: Step = _step("audit", audit.run_audit,
                     audit.sampling, audit.scoring)
 
 BY_NAME: dict[str, Step] = {step.name: step for step in (*ITERATION, AUDIT)}
+
+
+# The loop: one iteration and the training, as plain functions over a step runner. Neither knows how a step runs: the
+# caller passes `run_step(stage, iteration) -> manifest`. The Prefect flows (flows/iteration.py, flows/training.py)
+# pass one that wraps each step in its Prefect task (or a run on its work pool); a plain caller (the GPU acceptance,
+# a notebook) passes `solrl_core.stages.runner.plain_step_runner`, which runs each stage in this process.
+StepRunner = Callable[[str, int], dict]  # (stage, iteration) -> the stage's manifest
+
+
+def run_iteration(cfg: RunConfig, iteration: int, run_step: StepRunner) -> dict[str, dict]:
+    """Every step of `iteration` in order through `run_step`, the audit after score_final when `audit.every` says so
+    (it reads the explore and its scores; nothing downstream reads it). Step name -> manifest."""
+    audit_now = audit.audit_due(cfg, iteration)
+    manifests = {}
+    for step in ITERATION:
+        manifests[step.name] = run_step(step.name, iteration)
+        if step.name == "score_final" and audit_now:
+            manifests[AUDIT.name] = run_step(AUDIT.name, iteration)
+    return manifests
+
+
+def evaluation_due(cfg: RunConfig, step: int, iterations: int) -> bool:
+    """Whether the held-out evaluation runs after `step` iterations (before training: step 0)."""
+    return bool(cfg.eval.every) and (step % cfg.eval.every == 0 or step == iterations)
+
+
+def run_training(run: RunDir, cfg: RunConfig, iterations: int, iterate: Callable[[int], object],
+                 evaluate: Callable[[int], dict] | None = None, after_iteration: Callable[[int], None] | None = None,
+                 after_evaluation: Callable[[int, dict], None] | None = None) -> None:
+    """Iterations 0 .. `iterations` - 1 through `iterate(iteration)` (`run_iteration` with the caller's runner),
+    `after_iteration(iteration)` after each; the held-out evaluation through `evaluate(step)` before training and on
+    the config's schedule (`evaluation_due`), `after_evaluation(step, result)` after each; then the evaluations off
+    the schedule whose checkpoint was computed again (solrl_core/run/staleness.py)."""
+    def evaluated(step: int) -> None:
+        result = evaluate(step)
+        if after_evaluation:
+            after_evaluation(step, result)
+
+    if evaluate and evaluation_due(cfg, 0, iterations):
+        evaluated(0)
+    for iteration in range(iterations):
+        iterate(iteration)
+        if after_iteration:
+            after_iteration(iteration)
+        if evaluate and evaluation_due(cfg, iteration + 1, iterations):
+            evaluated(iteration + 1)
+    if evaluate:
+        for item in stale_items(run):
+            if item["stage"] == "eval" and item["step"] <= iterations:
+                evaluated(item["step"])

@@ -2,8 +2,8 @@
 
 A prompt set is named by a spec string (config keys `prompts.train` and `eval.prompts`):
 
-* `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/models/embedded/shapes.py);
-  `builtin:motion-train`, `builtin:motion-test`: the embedded video model's (solrl_core/models/embedded/motion.py);
+* `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/worlds/shapes.py);
+  `builtin:motion-train`, `builtin:motion-test`: the embedded video model's (solrl_core/worlds/motion.py);
 * a `.jsonl` file: one JSON object per line with a required "prompt" string; every other key is kept as the
   prompt's metadata (e.g. GenEval's "tag" and "include"). A "split" key assigns the line to a split, chosen by
   `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line;
@@ -80,7 +80,7 @@ def _load(spec: str, key: str, split: str | None, stamp) -> PromptSet:
 
 
 def _builtin(spec: str, key: str) -> list[tuple[str, dict]]:
-    from solrl_core.models.embedded import motion, shapes
+    from solrl_core.worlds import motion, shapes
 
     sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts,
             "builtin:motion-train": motion.train_prompts, "builtin:motion-test": motion.test_prompts}

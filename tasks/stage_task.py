@@ -1,4 +1,6 @@
-"""The one way a stage becomes a Prefect task.
+"""The one way a stage becomes a Prefect task, and the tasks of the steps: `STAGE_TASKS`, step name -> Prefect task
+in the order of an iteration (solrl_core/run/stage_table.py names them; solrl_core/method.py says what each one
+does), and `AUDIT_TASK`, the optional full-fidelity audit's.
 
 The run directory is the cache: a stage whose manifest exists returns it without recomputing, whichever process or
 pool runs it, so Prefect's own result caching is off (NO_CACHE). Prefect retries a stage that crashed; the stage
@@ -11,6 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from solrl_core.run.rundir import RunDir
+from solrl_core.run.stage_table import STAGES
 from solrl_core.runs import load_run_config
 from solrl_core.stages.runner import run_stage
 from solrl_core.run.storage import is_remote
@@ -45,3 +48,7 @@ def make_stage_task(stage: str, retries: int = 1):
 
     stage_task.__doc__ = f"Run the '{stage}' stage of one iteration (skipped when its manifest exists)."
     return stage_task
+
+
+STAGE_TASKS = {stage: make_stage_task(stage) for stage in STAGES}
+AUDIT_TASK = make_stage_task("audit")  # the optional full-fidelity audit (not one of the pipeline's STAGES)

@@ -30,7 +30,7 @@ def cmd_make_tiny(args) -> int:
     from solrl_core.userfiles import check_output_dir
 
     check_output_dir(args.dir, "make-tiny DIR")
-    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.tiny_bundle import make_tiny_bundle
 
     summary = make_tiny_bundle(args.model, args.dir)
     print(f"tiny {summary['model']} model ({summary['kind']}) in {summary['dir']}")

@@ -28,7 +28,7 @@ def _config(model: str, tmp: Path):
 
     if model == "embedded":
         return load_config("demo", ["model.compile=true"])
-    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.tiny_bundle import make_tiny_bundle
 
     path = make_tiny_bundle(model, tmp / model)["dir"]
     return load_config(f"{model}_sol_rl_pickscore",

@@ -1,12 +1,12 @@
 """The training runs of the GPU acceptance (`solrl_core.doctor.acceptance`): a few iterations of a config through the
-library alone, in this process, as `flows/training.py` and `flows/iteration.py` order them without Prefect:
-`runs.prepare_run`, then `stages.runner.run_stage` for every stage of `run.stage_table.STAGES` in order, iteration
-after iteration, then one held-out evaluation (`evaluate.run_eval`) after the last.
+library alone, in this process, with the loop the Prefect flows run (`solrl_core.method.run_iteration`) and its plain
+step runner: `runs.prepare_run`, then the steps of each iteration in order, then one held-out evaluation
+(`evaluate.run_eval`) after the last.
 
 The runs' subjects: the config's own model ("embedded": configs/demo.yaml's shipped model), or a tiny random-weight
-model made by `solrl make-tiny`'s library function (`models.backbones.tiny.make_tiny_model`) run with that tiny model's own
-run overrides (`models.backbones.tiny.bundle.tiny_run_overrides`), except its prompt file and reward checkpoints, which are
-not written here: those runs keep the config's prompts and rewards.
+model made by `solrl make-tiny`'s library function (`models.backbones.tiny.make_tiny_model`) run with that tiny
+model's own run overrides (`tiny_bundle.tiny_run_overrides`), except its prompt file and reward checkpoints, which
+are not written here: those runs keep the config's prompts and rewards.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def tiny_overrides(model: str, directory: Path) -> list[str]:
     """``--set`` items running a config on the tiny ``model`` written in ``directory``: model.path and the tiny
     model's own run overrides, less TINY_KEYS_LEFT_OUT."""
     from solrl_core.models.backbones.tiny import tiny_spec
-    from solrl_core.models.backbones.tiny.bundle import tiny_run_overrides
+    from solrl_core.tiny_bundle import tiny_run_overrides
 
     data = tiny_run_overrides(tiny_spec(model).kind, {}, directory / "prompts.txt")
     for keys in TINY_KEYS_LEFT_OUT:
@@ -71,10 +71,10 @@ def run_training(run_dir: Path, cfg, iterations: int, evaluate: bool, record: di
     ``stage_seconds[iteration][stage]`` (the manifests' summary.seconds), ``rewards[iteration]`` (the score stages'
     means, the update's loss), ``evaluation`` (metrics and seconds), ``at`` (the stage running, removed at the end)
     and ``peak_gib`` (torch.cuda.max_memory_allocated over the run, None off CUDA)."""
+    from solrl_core.method import run_iteration
+    from solrl_core.stages.runner import plain_step_runner
     from solrl_core.run.rundir import RunDir
     from solrl_core.runs import prepare_run
-    from solrl_core.stages.runner import run_stage
-    from solrl_core.run.stage_table import STAGES
 
     cuda = torch.device(cfg.model.device).type == "cuda"
     if cuda:
@@ -85,13 +85,17 @@ def run_training(run_dir: Path, cfg, iterations: int, evaluate: bool, record: di
     try:
         with run.hold():
             prepare_run(run, cfg)
+            plain = plain_step_runner(run, cfg)
+
+            def run_step(stage: str, iteration: int) -> dict:  # the plain runner, recording as it goes
+                record["at"] = f"{stage} (iteration {iteration})"
+                manifest = plain(stage, iteration)
+                record["stage_seconds"].setdefault(str(iteration), {})[stage] = manifest["summary"]["seconds"]
+                _note_rewards(record["rewards"].setdefault(str(iteration), {}), stage, manifest["summary"])
+                return manifest
+
             for iteration in range(iterations):
-                seconds = record["stage_seconds"].setdefault(str(iteration), {})
-                for stage in STAGES:
-                    record["at"] = f"{stage} (iteration {iteration})"
-                    summary = run_stage(run, cfg, iteration, stage, progress=False)["summary"]
-                    seconds[stage] = summary["seconds"]
-                    _note_rewards(record["rewards"].setdefault(str(iteration), {}), stage, summary)
+                run_iteration(cfg, iteration, run_step)
             if evaluate:
                 from solrl_core.evaluate import run_eval
 

@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from torch import nn
 from tqdm.auto import tqdm
 
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 from solrl_core.models.embedded.model import images_to_latents
 from solrl_core.models.embedded.scorer import FORMAT, PromptImageScorer
 from solrl_core.models.embedded.scorer_files import METADATA_FILE, WEIGHTS_FILE

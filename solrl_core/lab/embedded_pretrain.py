@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 from solrl_core.errors import SolrlError
 from solrl_core.models.embedded.model import (
     METADATA_FILE,
@@ -85,7 +85,7 @@ class World:
 
 def world(name: str) -> World:
     """The world called `name`: "shapes" (images, the default model) or "motion" (videos)."""
-    from solrl_core.models.embedded import motion
+    from solrl_core.worlds import motion
     from solrl_core.models.embedded.video_model import build_video_model, predict_video_velocity, videos_to_latents
     from solrl_core.rewards.embedded import prompt_match_reward
     from solrl_core.rewards.embedded_motion import motion_match_reward

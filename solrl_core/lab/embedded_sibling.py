@@ -124,7 +124,7 @@ def distill_sibling(out_dir: str | Path, recipe: dict | None = None, progress: b
     """Distil the shipped embedded model into a few-step sibling saved in `out_dir` (an embedded model directory:
     the student's transformer, the teacher's text encoder and tokenizer); returns the summary also stored there."""
     from solrl_core.models.backbones.embedded import EmbeddedBackbone
-    from solrl_core.models.embedded import shapes
+    from solrl_core.worlds import shapes
     from solrl_core.models.embedded.model import EmbeddedModel
 
     recipe = {**DEFAULT_RECIPE, **(recipe or {})}

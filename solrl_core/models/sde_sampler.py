@@ -1,4 +1,4 @@
-"""Flow-GRPO's SDE sampler: the ODE schedule of `sampler.sample`, with the SDE step of `rl.flow_grpo.sde_step` on a
+"""Flow-GRPO's SDE sampler: the ODE schedule of `sampler.sample`, with the SDE step of `models.sde_step.sde_step` on a
 window of steps (every step by default) and Euler ODE steps elsewhere, recording the trajectory and the per-step
 log-probabilities the GRPO update needs.
 
@@ -18,9 +18,9 @@ from solrl_core.models.backbones.base import Backbone, Conditioning, module_devi
 from solrl_core.models.sampler import guided_velocity, make_scheduler
 from solrl_core.models.step_cache import fresh_trajectories, step_context
 from solrl_core.models.step_precision import model_at, models_of
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 from solrl_core.errors import SolrlError
-from solrl_core.rl.flow_grpo import schedule_sigma_max, sde_step, sde_window_problem
+from solrl_core.models.sde_step import schedule_sigma_max, sde_step, sde_window_problem
 
 PURPOSE_SDE_NOISE = 7  # a stream of its own among a seed's draws (the initial noise is the seed's own generator)
 

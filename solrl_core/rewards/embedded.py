@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import ndimage
 
-from solrl_core.models.embedded.shapes import BACKGROUND, COLOURS, SHAPES, parse_prompt
+from solrl_core.worlds.shapes import BACKGROUND, COLOURS, SHAPES, parse_prompt
 
 WEIGHTS = {"colour": 0.25, "count": 0.25, "shape": 0.25, "position": 0.15, "background": 0.10}
 FLOOR = 1e-4  # low enough that a poor-but-improving component still ranks samples (1e-4 ** 0.25 = 0.1)

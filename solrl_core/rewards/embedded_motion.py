@@ -1,4 +1,4 @@
-"""Programmatic reward of the embedded video world (solrl_core/models/embedded/motion.py): no weights, in [0, 1].
+"""Programmatic reward of the embedded video world (solrl_core/worlds/motion.py): no weights, in [0, 1].
 
 Per video, for a prompt "a red circle moving left":
   appearance  the image world's prompt match (solrl_core/rewards/embedded.py) of every frame for "a red circle"
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from solrl_core.models.embedded import motion
+from solrl_core.worlds import motion
 from solrl_core.rewards.embedded import FLOOR, foreground_centroid, prompt_match_reward
 
 WEIGHTS = {"appearance": 0.6, "motion": 0.4}

@@ -206,7 +206,7 @@ def sample_batch(n: int = 4, size: int = 64, seed: int = 0,
     (n, frames, size, size, 3) of the embedded motion world and its prompts ("embedded_motion" scores them)."""
     from PIL import Image
 
-    from solrl_core.models.embedded import motion, shapes
+    from solrl_core.worlds import motion, shapes
 
     rng = np.random.default_rng(seed)
     if frames is None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from solrl_core.models.seeds import randn_rows
+from solrl_core.seeds import randn_rows
 from solrl_core.rl.objective_base import ObjectiveStep, TrainingData
 
 

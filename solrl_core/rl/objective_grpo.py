@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from solrl_core.rl.flow_grpo import grpo_loss, schedule_sigma_max, sde_step
+from solrl_core.models.sde_step import schedule_sigma_max, sde_step
+from solrl_core.rl.flow_grpo import grpo_loss
 from solrl_core.rl.objective_base import Forward, Objective, ObjectiveStep, TrainingData
 
 

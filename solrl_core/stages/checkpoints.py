@@ -10,7 +10,7 @@ from solrl_core.config.schema import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.run.integrity import FILES_KEY, inventory
 from solrl_core.run.rundir import write_json_atomic
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_LORA_INIT
 from solrl_core.stages.transformer_copies import weight_sharing_transformer

@@ -7,7 +7,7 @@ import torch
 from solrl_core.config.limits import MAX_ITERATIONS, MAX_PROMPTS, MAX_SEEDS, MAX_SEED
 from solrl_core.config.schema import RunConfig
 from solrl_core.prompts import check_train_prompts
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 
 # Purposes for derived random generators: each random choice has its own stream.
 (PURPOSE_PROMPTS, PURPOSE_SELECT, PURPOSE_TRAIN_T, PURPOSE_TRAIN_NOISE, PURPOSE_LORA_INIT,

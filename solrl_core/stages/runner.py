@@ -56,3 +56,9 @@ def run_stage(
     summary = STEPS[stage].run(StageContext(run, cfg, iteration, progress))
     summary["seconds"] = round(time.perf_counter() - start, 3)
     return run.commit(iteration, stage, summary, inputs)
+
+
+def plain_step_runner(run: RunDir, cfg: RunConfig, progress: bool = False):
+    """A step runner for `solrl_core.method.run_iteration` that runs each stage here, in this process (skipped when
+    complete and current): the loop without Prefect (the GPU acceptance, a notebook)."""
+    return lambda stage, iteration: run_stage(run, cfg, iteration, stage, progress=progress)

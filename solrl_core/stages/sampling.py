@@ -23,7 +23,7 @@ from solrl_core.run.pool import CandidateWriter
 from solrl_core.models.compiled import compiled_copy
 from solrl_core.models.sampler import resolve_sampler, sample, schedule_sigmas
 from solrl_core.models.sde_sampler import sample_sde
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 from solrl_core.rl.objectives import objective_for
 from solrl_core.run.storage import zarr_store
 from solrl_core.stages.draws import PURPOSE_SDE_WINDOW

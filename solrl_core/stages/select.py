@@ -8,7 +8,7 @@ from solrl_core.run.pool import read_table, write_table
 from solrl_core.rl.selection import select_candidates
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_SELECT
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 
 
 def run_select(ctx: StageContext) -> dict:

@@ -26,7 +26,7 @@ from solrl_core.rl.objectives import objective_for
 from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
 from solrl_core.rl.policy import EmaWeights, LoraPolicy
 from solrl_core.run.rundir import write_json_atomic
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 from solrl_core.run.storage import load_tensors, save_tensors
 from solrl_core.models.backbones.base import module_device
 from solrl_core.models.backbones.cache import drop_models, load_backbone

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from solrl_core.run.rundir import RunDir
-from solrl_core.models.seeds import noise_from_seed
+from solrl_core.seeds import noise_from_seed
 
 
 @pytest.mark.e2e
@@ -28,7 +28,7 @@ def test_lock_refuses_a_second_holder_in_another_process(tmp_path):
 @pytest.mark.e2e
 def test_seed_noise_is_identical_across_processes():
     here = noise_from_seed(1234, (3, 8, 8))
-    code = "from solrl_core.models.seeds import noise_from_seed; print(noise_from_seed(1234, (3, 8, 8)).double().sum().item())"
+    code = "from solrl_core.seeds import noise_from_seed; print(noise_from_seed(1234, (3, 8, 8)).double().sum().item())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert float(out) == pytest.approx(here.double().sum().item(), abs=0, rel=0)
     assert not noise_from_seed(1235, (3, 8, 8)).equal(here)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 from solrl_core.lab.embedded_distill import DEFAULT_RECIPE, agreement, build_dataset, distill
 from solrl_core.models.embedded.scorer import load_scorer
 from solrl_core.models.embedded.scorer_files import METADATA_FILE, shipped_dir

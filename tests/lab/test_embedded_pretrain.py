@@ -35,7 +35,7 @@ def test_the_motion_world_pretrains_a_video_model(tmp_path):
     from solrl_core.errors import SolrlError
     from solrl_core.lab.embedded_pretrain import MOTION_STEPS, pretrain, world
     from solrl_core.models.backbones.embedded_video import EmbeddedVideoBackbone
-    from solrl_core.models.embedded import motion
+    from solrl_core.worlds import motion
 
     summary = pretrain(tmp_path / "video", steps=2, batch_size=4, progress=False, log_every=1, evaluate_samples=False,
                        threads=1, world_name="motion")

@@ -8,7 +8,7 @@ import torch
 
 from solrl_core.lab.embedded_sibling import reflow, teacher_pairs
 from solrl_core.models.backbones.embedded import PRETRAINED_DIR, EmbeddedBackbone
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 from solrl_core.models.embedded.model import METADATA_FILE, load_model, predict_velocity
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

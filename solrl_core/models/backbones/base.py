@@ -21,7 +21,7 @@ import torch
 
 from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.spec import BackboneDefaults
-from solrl_core.models.seeds import noise_batch
+from solrl_core.seeds import noise_batch
 
 if TYPE_CHECKING:
     from solrl_core.config.schema import ModelConfig

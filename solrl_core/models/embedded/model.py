@@ -24,7 +24,7 @@ import torch
 from diffusers import SD3Transformer2DModel
 from transformers import CLIPTextConfig, CLIPTextModel, PreTrainedTokenizerFast
 
-from solrl_core.models.embedded.shapes import all_prompts
+from solrl_core.worlds.shapes import all_prompts
 from solrl_core.errors import SolrlError
 
 FORMAT_VERSION = 1

@@ -16,7 +16,7 @@ from transformers import CLIPTextModel
 
 from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.specs.embedded_video import WIDTH
-from solrl_core.models.embedded import motion
+from solrl_core.worlds import motion
 from solrl_core.models.embedded.model import TEXT_WIDTH, EmbeddedModel, build_tokenizer, text_encoder_config
 
 PATCH = 8

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "solrl_core.status", "solrl_core.learning_curve", "solrl_core.pool_plots", "solrl_core.run_preflight",
                 "solrl_core.planner", "solrl_core.mlflow_links")),
     ("method", ("solrl_core.method", "solrl_core.stages.runner")),
-    ("product tools", ("solrl_core.doctor", "solrl_core.bench")),
+    ("product tools", ("solrl_core.doctor", "solrl_core.bench", "solrl_core.tiny_bundle")),
     ("lab", ("solrl_core.lab",)),
     ("tasks", ("tasks",)),
     ("flows", ("flows",)),
@@ -177,3 +177,38 @@ def test_the_product_never_imports_the_lab():
     offenders = [f"{a} imports {b}" for a, edges in import_graph().items() for b in edges
                  if in_lab(b) and not in_lab(a) and a not in product_cli]
     assert offenders == []
+
+
+# The pieces' packages, each a unit another may build on in one direction only: rl and rewards use models, models
+# uses the prompts; none of them is used by a package it uses. What they all share sits on the ground floor (the
+# embedded worlds, solrl_core.worlds; the seed derivation, solrl_core.seeds).
+PIECES = ("solrl_core.models", "solrl_core.rewards", "solrl_core.rl", "solrl_core.prompts")
+
+
+def _piece(module: str) -> str | None:
+    return next((p for p in PIECES if module == p or module.startswith(p + ".")), None)
+
+
+def piece_edges(graph: dict[str, dict[str, int]]) -> dict[tuple[str, str], str]:
+    """(importing piece, imported piece) -> one import that makes the edge ("module:line -> module")."""
+    edges: dict[tuple[str, str], str] = {}
+    for a, imports in graph.items():
+        for b, line in imports.items():
+            pa, pb = _piece(a), _piece(b)
+            if pa and pb and pa != pb:
+                edges.setdefault((pa, pb), f"{a}:{line} -> {b}")
+    return edges
+
+
+def test_no_two_pieces_import_each_other():
+    edges = piece_edges(import_graph())
+    both_ways = [f"{edges[(a, b)]} and {edges[(b, a)]}" for a, b in edges if (b, a) in edges and a < b]
+    assert both_ways == []
+    assert ("solrl_core.rl", "solrl_core.models") in edges  # the test reads real edges
+
+
+def test_two_way_pieces_are_named():
+    graph = {"solrl_core.models.a": {"solrl_core.rl.b": 3}, "solrl_core.rl.b": {"solrl_core.models.a": 7}}
+    edges = piece_edges(graph)
+    assert edges == {("solrl_core.models", "solrl_core.rl"): "solrl_core.models.a:3 -> solrl_core.rl.b",
+                     ("solrl_core.rl", "solrl_core.models"): "solrl_core.rl.b:7 -> solrl_core.models.a"}

@@ -15,7 +15,7 @@ from solrl_core.userfiles import check_output_dir
 COMMANDS = [
     (("pretrain", "--out"), "--out", "solrl_core.lab.embedded_pretrain.pretrain"),
     (("distill-reward", "--out"), "--out", "solrl_core.lab.embedded_distill.distill"),
-    (("make-tiny", "sd35m"), "make-tiny DIR", "solrl_core.models.backbones.tiny.bundle.make_tiny_bundle"),
+    (("make-tiny", "sd35m"), "make-tiny DIR", "solrl_core.tiny_bundle.make_tiny_bundle"),
 ]
 
 

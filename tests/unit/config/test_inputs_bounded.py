@@ -19,7 +19,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.excerpts import EXCERPT_CHARS, LINE_CHARS
 from solrl_core.prompts import load_prompt_set
-from solrl_core.models.seeds import derived_generator
+from solrl_core.seeds import derived_generator
 from solrl_core.stages.draws import PURPOSE_PROMPTS, iteration_prompts
 from repo_paths import TINY
 

@@ -9,7 +9,7 @@ import pytest
 
 from solrl_core.config.schema import ConfigError
 from solrl_core.config.loading import load_config
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 from solrl_core.errors import SolrlError
 from solrl_core.prompts import eval_prompt_set, load_prompt_set, prompt_set, train_prompt_set
 from repo_paths import TINY

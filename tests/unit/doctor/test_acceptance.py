@@ -83,7 +83,7 @@ def test_a_later_command_replaces_the_steps_it_runs_again_and_keeps_the_others(t
 
 
 def test_tiny_runs_take_the_tiny_models_own_overrides_but_the_configs_prompts_and_rewards(tmp_path):
-    from solrl_core.models.backbones.tiny.bundle import tiny_run_overrides
+    from solrl_core.tiny_bundle import tiny_run_overrides
 
     overrides = acceptance_runs.tiny_overrides("flux1", tmp_path)
     cfg = load_config(ROOT / "configs" / "demo.yaml",

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from solrl_core.models.embedded import shapes
-from solrl_core.models.embedded.shapes import COLOURS, SHAPES, Scene, parse_prompt
+from solrl_core.worlds import shapes
+from solrl_core.worlds.shapes import COLOURS, SHAPES, Scene, parse_prompt
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import REWARDS, Reward, score_images
 from solrl_core.rewards.registry import clear_reward_cache

@@ -15,7 +15,7 @@ from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.run.rundir import RunDir
 from solrl_core.run.storage import write_text_atomic
 from solrl_core.testing.fake_cuda import fake_cuda
-from solrl_core.models.seeds import derived_generator, randn_rows
+from solrl_core.seeds import derived_generator, randn_rows
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE
 from solrl_core.stages import update_node

@@ -16,7 +16,8 @@ from gaussian_flow import DIM, GaussianFlow
 from solrl_core.models.sampler import sample
 from solrl_core.models.sde_sampler import sample_sde, step_noise
 from solrl_core.errors import SolrlError
-from solrl_core.rl.flow_grpo import SDE_MIN_GAP, grpo_loss, sde_std, sde_step, sde_window_problem
+from solrl_core.models.sde_step import SDE_MIN_GAP, sde_std, sde_step, sde_window_problem
+from solrl_core.rl.flow_grpo import grpo_loss
 
 
 def reference_step(x, v, sigma, sigma_next, sigma_max, a, eps):

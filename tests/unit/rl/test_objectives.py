@@ -13,7 +13,8 @@ from gaussian_flow import DIM, GaussianFlow
 from solrl_core.config.schema import FlowGRPOSettings
 from solrl_core.errors import ConfigError
 from solrl_core.models.sde_sampler import sample_sde
-from solrl_core.rl.flow_grpo import grpo_loss, sde_step
+from solrl_core.models.sde_step import sde_step
+from solrl_core.rl.flow_grpo import grpo_loss
 from solrl_core.rl.objective_awm import AWM
 from solrl_core.rl.objective_base import Objective, TrainingData
 from solrl_core.rl.objective_grpo import FlowGRPO, sde_window

@@ -152,7 +152,7 @@ def test_a_guardrail_escalation_returns_to_the_trained_model(tmp_path, siblings)
 
 def test_a_flux_sibling_samples_on_its_own_schedule(tmp_path):
     """A step-distilled FLUX.1 (schnell) samples unshifted: its scheduler config has no dynamic shift and shift 1."""
-    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.tiny_bundle import make_tiny_bundle
 
     tiny = make_tiny_bundle("flux1", tmp_path / "dev")["dir"]
     schnell = tmp_path / "schnell"

@@ -49,7 +49,7 @@ SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1",
 def tiny_models(tmp_path_factory):
     """model -> the directory `solrl make-tiny` writes (tiny model, rewards, prompts, run overrides), made when first
     asked for."""
-    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.tiny_bundle import make_tiny_bundle
 
     made: dict[str, str] = {}
 

@@ -94,7 +94,7 @@ def test_one_awm_iteration_per_family(family, tmp_path, one_torch_thread):
 def test_a_window_drawn_per_iteration_is_the_same_in_explore_regenerate_and_update(tmp_path, one_torch_thread):
     """Flow-GRPO-Fast: `window_start` a list, each iteration draws one start from the run seed; the explore and the
     regenerate of the iteration put their one SDE step at that start, and the update trains it."""
-    from solrl_core.models.seeds import derived_generator
+    from solrl_core.seeds import derived_generator
     from solrl_core.rl.objectives import objective_for
     from solrl_core.stages.draws import PURPOSE_SDE_WINDOW
 
@@ -125,7 +125,7 @@ TINY_FLUX_SMALL = ["prompts.per_iteration=1", "explore.seeds_per_prompt=4", "exp
 
 @pytest.fixture(scope="module")
 def tiny_flux(tmp_path_factory):
-    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.tiny_bundle import make_tiny_bundle
 
     return str(make_tiny_bundle("flux1", tmp_path_factory.mktemp("flux1"))["dir"])
 

@@ -10,7 +10,7 @@ import zarr
 
 from repo_paths import ROOT, TINY
 from solrl_core.config.loading import load_config
-from solrl_core.models.embedded import motion
+from solrl_core.worlds import motion
 from solrl_core.rewards.registry import score_images
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES, RunDir
@@ -23,7 +23,7 @@ REWARDS = {"jpeg": 1.0, "temporal_consistency": 0.5}
 
 @pytest.fixture(scope="module")
 def video_run(tmp_path_factory, one_torch_thread):
-    from solrl_core.models.backbones.tiny.bundle import make_tiny_bundle
+    from solrl_core.tiny_bundle import make_tiny_bundle
 
     tiny = make_tiny_bundle("wan", tmp_path_factory.mktemp("wan") / "tiny")["dir"]
     cfg = load_config(TINY, ["model.kind=wan", f"model.path={tiny}", "explore.steps=2", "regenerate.steps=3",

@@ -43,7 +43,7 @@ def tiny_gemma_tokenizer():
     from transformers import GemmaTokenizerFast
 
     from solrl_core.models.backbones.sana import default_instruction
-    from solrl_core.models.embedded import shapes
+    from solrl_core.worlds import shapes
 
     trainer_tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     trainer_tok.normalizer = normalizers.Replace(" ", "▁")  # as Gemma's

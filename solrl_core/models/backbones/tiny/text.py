@@ -44,7 +44,7 @@ _GENERAL_PROMPTS = (
 
 
 def _corpus() -> list[str]:
-    from solrl_core.models.embedded import shapes
+    from solrl_core.worlds import shapes
 
     return [*shapes.all_prompts(), *_GENERAL_PROMPTS]
 

@@ -11,7 +11,7 @@ import yaml
 
 from repo_paths import ROOT
 from flows.cli import main
-from solrl_core.models.backbones.tiny.bundle import TINY_PROMPTS
+from solrl_core.tiny_bundle import TINY_PROMPTS
 from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from solrl_core.models.embedded import shapes
-from solrl_core.models.embedded.shapes import COLOURS, POSITIONS, SHAPES, Scene, parse_prompt, render_scene
+from solrl_core.worlds import shapes
+from solrl_core.worlds.shapes import COLOURS, POSITIONS, SHAPES, Scene, parse_prompt, render_scene
 from solrl_core.errors import SolrlError
 
 

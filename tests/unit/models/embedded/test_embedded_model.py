@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from solrl_core.models.backbones.embedded import PRETRAINED_DIR, EmbeddedBackbone
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 from solrl_core.models.embedded.model import METADATA_FILE, TEXT_LENGTH, build_model, load_model
 from solrl_core.lab.embedded_pretrain import sample_rewards
 from solrl_core.errors import SolrlError

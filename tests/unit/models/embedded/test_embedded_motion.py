@@ -1,11 +1,11 @@
-"""The embedded video world (solrl_core/models/embedded/motion.py): its prompts, split, and videos of a shape moving
+"""The embedded video world (solrl_core/worlds/motion.py): its prompts, split, and videos of a shape moving
 the named way, and its reward (solrl_core/rewards/embedded_motion.py) against videos that break one part of a prompt."""
 
 import numpy as np
 import pytest
 
 from solrl_core.errors import SolrlError
-from solrl_core.models.embedded import motion, shapes
+from solrl_core.worlds import motion, shapes
 from solrl_core.rewards.embedded import foreground_centroid
 from solrl_core.rewards.embedded_motion import motion_match_reward
 from solrl_core.rewards.registry import get_reward, score_images

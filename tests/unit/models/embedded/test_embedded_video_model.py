@@ -9,7 +9,7 @@ from solrl_core.config.schema import ModelConfig
 from solrl_core.errors import SolrlError
 from solrl_core.models.backbones import registry
 from solrl_core.models.backbones.embedded_video import PRETRAINED_VIDEO_DIR, EmbeddedVideoBackbone
-from solrl_core.models.embedded import motion
+from solrl_core.worlds import motion
 from solrl_core.models.embedded.model import build_model, load_model
 from solrl_core.models.embedded.video_model import (build_video_model, latents_to_videos, predict_video_velocity,
                                                     videos_to_latents)

@@ -3,7 +3,7 @@
 A scene is (colour, shape, direction); its one prompt is "a red circle moving left" (left, right, up or down). A video
 of `frames` frames shows the shape travelling TRAVEL of the frame's side along the direction, at a constant speed,
 from a start drawn so that the whole path stays inside the frame (the other coordinate anywhere inside). Drawn with
-the image world's renderer (solrl_core/models/embedded/shapes.py), so one frame is one of its images.
+the image world's renderer (solrl_core/worlds/shapes.py), so one frame is one of its images.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from solrl_core.errors import SolrlError
-from solrl_core.models.embedded import shapes
+from solrl_core.worlds import shapes
 
 DIRECTIONS: dict[str, tuple[int, int]] = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}  # (dx, dy)
 FRAMES = 4  # frames of a video of the shipped video model
