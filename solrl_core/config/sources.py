@@ -98,7 +98,7 @@ def _extended(path: Path, parent: str) -> Path:
     """The file `extends: parent` in config `path` names: relative to `path`'s folder, else a packaged config or
     preset of that name (`extends: demo.yaml` from a config of your own, beside no copy of demo.yaml)."""
     local = path.parent / parent
-    if local.exists():
+    if local.exists() or preset_at(local) is not None:  # a file, or a preset by the path the docs write
         return local
     packaged = packaged_config(parent)
     if packaged is None:
