@@ -24,12 +24,13 @@ from solrl_core.run.rundir import RunDir
 
 pytestmark = pytest.mark.e2e
 
-# Short bounds for the test (values in the environment win over solrl's): each MLflow request gives up after about
-# 4 x 3 s + 6 s of backoff, and the flow waits at most 10 s for a logging once its work is done.
-SHORT = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3", "SOLRL_TRACKING_WAIT": "10"}
+# Short bounds for the test (values in the environment win over solrl's): each MLflow request gives up after 3 s,
+# once, and the flow waits at most 10 s for a logging once its work is done. What is tested is that the command ends
+# in one line within its bounds, whatever they are: solrl's own (3 retries of 15 s) would only make the test longer.
+SHORT = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "SOLRL_TRACKING_WAIT": "10"}
 # request bound + drain wait + the iteration under way and the command's exit, on a machine busy with other tests (its
 # share of 2 cores); MLflow's own bounds (120 s a request, 7 retries) would take many times this
-BOUND_S = 4 * 3 + 6 + 10 + 90
+BOUND_S = 3 + 10 + 90
 
 
 def _metric_steps(uri: str, run_id: str, key: str = "reward/train_mean") -> list[int]:
