@@ -16,7 +16,7 @@ from flows.training import training_flow
 from solrl_core.bench.bench_config import BenchRun, bench_runs, load_bench_config
 from solrl_core.bench.report import build_report
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 
 
 def train_one(run: BenchRun, progress: bool = True) -> None:

@@ -38,7 +38,7 @@ from prefect.events.actions import ChangeFlowRunState
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 
-from flows.preflight import MLFLOW_HTTP_DEFAULTS
+from flows.service_checks import MLFLOW_HTTP_DEFAULTS
 from solrl_core.config.schema import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import STAGES
@@ -256,7 +256,7 @@ def check_tracking_uri(cfg: RunConfig, run_dir) -> str:
     """Before anything is registered: the MLflow store the training deployment will log to (run.json's when the run
     directory has one) answers, and, when its experiment or run keeps artifacts on a server (proxied), is reached
     through that server; a one-line SolrlError otherwise. Returns the URI logged to."""
-    from flows.preflight import check_tracking
+    from flows.service_checks import check_tracking
     from solrl_core.run.rundir import RunDir
 
     return check_tracking(cfg, RunDir(run_dir))

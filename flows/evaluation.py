@@ -6,7 +6,7 @@ from prefect import flow
 
 from flows.tracking import log_evaluation
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.run_config import load_run_config
 from tasks.evaluate import evaluate_task
 
 

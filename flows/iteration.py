@@ -3,7 +3,7 @@ order) with a step runner that makes each step a Prefect task.
 
 Each stage runs in this flow's process, or, when the config gives it a work pool (`orchestration.work_pools` /
 `default_pool`), as a run of its stage deployment on that pool (flows/deploy.py) that this flow waits for. With
-several devices a stage's model work runs on the run's device workers (tasks/shards.py), the update's ranks included.
+several devices a stage's model work runs on the run's device workers (tasks/dask_shards.py), the update's ranks included.
 When the run's `audit.every` says so, the full-fidelity audit (the whole explore pool regenerated at full
 precision) runs after score_final, in this process; nothing downstream reads it.
 """
@@ -16,11 +16,11 @@ from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, o
 from flows.progress import stage_done
 from solrl_core.method import run_iteration
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.run_config import load_run_config
 from solrl_core.run.staleness import is_current
 from tasks.stage_task import AUDIT_TASK, STAGE_TASKS
 from tasks.remote_stage import remote_stage_task
-from tasks.shards import dask_shards
+from tasks.dask_shards import dask_shards
 
 
 def _deployment(stage: str, pool: str, heartbeat_timeout: int) -> str:

@@ -8,7 +8,7 @@ from flows.progress import stage_done
 
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import check_iteration, load_run_config
+from solrl_core.run_config import check_iteration, load_run_config
 from solrl_core.run.storage import lock_wait_seconds
 from tasks.stage_task import STAGE_TASKS
 

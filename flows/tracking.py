@@ -9,7 +9,7 @@ commands print the run's address themselves, once.
 When MLflow goes away: a run whose MLflow run no longer exists (its store deleted or replaced, the run deleted in the
 UI) gets a new one in the same store, said in one line, and every iteration, evaluation and audit is logged there
 again (each `logged` marker names the MLflow run it was logged to: `ensure_mlflow_run`). Every MLflow request is
-bounded (flows/preflight.py MLFLOW_HTTP_DEFAULTS: timeout and retries); a store or server that fails while logging
+bounded (flows/service_checks.py MLFLOW_HTTP_DEFAULTS: timeout and retries); a store or server that fails while logging
 ends in one line, `TrackingFailed` (`tracking_errors`), after which the run directory is as complete as its stages
 made it and the same command, run again, logs what is missing. Logging reads the run directory's artifacts only
 after checking them against their manifests (solrl_core/run/integrity.py)."""
@@ -100,7 +100,7 @@ def connect(uri: str):
     """The `mlflow` module, pointed at store `uri` (through its server, see `route`), its URL lines off stdout, and
     its HTTP retries' warnings off the terminal unless MLflow's INFO lines are wanted (--verbose): a server that stops
     answering is said once, in the command's one-line error. (Its HTTP requests are bounded by the preflight that runs
-    before any work: flows/preflight.py MLFLOW_HTTP_DEFAULTS.)"""
+    before any work: flows/service_checks.py MLFLOW_HTTP_DEFAULTS.)"""
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
     if os.environ.get("MLFLOW_LOGGING_LEVEL", "").upper() not in ("DEBUG", "INFO"):

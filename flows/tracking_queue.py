@@ -8,7 +8,7 @@ would wait out its own timeouts); neither is anything queued when the block is l
 `log_*` writes its marker file only after logging, so the next `solrl train` of the run logs what is missing
 (flows/tracking.py).
 
-Waits are bounded: every MLflow request is (its timeout and retries, flows/preflight.py MLFLOW_HTTP_DEFAULTS), and
+Waits are bounded: every MLflow request is (its timeout and retries, flows/service_checks.py MLFLOW_HTTP_DEFAULTS), and
 the flow waits for a logging at most `wait` seconds (DRAIN_WAIT_S, or $SOLRL_TRACKING_WAIT) after the previous one
 finished or the wait began: a tracking server that stalls without failing its requests (stopped, or trickling bytes)
 then ends the command in one line, `TrackingStalled`. The worker is a daemon thread, so a logging stuck in MLflow

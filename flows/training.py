@@ -13,11 +13,11 @@ from flows.tracking import iteration_metrics, log_audit, log_evaluation, log_ite
 from flows.tracking_status import mlflow_run_training
 from flows.tracking_queue import TrackingQueue
 from tasks.evaluate import evaluate_task
-from tasks.shards import dask_shards
+from tasks.dask_shards import dask_shards
 from solrl_core.config.loading import load_config_from
 from solrl_core.method import run_training
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.run_config import load_run_config, prepare_run
 from solrl_core.stages.audit import AUDIT
 
 

@@ -92,7 +92,7 @@ def check_update_devices(cfg) -> None:
 
 
 def update_on_device_workers(cfg) -> bool:
-    """Whether the update's ranks run on the run's device workers (tasks/shards.py): a local cluster of several
+    """Whether the update's ranks run on the run's device workers (tasks/dask_shards.py): a local cluster of several
     devices, or an update of several ranks, on one training machine; otherwise (ranks that span machines, a Dask
     cluster this run did not start) torchrun starts them. A one-machine update of several ranks thus never starts
     beside a model its flow process holds: that process holds none."""

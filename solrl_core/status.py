@@ -8,7 +8,7 @@ from solrl_core.errors import DamagedArtifactError
 from solrl_core.mlflow_links import run_link
 from solrl_core.run.integrity import verify_stage
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.run_config import load_run_config
 from solrl_core.run.staleness import describe, recompute_command, stale_items
 from solrl_core.wording import plural
 

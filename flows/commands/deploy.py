@@ -10,7 +10,7 @@ from solrl_core.wording import plural
 def cmd_deploy(args) -> int:
     from solrl_core.config.loading import load_config
     from solrl_core.config.sources import resolve_config
-    from solrl_core.runs import default_run_dir
+    from solrl_core.run_config import default_run_dir
 
     from solrl_core.config.schema import plain_name_problem
 
@@ -58,7 +58,7 @@ def cmd_deploy(args) -> int:
 def _existing_run(run_dir: str) -> str | None:
     """How far the run in `run_dir` is ("24 of 24 iterations complete"), None when it holds none."""
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import load_run_config
+    from solrl_core.run_config import load_run_config
 
     run = RunDir(run_dir)
     if not run.config_path.is_file():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from flows.commands.options import output_options, protocol_options, show_progress
 from flows.prefect_server import client_env, prefect_api
-from flows.preflight import check_services
+from flows.service_checks import check_services
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 

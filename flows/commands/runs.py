@@ -6,7 +6,7 @@ import json
 
 from flows.commands.options import output_options
 from flows.prefect_server import client_env, prefect_api
-from flows.preflight import check_services
+from flows.service_checks import check_services
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -23,7 +23,7 @@ def cmd_status(args) -> int:
 def cmd_inspect(args) -> int:
     from solrl_core.inspect import mlflow_link_text, pool_summary, shards_text
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import check_iteration, load_run_config
+    from solrl_core.run_config import check_iteration, load_run_config
 
     run = RunDir(args.run_dir)
     check_iteration(load_run_config(run), args.iteration)
@@ -57,7 +57,7 @@ def cmd_eval(args) -> int:
     from solrl_core.run.staleness import eval_stale_cause
     from solrl_core.run.rundir import RunDir
     from solrl_core.placement import check_devices
-    from solrl_core.runs import check_step, load_run_config
+    from solrl_core.run_config import check_step, load_run_config
 
     run = RunDir(args.run_dir)
     cfg = load_run_config(run)

@@ -7,7 +7,7 @@ import sys
 
 from flows.commands.options import output_options, show_progress
 from flows.prefect_server import client_env, prefect_api
-from flows.preflight import check_services
+from flows.service_checks import check_services
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -16,7 +16,7 @@ def cmd_train(args) -> int:
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir
     from solrl_core.run_preflight import preflight
-    from solrl_core.runs import default_run_dir, prepare_run
+    from solrl_core.run_config import default_run_dir, prepare_run
 
     overrides = list(args.set or [])
     if args.iterations is not None:
@@ -90,7 +90,7 @@ def _prefect_ui() -> str:
 def cmd_stage(args) -> int:
     from solrl_core.run.rundir import STAGES, RunDir
     from solrl_core.placement import check_devices
-    from solrl_core.runs import check_iteration, load_run_config
+    from solrl_core.run_config import check_iteration, load_run_config
     from solrl_core.run.staleness import missing_input_error, missing_inputs
     from solrl_core.stages.runner import verify_inputs
     from solrl_core.run.staleness import is_current, recompute_command, stale_items, stale_where
@@ -129,7 +129,7 @@ def cmd_stage(args) -> int:
 
 def cmd_update_node(args) -> int:
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import check_iteration, load_run_config
+    from solrl_core.run_config import check_iteration, load_run_config
     from solrl_core.stages.update_node import join_updates
 
     run = RunDir(args.run_dir)

@@ -144,7 +144,7 @@ class RunHistory:
 def collect_run(label: str, seed: int, run_dir: str | Path) -> RunHistory:
     """Read a run directory (see the module docstring). Only iterations whose seven stages are complete count,
     and only the leading run of them (iteration i needs 0..i-1)."""
-    from solrl_core.runs import load_run_config
+    from solrl_core.run_config import load_run_config
 
     run = RunDir(run_dir)
     cfg = load_run_config(run)

@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.excerpts import cut, excerpt, one_line
-from solrl_core.config.limits import (  # the integer settings' upper bounds (runs.py and tests read them from here too)
+from solrl_core.config.limits import (  # the integer settings' upper bounds (run_config.py and tests read them from here too)
     MAX_BATCH, MAX_ITERATIONS, MAX_NODES, MAX_PROCESSES, MAX_PROMPTS, MAX_RANK, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
     MAX_FRAMES, MAX_SIDE, MAX_STEPS, MAX_WIDTH)
 

@@ -1,6 +1,6 @@
 """The training runs of the GPU acceptance (`solrl_core.doctor.acceptance`): a few iterations of a config through the
 library alone, in this process, with the loop the Prefect flows run (`solrl_core.method.run_iteration`) and its plain
-step runner: `runs.prepare_run`, then the steps of each iteration in order, then one held-out evaluation
+step runner: `run_config.prepare_run`, then the steps of each iteration in order, then one held-out evaluation
 (`evaluate.run_eval`) after the last.
 
 The runs' subjects: the config's own model ("embedded": configs/demo.yaml's shipped model), or a tiny random-weight
@@ -74,7 +74,7 @@ def run_training(run_dir: Path, cfg, iterations: int, evaluate: bool, record: di
     from solrl_core.method import run_iteration
     from solrl_core.stages.runner import plain_step_runner
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
 
     cuda = torch.device(cfg.model.device).type == "cuda"
     if cuda:

@@ -22,7 +22,7 @@ Model work that does not split (the quantize stage's report, the initial adapter
 keeps its one copy of the model for sampling, scoring and training alike.
 
 Who runs the shards is the orchestrator's choice, given with `use_shard_runner` (the Prefect stage tasks run them on
-a Dask cluster of one process per device: tasks/shards.py). The default runs them here, one after another, each on
+a Dask cluster of one process per device: tasks/dask_shards.py). The default runs them here, one after another, each on
 its device. With one device (and no Dask cluster named) a stage runs in its own process as it always did.
 Every run records, per shard, its device, host, process, seconds and how many models that process has loaded so far
 (`records`) in the stage's manifest.

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from solrl_core.errors import SolrlError
 from solrl_core.placement import check_update_devices
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.run_config import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.run.staleness import missing_inputs
 from solrl_core.stages.update_launch import launch_update

@@ -54,7 +54,7 @@ def test_run_dir_held_by_another_run(run_cli, tmp_path, session_env):
 def test_stage_without_inputs_names_the_stage_to_run_first(run_cli, tmp_path):
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
 
     run_dir = tmp_path / "r"
     prepare_run(RunDir(run_dir), load_config(ROOT / "configs" / "demo.yaml"))  # frozen as `solrl train` does

@@ -20,7 +20,7 @@ from solrl_core.config.loading import load_config, load_config_text
 from solrl_core.run.pool import read_table
 from solrl_core.prompts import prompt_set
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.runner import run_stage
 
 POOLS = {"explore": "dp-explore", "update": "dp-train"}

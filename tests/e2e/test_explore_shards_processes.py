@@ -44,7 +44,7 @@ def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
     the one-device run's, bit for bit."""
     from flows.evaluation import evaluation_flow
     from flows.stage import stage_flow
-    from tasks.shards import dask_shards
+    from tasks.dask_shards import dask_shards
 
     one, one_seconds = reference
     two, _ = copy_quantized(one, tmp_path / "two", "orchestration.devices=[cpu, cpu]")

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from solrl_core.run.rundir import STAGES
-from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.run_config import load_run_config, prepare_run
 from solrl_core.stages.runner import run_stage
 from repo_paths import ROOT
 from damaged_runs import (assert_refused, assert_same_checkpoint, copy_run, files_under, integrity_config,

@@ -9,7 +9,7 @@ import pytest
 from mlflow_stand_in import fresh_routes  # noqa: F401 - autouse: each test asks tracking.route afresh
 from mlflow_stand_in import health_server, sqlite_store, tracking_config
 from flows import tracking
-from flows.preflight import check_tracking
+from flows.service_checks import check_tracking
 from solrl_core.errors import SolrlError
 from solrl_core.mlflow_links import record_server
 from solrl_core.run.rundir import RunDir, write_json_atomic

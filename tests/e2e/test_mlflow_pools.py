@@ -142,7 +142,7 @@ def test_the_run_directory_finds_its_mlflow_run_from_any_folder(trained, run_cli
 
 def test_logging_again_after_a_crash_does_not_duplicate_the_table(trained):
     from flows.tracking import log_iteration
-    from solrl_core.runs import load_run_config
+    from solrl_core.run_config import load_run_config
 
     run, info = trained
     marker = run.iteration_dir(0) / "manifests" / "logged.json"

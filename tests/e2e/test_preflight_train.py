@@ -1,4 +1,4 @@
-"""What `solrl train` refuses in one line before any work (flows/preflight.py), through the CLI: exit 2, one line,
+"""What `solrl train` refuses in one line before any work (flows/service_checks.py), through the CLI: exit 2, one line,
 nothing written. The checks themselves, in process: tests/unit/cli/test_preflight_gaps.py."""
 
 from __future__ import annotations

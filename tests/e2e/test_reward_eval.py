@@ -13,7 +13,7 @@ from solrl_core.run.pool import read_table
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.tiny import write_tiny_checkpoints
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 
 FOUR = ("pickscore", "clipscore", "hpsv2", "imagereward")
 

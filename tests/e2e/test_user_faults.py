@@ -28,7 +28,7 @@ def frozen_run(root: Path, overrides: list[str] | None = None) -> Path:
     """`root` as a run directory that has computed nothing: the demo's config (with `overrides`) frozen into it."""
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
 
     prepare_run(RunDir(root), load_config(DEMO, overrides or []))
     return root

@@ -15,7 +15,7 @@ from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.errors import DamagedArtifactError
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.run_config import load_run_config, prepare_run
 from solrl_core.stages.runner import run_stage
 
 FAST = ["explore.precision=fp32", "explore.seeds_per_prompt=4", "select.k=2", "train.micro_batch=4"]

@@ -13,7 +13,7 @@ import pytest
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 
 HOLDER = "pid 4242 on host elsewhere since 2025-01-31 14:02:07"
 

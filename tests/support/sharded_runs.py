@@ -43,7 +43,7 @@ def reference(tmp_path_factory, one_torch_thread):
     process; and the seconds explore..update took."""
     from solrl_core.evaluate import run_eval
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
     from solrl_core.stages.runner import run_stage
 
     one = RunDir(tmp_path_factory.mktemp("shards") / "one")
@@ -61,7 +61,7 @@ def reference(tmp_path_factory, one_torch_thread):
 def copy_quantized(reference, path, *overrides):
     """A copy of the reference run with only its quantize stage done, run with `overrides` (placement settings)."""
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
 
     shutil.copytree(reference.root, path)
     run = RunDir(path)

@@ -12,7 +12,7 @@ from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.rl.distributed import GradientSync
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.runner import run_stage
 
 BEFORE_UPDATE = ("quantize", "explore", "score_explore", "select", "regenerate", "score_final")

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pieces", ("solrl_core.models", "solrl_core.rewards", "solrl_core.rl", "solrl_core.prompts",
                 "solrl_core.placement", "solrl_core.grids", "solrl_core.eval_metrics", "solrl_core.testing")),
     ("checked config", ("solrl_core.config",)),
-    ("stages", ("solrl_core.stages", "solrl_core.evaluate", "solrl_core.runs", "solrl_core.inspect",
+    ("stages", ("solrl_core.stages", "solrl_core.evaluate", "solrl_core.run_config", "solrl_core.inspect",
                 "solrl_core.status", "solrl_core.learning_curve", "solrl_core.pool_plots", "solrl_core.run_preflight",
                 "solrl_core.planner", "solrl_core.mlflow_links")),
     ("method", ("solrl_core.method", "solrl_core.stages.runner")),

@@ -77,7 +77,7 @@ def test_a_url_with_a_user_and_password_reaches_its_host_with_basic_auth():
 def test_a_database_store_without_its_driver_names_the_extra(monkeypatch):
     import importlib.util
 
-    from flows.preflight import check_tracking_store
+    from flows.service_checks import check_tracking_store
 
     if importlib.util.find_spec("psycopg2") is not None:  # the postgres extra is installed: make it missing
         import sys
@@ -98,7 +98,7 @@ def test_a_run_directory_keeps_the_store_redacted_and_finds_its_credentials_agai
     from repo_paths import TINY
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir
-    from solrl_core.runs import load_run_config, prepare_run
+    from solrl_core.run_config import load_run_config, prepare_run
 
     monkeypatch.setattr(credentials, "_KNOWN", {})  # a fresh process
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

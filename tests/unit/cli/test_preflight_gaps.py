@@ -1,4 +1,4 @@
-"""What `solrl train` refuses in one line before any work (flows/preflight.py, solrl_core/run/storage.py
+"""What `solrl train` refuses in one line before any work (flows/service_checks.py, solrl_core/run/storage.py
 check_remote_access), and MLflow's sqlite store failing on a full disk while logging (flows/tracking.py); the
 refusals through the CLI: tests/e2e/test_preflight_train.py."""
 
@@ -10,8 +10,8 @@ import warnings
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from flows import preflight
-from flows.preflight import check_prefect_api, check_tracking_store, known_tracking_scheme
+from flows import service_checks as preflight
+from flows.service_checks import check_prefect_api, check_tracking_store, known_tracking_scheme
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir
 from solrl_core.run.storage import CREDENTIAL_SETTINGS, OTHER_STORE_SETTINGS, access_failure, check_remote_access

@@ -88,7 +88,7 @@ def test_run_dir_permission_denied_at_creation(capsys, tmp_path, monkeypatch):
 
 def test_sqlite_store_in_read_only_folder(tmp_path, monkeypatch):
     """Root ignores permission bits, so there the OS's answer for a non-root user is simulated."""
-    from flows.preflight import check_tracking_store
+    from flows.service_checks import check_tracking_store
     from solrl_core.errors import SolrlError
 
     folder = tmp_path / "ro"

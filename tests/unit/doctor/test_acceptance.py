@@ -12,7 +12,7 @@ from repo_paths import ROOT
 from solrl_core.config.loading import load_config
 from solrl_core.doctor import acceptance, acceptance_report, acceptance_runs
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.run_config import load_run_config
 from solrl_core.run.stage_table import STAGES
 from acceptance_options import acceptance_argv
 

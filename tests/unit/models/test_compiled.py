@@ -21,7 +21,7 @@ from solrl_core.models.sampler import sample
 from solrl_core.models.step_cache import enable_step_cache
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.runner import run_stage
 from solrl_core.stages.transformer_copies import weight_sharing_transformer
 from solrl_core.testing.fake_cuda import fake_cuda

@@ -219,7 +219,7 @@ def test_calibrate_explore_writes_a_config_that_trains(tmp_path, monkeypatch, ca
     with the chosen policy and the guardrail on, which loads and trains an iteration."""
     from flows.cli import main
     from solrl_core.run.rundir import STAGES, RunDir
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
     from solrl_core.stages.runner import run_stage
 
     monkeypatch.chdir(tmp_path)

@@ -18,7 +18,7 @@ from solrl_core.evaluate import run_eval
 from solrl_core.planner.disk import backbone_shapes, run_disk
 from solrl_core.prompts import CALIBRATION_PROMPT, eval_prompt_set
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.draws import iteration_prompts
 from solrl_core.stages.runner import run_stage
 from repo_paths import ROOT, TINY

@@ -17,7 +17,7 @@ from solrl_core.rewards import get_reward
 from solrl_core.rewards.commands import list_rewards
 from solrl_core.rewards.embedded import prompt_match_reward
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -18,7 +18,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.models.quant.lora_branch import attach_lora_branches
 from solrl_core.rl.policy import ADAPTERS, DEFAULT, MASTER_DTYPE, OLD, EmaWeights, LoraPolicy
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.runner import run_stage
 from solrl_core.stages.transformer_copies import weight_sharing_transformer
 from repo_paths import TINY

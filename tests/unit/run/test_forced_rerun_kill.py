@@ -14,7 +14,7 @@ from solrl_core import method
 from solrl_core.config.loading import load_config
 from solrl_core.run.integrity import verify_stage
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from repo_paths import TINY
 
 STAGE = "quantize"  # the first stage of iteration 0: it reads no other stage's artifact

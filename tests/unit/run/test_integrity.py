@@ -19,7 +19,7 @@ from solrl_core.evaluate import run_eval
 from solrl_core.run.integrity import FILES_KEY, inventory, verify
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.run_config import load_run_config, prepare_run
 from solrl_core.stages.runner import run_stage, verify_inputs
 from solrl_core.run.storage import as_path
 from repo_paths import TINY

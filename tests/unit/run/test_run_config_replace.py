@@ -14,7 +14,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
 from solrl_core.run.integrity import config_text
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.run_config import load_run_config, prepare_run
 from solrl_core.run.storage import write_json_atomic
 
 WRONG = "tracking.uri=http://127.0.0.1:1"  # e.g. a tracking server that is not there
@@ -100,7 +100,7 @@ def test_once_anything_was_computed_another_config_is_refused(failed_at_once, ma
 def test_the_tracking_check_looks_at_the_new_config_of_a_run_it_will_replace(failed_at_once, tmp_path, monkeypatch):
     """Before a run starts, the MLflow store is checked: the one in run.json while the run keeps it, the new
     config's when the run computed nothing and takes the new config (which drops run.json)."""
-    from flows.preflight import check_tracking
+    from flows.service_checks import check_tracking
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SolrlError, match=r"no MLflow server answers"):

@@ -20,7 +20,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import DamagedArtifactError
 from solrl_core.learning_curve import CURVE_FILE
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 
 
 def run_main(capsys, *args: str) -> tuple[int, str, str]:

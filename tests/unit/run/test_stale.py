@@ -19,7 +19,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import MissingInputError
 from solrl_core.evaluate import run_eval
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import load_run_config, prepare_run
+from solrl_core.run_config import load_run_config, prepare_run
 from solrl_core.stages.runner import run_stage
 from solrl_core.run.staleness import stale_items
 from solrl_core.status import run_status, stale_lines, status_text

@@ -8,7 +8,7 @@ import os
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.status import run_status, status_text
 
 

@@ -11,7 +11,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.models.quant.linear import NVFP4EmulatedLinear
 from solrl_core.models.quant.lora_branch import LoraBranch
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext

@@ -20,7 +20,7 @@ from solrl_core.models.backbones.cache import load_backbone, load_sibling
 from solrl_core.models.backbones.embedded import PRETRAINED_DIR
 from solrl_core.models.embedded.model import build_model
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.quantize import explore_copy

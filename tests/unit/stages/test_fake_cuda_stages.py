@@ -23,7 +23,7 @@ from solrl_core.models.backbones.registry import load_backbone
 from solrl_core.config.loading import load_config
 from solrl_core.evaluate import run_eval
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.models.sampler import sample
 from solrl_core.stages.runner import run_stage
 from solrl_core.run.stage_table import STAGES

@@ -15,7 +15,7 @@ from solrl_core.models.backbones.registry import load_backbone
 from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
 from solrl_core.run.rundir import RunDir
 from solrl_core.run.stage_table import STAGES
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages import update
 from solrl_core.stages.runner import run_stage
 from solrl_core.testing.fake_cuda import fake_cuda

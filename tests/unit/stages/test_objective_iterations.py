@@ -137,7 +137,7 @@ def test_one_iteration_of_each_objective_and_family_on_a_tiny_flux(objective, fa
     """The FLUX.1 presets of each objective (a peer's values: Flow-GRPO-Fast's one-step window drawn from steps 1–3;
     AWM's 4 times, 2 here, where a 4-step schedule's int(4 · 0.7) = 2 steps hold no more strata) on the tiny
     random-weight FLUX.1, every stage on the CPU."""
-    from solrl_core.runs import prepare_run
+    from solrl_core.run_config import prepare_run
 
     cfg = load_config(ROOT / "configs" / "presets" / objective / f"flux1_{family}_pickscore.yaml",
                       [f"model.path={tiny_flux}", *TINY_FLUX_SMALL])

@@ -12,7 +12,7 @@ import torch
 from solrl_core.config.loading import load_config
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages import regenerate
 from solrl_core.models.backbones.cache import load_backbone
 from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint

@@ -14,7 +14,7 @@ from solrl_core.worlds import motion
 from solrl_core.rewards.registry import score_images
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES, RunDir
-from solrl_core.runs import prepare_run
+from solrl_core.run_config import prepare_run
 from solrl_core.stages.runner import run_stage
 
 FRAMES, SIDE = 5, 64

@@ -39,7 +39,7 @@ from solrl_core.placement import (
 )
 from solrl_core.quiet import quiet_libraries
 from solrl_core.run.rundir import RunDir
-from solrl_core.runs import load_run_config
+from solrl_core.run_config import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.shards import Shard, prepare, run_rank, run_shard
 from solrl_core.run.storage import location

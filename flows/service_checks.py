@@ -179,7 +179,7 @@ def check_tracking(cfg, run=None) -> str:
     where its run (or the experiment a new run joins) keeps its artifacts. Returns the URI logged to."""
     from flows.tracking import check_artifact_route, route, tracking_uri
     from solrl_core.run.rundir import read_json
-    from solrl_core.runs import config_replaced
+    from solrl_core.run_config import config_replaced
 
     uri, run_id = tracking_uri(cfg), None
     setting = "tracking.uri" if cfg.tracking.uri else \
