@@ -32,7 +32,7 @@ class PromptSet:
     metadata: tuple[dict, ...]  # per prompt: the JSONL line's other keys ({} for text and builtin sets)
 
 
-# The prompt files of the official presets (configs/presets/), which solrl does not ship
+# The prompt files of the official presets (solrl_core/config/presets.py), which solrl does not ship
 OFFICIAL_PROMPT_FILES = ("data/pickscore/train.txt", "data/pickscore/test.txt")
 PROMPTS_HINT = (
     "the Pick-a-Pic 'pickscore' prompt set of the official presets is not shipped: put its train.txt and test.txt "

@@ -7,7 +7,7 @@ DIR receives
   solrl_tiny.yaml   run overrides: CPU, fp32, one process, a small resolution, 2 prompts x 8 seeds, K = 4, a
                     small LoRA, evaluation off, the reward and prompt files above.
 When a config's `model.path` is DIR, solrl_core.config.schema merges solrl_tiny.yaml over it (after `extends` and `--set`,
-then `--set` again), so `solrl train configs/presets/<MODEL>_sol_rl_<reward>.yaml --set model.path=DIR` runs the
+then `--set` again), so `solrl train <MODEL>_sol_rl_<reward> --set model.path=DIR` runs the
 official pipeline shape end to end. The family's shape (precision, steps, select mode, regenerate) is untouched.
 """
 

@@ -40,7 +40,7 @@ def cmd_make_tiny(args) -> int:
     from solrl_core.config.presets import MODELS
 
     if summary["model"] in MODELS:  # a model without presets has no command to suggest yet
-        print(f"try: solrl train configs/presets/{summary['model']}_sol_rl_pickscore.yaml --iterations 1 "
+        print(f"try: solrl train {summary['model']}_sol_rl_pickscore --iterations 1 "
               f"--set model.path={summary['dir']}")
     return 0
 
@@ -60,7 +60,7 @@ def register(sub) -> None:
                        description="Write into DIR a tiny random-weight diffusers model of MODEL's architecture, tiny "
                        "reward checkpoints in the official layouts (DIR/rewards), a prompt file and DIR/solrl_tiny.yaml: "
                        "run overrides (CPU, small resolution, 2 prompts x 8 seeds, K=4) applied to any config whose "
-                       "model.path is DIR, so e.g. `solrl train configs/presets/MODEL_sol_rl_pickscore.yaml "
+                       "model.path is DIR, so e.g. `solrl train MODEL_sol_rl_pickscore "
                        "--iterations 1 --set model.path=DIR` runs on a CPU (--set still wins).")
     from solrl_core.models.backbones.tiny import tiny_models
 

@@ -1,6 +1,6 @@
 """Wall time of one iteration on 1, 2, ... devices, side by side, and what the same split gives on GPUs by the planner.
 
-    python -m flows.lab.devices_bench configs/demo.yaml --devices 1 2 [--kind cpu] [--plan configs/presets/X.yaml]
+    python -m flows.lab.devices_bench configs/demo.yaml --devices 1 2 [--kind cpu] [--plan NAME]
 
 Each device count trains one iteration of CONFIG (`solrl train`, in a subprocess: its own Prefect flow and Dask
 cluster) into a fresh temporary run directory with `orchestration.devices` = that many `--kind` devices, and reads
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--kind", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
-    parser.add_argument("--plan", default="configs/presets/flux1_sol_rl_pickscore.yaml",
+    parser.add_argument("--plan", default="flux1_sol_rl_pickscore",
                         help="full-size preset the planner prices (its sol_rl iteration)")
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--gpus", type=int, default=8)

@@ -50,7 +50,7 @@ def planner_gpu_of(device_name: str) -> str | None:
 
 
 def preset_config(model: str):
-    """The validated official preset (``configs/presets/``) of the planner model ``model``'s backbone, in the
+    """The validated official preset (solrl_core/config/presets.py) of the planner model ``model``'s backbone, in the
     low-precision-explore family: where the bench reads the run's dtype, explore batch, micro-batch and LoRA settings.
     The reward part does not touch them (the registry's first reward is taken)."""
     from solrl_core.config.loading import load_config

@@ -119,10 +119,10 @@ SOLRL_CONCRETE = {
     "solrl bench configs/bench_flow_grpo.yaml": "tests/unit/bench/test_bench_stats.py::"
                                                 "test_the_flow_grpo_bench_trains_plain_and_cheap_explore_with_flow_grpo_under_the_same_protocol",
     # the real backbones: the same presets on tiny random-weight models of each architecture
-    "solrl rewards check --config configs/presets/flux1_sol_rl_pickscore.yaml": REWARDS_CHECK,
-    "solrl train configs/presets/flux1_sol_rl_pickscore.yaml --set model.path=/models/FLUX.1-dev": BACKBONES,
-    "solrl train configs/presets/sd35l_sol_rl_hpsv2.yaml --set model.path=/models/stable-diffusion-3.5-large": BACKBONES,
-    "solrl train configs/presets/sana_sol_rl_imagereward.yaml --set model.path=/models/Sana_1600M_1024px_diffusers":
+    "solrl rewards check --config flux1_sol_rl_pickscore": REWARDS_CHECK,
+    "solrl train flux1_sol_rl_pickscore --set model.path=/models/FLUX.1-dev": BACKBONES,
+    "solrl train sd35l_sol_rl_hpsv2 --set model.path=/models/stable-diffusion-3.5-large": BACKBONES,
+    "solrl train sana_sol_rl_imagereward --set model.path=/models/Sana_1600M_1024px_diffusers":
         BACKBONES,
     "solrl make-tiny flux1 /tmp/tiny-flux": HERE,  # into a temporary directory
     # packaged configs by name: the preset (resolved as the docs write it) and the demo from an installed wheel
@@ -131,9 +131,9 @@ SOLRL_CONCRETE = {
     "solrl train demo": "tests/e2e/test_wheel_install.py::test_the_installed_cli_runs_alone_from_an_empty_directory",
     "solrl presets --write NAME FILE":
         "tests/unit/config/test_packaged_configs.py::test_write_gives_a_file_that_works_anywhere_and_refuses_to_overwrite",
-    "solrl train configs/presets/flux1_sol_rl_pickscore.yaml --iterations 1 --set model.path=/tmp/tiny-flux": BACKBONES,
+    "solrl train flux1_sol_rl_pickscore --iterations 1 --set model.path=/tmp/tiny-flux": BACKBONES,
     "solrl stage explore --run-dir runs/demo-pools --iteration 0 --force": HERE,
-    "solrl plan configs/presets/flux1_sol_rl_pickscore.yaml --gpu h100 --gpus 4 --price 2.5": HERE,
+    "solrl plan flux1_sol_rl_pickscore --gpu h100 --gpus 4 --price 2.5": HERE,
     "solrl plan flux1 --gpu h100": HERE,
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,

@@ -107,7 +107,7 @@ class BackboneSpec:
     # (configs/parts/official.yaml: 32 / 64, planner.memory.LORA_RANK)
     lora_rank: int | None = None
     lora_alpha: float | None = None
-    # what the settings of the model's presets are: the header of configs/presets/<key>_*.yaml says it
+    # what the settings of the model's presets are (`solrl presets --write` heads a preset's file with it)
     settings: str = "official settings (docs/method.md)"
     tiny_maker: str | None = None  # "module:function" writing a tiny diffusers directory (`solrl make-tiny`)
     # the weights generate at defaults.resolution only (the embedded model: the adapter takes the side from its
