@@ -81,10 +81,6 @@ class Preset:
         objectives' runs of one model, family and reward do not share a run directory."""
         return self.name.replace("/", "_")
 
-    @property
-    def stem(self) -> str:
-        return self.name.rpartition("/")[2]
-
     def pieces(self) -> list[Path | dict]:
         """What the preset composes, in order (the module docstring): part files, and the spec's values as a mapping."""
         spec_values = _nested(MODEL_SPECS[self.model].part_values())
