@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.solrl-installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.solrl-installed-$(shell cat pyproject.toml setup.py constraints.txt | sha1sum | cut -c1-12)
 
 .PHONY: setup demo test test-fast bench server clean-runs help
 
@@ -15,7 +15,7 @@ help:
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
 	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on $(SERVER_HOST) (SERVER_HOST=...: docs/security.md)"
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=26"
 	$(BIN)/python -m pip install --quiet -c constraints.txt --build-constraint constraints.txt -e '.[test]'
@@ -62,9 +62,9 @@ SERVER_FLAGS ?=
 SERVER_ADDR := $(if $(filter 0.0.0.0 ::,$(SERVER_HOST)),127.0.0.1,$(SERVER_HOST))
 
 server: setup
-	@$(BIN)/python -m flows.servers prefect $(PREFECT_PORT) --database "$(PREFECT_DB)" --host $(SERVER_HOST) $(SERVER_FLAGS) & \
+	@$(BIN)/python -m solrl.flows.servers prefect $(PREFECT_PORT) --database "$(PREFECT_DB)" --host $(SERVER_HOST) $(SERVER_FLAGS) & \
 	prefect_pid=$$!; \
-	$(BIN)/python -m flows.mlflow_server $(MLFLOW_PORT) "$(MLFLOW_STORE)" "$(MLFLOW_ARTIFACTS)" --host $(SERVER_HOST) $(SERVER_FLAGS) & \
+	$(BIN)/python -m solrl.flows.mlflow_server $(MLFLOW_PORT) "$(MLFLOW_STORE)" "$(MLFLOW_ARTIFACTS)" --host $(SERVER_HOST) $(SERVER_FLAGS) & \
 	mlflow_pid=$$!; \
 	trap 'kill $$prefect_pid $$mlflow_pid 2>/dev/null; wait' INT TERM HUP EXIT; \
 	for url in http://$(SERVER_ADDR):$(PREFECT_PORT)/api/health http://$(SERVER_ADDR):$(MLFLOW_PORT)/health; do \

@@ -1,1 +1,1 @@
-"""Prefect flows (one RL iteration, the training loop, a single stage) and the `solrl` command line."""
+"""Prefect flows: one RL iteration, the training loop, a single stage, evaluation, deployments, and the servers."""

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from flows.tracking import log_bench_report, tracking_uri
-from flows.training import training_flow
+from solrl.flows.tracking import log_bench_report, tracking_uri
+from solrl.flows.training import training_flow
 from solrl_core.bench.bench_config import BenchRun, bench_runs, load_bench_config
 from solrl_core.bench.report import build_report
 from solrl_core.run.rundir import RunDir

@@ -8,7 +8,7 @@ Deployments (`flow name/deployment name`):
                                   the stage is a default parameter); the iteration flow runs these for stages that
                                   have a pool (`orchestration.work_pools`)
 
-Workers import the flows from the installed solrl package: entrypoints are module paths (`flows.stage.stage_flow`),
+Workers import the flows from the installed solrl package: entrypoints are module paths (`solrl.flows.stage.stage_flow`),
 with no pull step, no image and no git remote, so a process worker started in any directory of any machine where
 solrl is installed runs them. A flow run works in the directory its worker was started in (job variable
 `working_dir: .`): relative paths in a config (prompt files, model paths, the default MLflow store) resolve there, as
@@ -38,15 +38,15 @@ from prefect.events.actions import ChangeFlowRunState
 from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 
-from flows.service_checks import MLFLOW_HTTP_DEFAULTS
+from solrl.flows.service_checks import MLFLOW_HTTP_DEFAULTS
 from solrl_core.config.schema import RunConfig
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import STAGES
 
 TRAIN_FLOW = "solrl-train-config"
 STAGE_FLOW = "solrl-stage"
-TRAIN_ENTRYPOINT = "flows.training.train_config_flow"  # module paths: imported from the installed package
-STAGE_ENTRYPOINT = "flows.stage.stage_flow"
+TRAIN_ENTRYPOINT = "solrl.flows.training.train_config_flow"  # module paths: imported from the installed package
+STAGE_ENTRYPOINT = "solrl.flows.stage.stage_flow"
 WORK_POOL_TYPE = "process"
 TAG = "solrl"  # every solrl deployment, so every run of one, carries it
 HEARTBEAT_SECONDS = 30  # Prefect's shortest flow-run heartbeat interval (its default is 180)
@@ -187,7 +187,7 @@ def ensure_heartbeat_automation(timeout: float) -> str:
 
 
 def _load(entrypoint: str) -> Flow:
-    """The flow at a module-path entrypoint (imported here: flows.training imports this module)."""
+    """The flow at a module-path entrypoint (imported here: solrl.flows.training imports this module)."""
     module, name = entrypoint.rsplit(".", 1)
     return getattr(importlib.import_module(module), name)
 
@@ -256,7 +256,7 @@ def check_tracking_uri(cfg: RunConfig, run_dir) -> str:
     """Before anything is registered: the MLflow store the training deployment will log to (run.json's when the run
     directory has one) answers, and, when its experiment or run keeps artifacts on a server (proxied), is reached
     through that server; a one-line SolrlError otherwise. Returns the URI logged to."""
-    from flows.service_checks import check_tracking
+    from solrl.flows.service_checks import check_tracking
     from solrl_core.run.rundir import RunDir
 
     return check_tracking(cfg, RunDir(run_dir))

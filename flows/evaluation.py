@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.tracking import log_evaluation
+from solrl.flows.tracking import log_evaluation
 from solrl_core.run.rundir import RunDir
 from solrl_core.run_config import load_run_config
-from tasks.evaluate import evaluate_task
+from solrl.tasks.evaluate import evaluate_task
 
 
 @flow(name="solrl-eval", flow_run_name="eval-step{step}")

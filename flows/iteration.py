@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, online_workers
-from flows.progress import stage_done
+from solrl.flows.deploy import ensure_heartbeat_automation, ensure_stage_deployment, online_workers
+from solrl.flows.progress import stage_done
 from solrl_core.method import run_iteration
 from solrl_core.run.rundir import RunDir
 from solrl_core.run_config import load_run_config
 from solrl_core.run.staleness import is_current
-from tasks.stage_task import AUDIT_TASK, STAGE_TASKS
-from tasks.remote_stage import remote_stage_task
-from tasks.dask_shards import dask_shards
+from solrl.tasks.stage_task import AUDIT_TASK, STAGE_TASKS
+from solrl.tasks.remote_stage import remote_stage_task
+from solrl.tasks.dask_shards import dask_shards
 
 
 def _deployment(stage: str, pool: str, heartbeat_timeout: int) -> str:

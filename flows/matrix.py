@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.bench import train_one
+from solrl.flows.bench import train_one
 from solrl_core.bench.matrix_config import load_matrix_config, matrix_runs
 
 

@@ -1,5 +1,5 @@
 """The MLflow server of `make server` (UI + tracking on 127.0.0.1, artifacts proxied):
-`python -m flows.mlflow_server PORT STORE ARTIFACTS [--host HOST [--insecure]]`.
+`python -m solrl.flows.mlflow_server PORT STORE ARTIFACTS [--host HOST [--insecure]]`.
 
 With MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD set (what MLflow's clients send), the server is MLflow's
 basic-auth app (`mlflow server --app-name basic-auth`, the `solrl[server-auth]` extra): that user is its admin, the
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flows.servers import HOST, exposure_allowed
+from solrl.flows.servers import HOST, exposure_allowed
 from solrl_core.exposure import WILDCARDS, local_address
 from solrl_core.mlflow_links import health_failure, record_server, server_record
 from solrl_core.orphan_guard import guarded
@@ -121,7 +121,7 @@ def _watch(server: subprocess.Popen, port: int, store: str, host: str) -> int:
 def main(argv: list[str]) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m flows.mlflow_server", description="The MLflow server of make "
+    parser = argparse.ArgumentParser(prog="python -m solrl.flows.mlflow_server", description="The MLflow server of make "
                                      "server")
     parser.add_argument("port", type=int)
     parser.add_argument("store", help="the backend store URI")

@@ -30,7 +30,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
-from flows.servers import HOST
+from solrl.flows.servers import HOST
 from solrl_core.errors import SolrlError
 from solrl_core.orphan_guard import guarded
 

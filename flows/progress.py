@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from solrl_core.wording import duration
 
-QUIET_VARIABLE, QUIET_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "ERROR"  # what flows/cli.py sets for --quiet
+QUIET_VARIABLE, QUIET_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "ERROR"  # what solrl/cli/main.py sets for --quiet
 
 
 def stage_lines_wanted(progress: bool) -> bool:

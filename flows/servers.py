@@ -1,5 +1,5 @@
 """The local Prefect server of `make server` (UI + API on 127.0.0.1):
-`python -m flows.servers prefect PORT [--database FILE] [--host HOST [--insecure]]`.
+`python -m solrl.flows.servers prefect PORT [--database FILE] [--host HOST [--insecure]]`.
 
 `--host` binds another address; beyond loopback the server requires basic auth (PREFECT_SERVER_API_AUTH_STRING,
 `user:password`; clients send PREFECT_API_AUTH_STRING) or refuses to start unless `--insecure`
@@ -45,7 +45,7 @@ def exposure_allowed(host: str, server: str, lets_a_caller: str, authenticated: 
                      insecure: bool) -> None:
     """`check_exposure` for a server about to start: its warning on stderr, or its refusal as the one-line error and
     exit 2 (the server does not start)."""
-    from flows.user_errors import report, say
+    from solrl.flows.user_errors import report, say
     from solrl_core.errors import SolrlError
     from solrl_core.exposure import check_exposure
 
@@ -84,13 +84,13 @@ def prefect_server_argv(port: int, host: str = HOST) -> list[str]:
 
 def start_prefect(env: dict[str, str], port: int, log: Path, cwd: Path, timeout_s: float = 180,
                   database: Path | None = None):
-    """`python -m flows.servers prefect PORT [--database FILE]` in a session of its own, returned once its API
+    """`python -m solrl.flows.servers prefect PORT [--database FILE]` in a session of its own, returned once its API
     answers; None when it exits or does not answer within `timeout_s` (then see `log`)."""
     import subprocess
     import time
     import urllib.request
 
-    argv = [sys.executable, "-m", "flows.servers", "prefect", str(port)]
+    argv = [sys.executable, "-m", "solrl.flows.servers", "prefect", str(port)]
     argv += ["--database", str(database)] if database is not None else []
     server = subprocess.Popen(argv, env=env, cwd=cwd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                               start_new_session=True)
@@ -109,7 +109,7 @@ def start_prefect(env: dict[str, str], port: int, log: Path, cwd: Path, timeout_
 def _arguments(argv: list[str]):
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m flows.servers", description="The Prefect server of make server")
+    parser = argparse.ArgumentParser(prog="python -m solrl.flows.servers", description="The Prefect server of make server")
     parser.add_argument("server", choices=["prefect"])
     parser.add_argument("port", type=int)
     parser.add_argument("--database", type=Path, help="its SQLite database file")

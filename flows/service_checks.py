@@ -177,7 +177,7 @@ def check_tracking(cfg, run=None) -> str:
     """The MLflow store of `cfg` (the one recorded in the run directory of `run` when it has one and keeps it: a resumed
     run logs there; a run whose config is replaced drops it) answers, through the MLflow server that serves it if one does (flows/tracking.py `route`), and reaches
     where its run (or the experiment a new run joins) keeps its artifacts. Returns the URI logged to."""
-    from flows.tracking import check_artifact_route, route, tracking_uri
+    from solrl.flows.tracking import check_artifact_route, route, tracking_uri
     from solrl_core.run.rundir import read_json
     from solrl_core.run_config import config_replaced
 

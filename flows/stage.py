@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.progress import stage_done
+from solrl.flows.progress import stage_done
 
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir
 from solrl_core.run_config import check_iteration, load_run_config
 from solrl_core.run.storage import lock_wait_seconds
-from tasks.stage_task import STAGE_TASKS
+from solrl.tasks.stage_task import STAGE_TASKS
 
 
 @flow(name="solrl-stage", flow_run_name="{stage}-it{iteration}")

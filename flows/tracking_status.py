@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from flows.tracking import connect, ensure_mlflow_run, tracking_errors
+from solrl.flows.tracking import connect, ensure_mlflow_run, tracking_errors
 from solrl_core.config.schema import RunConfig
 from solrl_core.run.rundir import RunDir
 

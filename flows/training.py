@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.iteration import iteration_flow
-from flows.progress import IterationClock, stage_done
-from flows.tracking import iteration_metrics, log_audit, log_evaluation, log_iteration
-from flows.tracking_status import mlflow_run_training
-from flows.tracking_queue import TrackingQueue
-from tasks.evaluate import evaluate_task
-from tasks.dask_shards import dask_shards
+from solrl.flows.iteration import iteration_flow
+from solrl.flows.progress import IterationClock, stage_done
+from solrl.flows.tracking import iteration_metrics, log_audit, log_evaluation, log_iteration
+from solrl.flows.tracking_status import mlflow_run_training
+from solrl.flows.tracking_queue import TrackingQueue
+from solrl.tasks.evaluate import evaluate_task
+from solrl.tasks.dask_shards import dask_shards
 from solrl_core.config.loading import load_config_from
 from solrl_core.method import run_training
 from solrl_core.run.rundir import RunDir

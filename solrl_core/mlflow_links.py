@@ -5,7 +5,7 @@ Addresses open MLflow's training view: MLflow 3.17's UI opens an experiment in i
 for the other one (it ignores the experiment's `mlflow.experimentKind` tag), so each carries TRAINING_VIEW as its
 query, after the page's path (`#/experiments/1/runs/abc/artifactPath/pool?workflowType=machine_learning`).
 
-A sqlite store is *served* while `make server` (`python -m flows.servers mlflow`) runs an MLflow server on it: that
+A sqlite store is *served* while `make server` (`python -m solrl.flows.servers mlflow`) runs an MLflow server on it: that
 process keeps a record beside the database file (`<file>.server.json`: the store and the server's URI) from the
 moment the server answers until it stops. A command whose tracking URI is that file then talks to the server
 (flows/tracking.py): one writer, and artifacts go where the server keeps them (`mlflow-artifacts:` locations, which

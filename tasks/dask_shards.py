@@ -43,7 +43,7 @@ from solrl_core.run_config import load_run_config
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.shards import Shard, prepare, run_rank, run_shard
 from solrl_core.run.storage import location
-from tasks.retry import retry_unless_user_error
+from solrl.tasks.retry import retry_unless_user_error
 
 _TASK = {"retries": 1, "retry_delay_seconds": 1, "retry_condition_fn": retry_unless_user_error,
          "cache_policy": NO_CACHE, "persist_result": False}

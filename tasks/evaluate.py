@@ -10,7 +10,7 @@ from solrl_core.run.rundir import RunDir
 from solrl_core.run_config import load_run_config
 from solrl_core.run.storage import is_remote
 from solrl_core.userfiles import user_os_errors
-from tasks.dask_shards import dask_shards
+from solrl.tasks.dask_shards import dask_shards
 
 
 @task(name="evaluate", task_run_name="evaluate-step{step}", retries=1, cache_policy=NO_CACHE, persist_result=False)

@@ -18,8 +18,8 @@ from solrl_core.run_config import load_run_config
 from solrl_core.stages.runner import run_stage
 from solrl_core.run.storage import is_remote
 from solrl_core.userfiles import format_bytes, tree_size, user_os_errors
-from tasks.retry import retry_unless_user_error
-from tasks.dask_shards import dask_shards  # splittable stages with several devices or a Dask cluster
+from solrl.tasks.retry import retry_unless_user_error
+from solrl.tasks.dask_shards import dask_shards  # splittable stages with several devices or a Dask cluster
 
 
 def _space_needed(run: RunDir, iteration: int, stage: str) -> str | None:

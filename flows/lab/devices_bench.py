@@ -1,6 +1,6 @@
 """Wall time of one iteration on 1, 2, ... devices, side by side, and what the same split gives on GPUs by the planner.
 
-    python -m flows.lab.devices_bench configs/demo.yaml --devices 1 2 [--kind cpu] [--plan NAME]
+    python -m solrl.flows.lab.devices_bench configs/demo.yaml --devices 1 2 [--kind cpu] [--plan NAME]
 
 Each device count trains one iteration of CONFIG (`solrl train`, in a subprocess: its own Prefect flow and Dask
 cluster) into a fresh temporary run directory with `orchestration.devices` = that many `--kind` devices, and reads
@@ -30,7 +30,7 @@ def measure(config: str, devices: int, kind: str, root: Path, overrides: list[st
     listed = ", ".join([kind] * devices if kind == "cpu" else [f"cuda:{k}" for k in range(devices)])
     sets = [f"orchestration.devices=[{listed}]", "iterations=1", "eval.every=0",
             f"tracking.uri=sqlite:///{root / 'mlruns.db'}", *overrides]
-    command = [sys.executable, "-m", "flows.cli", "train", config, "--run-dir", str(run_dir), "--no-progress"]
+    command = [sys.executable, "-m", "solrl", "train", config, "--run-dir", str(run_dir), "--no-progress"]
     for item in sets:
         command += ["--set", item]
     start = time.perf_counter()
@@ -62,7 +62,7 @@ def planned_split(preset: str, gpu: str, gpus: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.lab.devices_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m solrl.flows.lab.devices_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("config")
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--kind", choices=["cpu", "cuda"], default="cpu")

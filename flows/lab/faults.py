@@ -1,4 +1,4 @@
-"""The fault catalogue (solrl_core/lab/faults): `python -m flows.lab.faults [--out DIR] [--only PATTERN]`.
+"""The fault catalogue (solrl_core/lab/faults): `python -m solrl.flows.lab.faults [--out DIR] [--only PATTERN]`.
 
 Starts one Prefect server on loopback for all the commands it runs (as `make server` does; one case runs without
 it), builds the reference run, tries every case and writes <out>/report.md and report.json. Prints the counts;
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows.servers import HOST, start_prefect
+from solrl.flows.servers import HOST, start_prefect
 from solrl_core.lab.faults import procs, run_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def command_env(out: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.lab.faults", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m solrl.flows.lab.faults", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/faults", help="output folder (default runs/faults)")
     parser.add_argument("--only", help="comma-separated names, kinds (input, damage, force, signal) or globs")
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = run_catalogue.Context(out=out, base_config=Path(args.config), env=env, cwd=ROOT, timeout_s=args.timeout,
                          dead_url=f"http://{HOST}:{free_port()}")
     given = argv if argv is not None else sys.argv[1:]
-    command = " ".join(["python -m flows.lab.faults", *(shlex.quote(a) for a in given)])
+    command = " ".join(["python -m solrl.flows.lab.faults", *(shlex.quote(a) for a in given)])
 
     def stop(signum, _frame):
         procs.kill_running()

@@ -1,6 +1,6 @@
 """What Prefect's orchestration costs per iteration on this machine and API server, without any stage's compute.
 
-    python -m flows.lab.prefect_latency [--subflows 20] [--tasks N] [--top-level]
+    python -m solrl.flows.lab.prefect_latency [--subflows 20] [--tasks N] [--top-level]
 
 A parent flow (as `solrl train`'s training flow) runs `--subflows` empty iteration-shaped subflows, each with
 `--tasks` no-op tasks (as the iteration flow's stages), against the Prefect API a training run would use (the
@@ -32,7 +32,7 @@ def _ms(seconds: list[float]) -> dict[str, float]:
 def measure(subflows: int, tasks: int, top_level: bool = False) -> dict[str, dict[str, float]]:
     """Seconds of each empty subflow (`subflow`; each a top-level flow run with `top_level`) and of each API call
     kind, as milliseconds summaries; `subflow` also counts the runs that Prefect nested in a parent flow run
-    (`nested`). Needs the Prefect API ready (flows.prefect_server)."""
+    (`nested`). Needs the Prefect API ready (solrl.flows.prefect_server)."""
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
     from prefect.client.orchestration import get_client
@@ -88,7 +88,7 @@ def report(result: dict[str, dict[str, float]], subflows: int, tasks: int) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.lab.prefect_latency", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m solrl.flows.lab.prefect_latency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--subflows", type=int, default=20, help="empty subflows to time (default 20)")
     parser.add_argument("--tasks", type=int, default=len(STAGES),
                         help=f"no-op tasks in each (default {len(STAGES)}: the iteration's stages)")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.subflows < 1 or args.tasks < 0:
         parser.error("--subflows must be at least 1 and --tasks at least 0")
-    from flows.prefect_server import client_env, prefect_api
+    from solrl.flows.prefect_server import client_env, prefect_api
 
     client_env()
     with prefect_api().ready():

@@ -1,4 +1,4 @@
-"""The config files that ship with solrl (the top-level `configs` package: the repository's configs/ folder,
+"""The config files that ship with solrl (`solrl.configs`: the repository's configs/ folder,
 installed as package data), by name.
 
 A packaged file's name is its path under configs/ without `.yaml`: `demo`, `bench`, `families/sol_rl`. The parts
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import configs
+import solrl.configs as configs
 
 CONFIGS_DIR = Path(configs.__file__).resolve().parent
 PRESETS_SUBDIR = "presets"

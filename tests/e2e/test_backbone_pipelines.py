@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 
 from cli_processes import tracking_set
 from repo_paths import ROOT
-from flows.cli import main
+from solrl.cli.main import main
 from solrl_core.models.backbones.registry import load_backbone
 from solrl_core.models.backbones.tiny import tiny_models
 from solrl_core.config.loading import load_config

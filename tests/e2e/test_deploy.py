@@ -14,7 +14,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from cli_processes import tracking_set
 from repo_paths import TINY
-from flows.cli import main
+from solrl.cli.main import main
 from prefect_workers import api, process_workers
 from solrl_core.config.loading import load_config, load_config_text
 from solrl_core.run.pool import read_table
@@ -51,7 +51,7 @@ def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, sessi
             assert client.read_work_pool(pool).type == "process"
         train = client.read_deployment_by_name(f"solrl-train-config/{NAME}")
         # imported from the installed package, in the worker's directory: nothing points at this checkout
-        assert train.work_pool_name == FLOW_POOL and train.entrypoint == "flows.training.train_config_flow"
+        assert train.work_pool_name == FLOW_POOL and train.entrypoint == "solrl.flows.training.train_config_flow"
         assert train.pull_steps == [] and train.path is None and train.job_variables["working_dir"] == "."
         # the config travels resolved (no file, no `extends` for the worker to find); the overrides beside it
         assert load_config_text(train.parameters["config"]) == load_config(TINY)
@@ -64,7 +64,7 @@ def test_deploy_registers_pools_training_with_schedule_and_stages(run_cli, sessi
         for stage in STAGES:
             pool = POOLS.get(stage, FLOW_POOL)
             dep = client.read_deployment_by_name(f"solrl-stage/{stage}@{pool}")
-            assert dep.work_pool_name == pool and dep.entrypoint == "flows.stage.stage_flow"
+            assert dep.work_pool_name == pool and dep.entrypoint == "solrl.flows.stage.stage_flow"
             assert dep.pull_steps == [] and dep.job_variables["working_dir"] == "."
             assert dep.parameters == {"stage": stage, "hold": True, "progress": False}
             assert set(dep.parameter_openapi_schema["required"]) == {"run_dir", "stage", "iteration"}

@@ -108,7 +108,7 @@ def test_two_nodes_on_loopback_give_the_one_process_update(ready_for_update, one
                      rdzv_endpoint=f"127.0.0.1:{free_port()}")
     cfg.iterations = 1  # so that update-node, having joined iteration 0's update, is done
     write_text_atomic(run.config_path, dump_config(cfg))  # the run was started with these settings
-    other = subprocess.Popen([sys.executable, "-m", "flows.cli", "update-node", "--run-dir", str(run.root)],
+    other = subprocess.Popen([sys.executable, "-m", "solrl", "update-node", "--run-dir", str(run.root)],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         summary = run_stage(run, cfg, 0, "update", progress=False)["summary"]
@@ -134,7 +134,7 @@ def test_update_node_joins_the_retry_of_a_failed_update(ready_for_update, one_pr
                      rdzv_endpoint=f"127.0.0.1:{free_port()}")
     cfg.iterations = 1
     write_text_atomic(run.config_path, dump_config(cfg))
-    other = subprocess.Popen([sys.executable, "-m", "flows.cli", "update-node", "--run-dir", str(run.root)],
+    other = subprocess.Popen([sys.executable, "-m", "solrl", "update-node", "--run-dir", str(run.root)],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err, rejoining = [], threading.Event()
 

@@ -1,4 +1,4 @@
-"""A signal during `solrl eval` ends it as during `solrl train` (flows/cli.py main): 128 + the signal, the resume line,
+"""A signal during `solrl eval` ends it as during `solrl train` (solrl/cli/main.py main): 128 + the signal, the resume line,
 no traceback, no evaluation recorded; the same command then computes it."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_sigterm_stops_eval_then_it_resumes(session_env, tmp_path):
     run = RunDir(run_dir)
     assert run.evaluation(1) is None  # tiny.yaml evaluates nothing while it trains (eval.every: 0)
     args = ["eval", "--run-dir", str(run_dir), "--step", "1", "--quiet"]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=session_env, cwd=ROOT, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "solrl", *args], env=session_env, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         wait_for_path(run.eval_partial_dir(1), proc)  # the evaluation is under way

@@ -42,9 +42,9 @@ def test_two_cpu_devices_equal_one_device(session_env, tmp_path, reference):
     """devices [cpu, cpu]: explore, both score stages, regenerate and the evaluation run as two pinned Dask worker
     processes (recorded per shard in the manifests), and every artifact, the checkpoint and the evaluation equal
     the one-device run's, bit for bit."""
-    from flows.evaluation import evaluation_flow
-    from flows.stage import stage_flow
-    from tasks.dask_shards import dask_shards
+    from solrl.flows.evaluation import evaluation_flow
+    from solrl.flows.stage import stage_flow
+    from solrl.tasks.dask_shards import dask_shards
 
     one, one_seconds = reference
     two, _ = copy_quantized(one, tmp_path / "two", "orchestration.devices=[cpu, cpu]")
@@ -119,7 +119,7 @@ def dask_cluster(session_env, tmp_path):
 
 
 def test_explore_through_a_running_dask_cluster_equals_one_device(session_env, tmp_path, reference, dask_cluster):
-    from flows.stage import stage_flow
+    from solrl.flows.stage import stage_flow
 
     one, _ = reference
     two, _ = copy_quantized(one, tmp_path / "two", f"orchestration.dask_address={dask_cluster}")

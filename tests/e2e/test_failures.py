@@ -58,7 +58,7 @@ def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli
     partial = run_dir / "iter_0000" / "explore.partial" / "pool.zarr"
     log = open(tmp_path / "train.log", "w")
     train = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir),
+        [sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir),
          "--no-progress", *EXPLORE, "--set", f"orchestration.work_pools={{explore: {POOL}}}",
          *tracking_set(session_env)],
         env=session_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -20,7 +20,7 @@ from damaged_runs import reference  # noqa: F401 - a fixture: the undamaged run
 
 def _cli_refusal(*args: str) -> str:
     """The one line `solrl ARGS` exits with (code 2, no traceback)."""
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "solrl", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()

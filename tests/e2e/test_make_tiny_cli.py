@@ -8,7 +8,7 @@ import os
 import pytest
 
 from cli_processes import solrl
-from flows.cli import main
+from solrl.cli.main import main
 
 @pytest.mark.e2e
 def test_unknown_model_is_a_one_line_error(tmp_path, capsys):

@@ -8,8 +8,8 @@ import pytest
 
 from mlflow_stand_in import fresh_routes  # noqa: F401 - autouse: each test asks tracking.route afresh
 from mlflow_stand_in import health_server, sqlite_store, tracking_config
-from flows import tracking
-from flows.service_checks import check_tracking
+from solrl.flows import tracking
+from solrl.flows.service_checks import check_tracking
 from solrl_core.errors import SolrlError
 from solrl_core.mlflow_links import record_server
 from solrl_core.run.rundir import RunDir, write_json_atomic

@@ -18,7 +18,7 @@ import pytest
 
 from cli_processes import free_port, solrl
 from repo_paths import ROOT, TINY
-from flows.mlflow_server import mlflow_server_argv
+from solrl.flows.mlflow_server import mlflow_server_argv
 from solrl_core.mlflow_links import health_failure
 from solrl_core.run.rundir import RunDir
 
@@ -146,7 +146,7 @@ def test_a_tracking_server_that_dies_or_stalls_mid_run_fails_the_command_in_one_
     run_dir = tmp_path / "run"
     env = {**session_env, **SHORT}
     args = ["train", str(TINY), "--run-dir", str(run_dir), "--no-progress", "--set", f"tracking.uri={server.uri}"]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "solrl", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(RunDir(run_dir).manifest_path(0, "update"), proc)  # iteration 0 done: its logging starts

@@ -141,7 +141,7 @@ def test_the_run_directory_finds_its_mlflow_run_from_any_folder(trained, run_cli
 
 
 def test_logging_again_after_a_crash_does_not_duplicate_the_table(trained):
-    from flows.tracking import log_iteration
+    from solrl.flows.tracking import log_iteration
     from solrl_core.run_config import load_run_config
 
     run, info = trained
@@ -159,7 +159,7 @@ def test_tables_past_mlflows_tag_limit_are_still_written(trained):
     import pandas as pd
     from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 
-    from flows.tracking import _log_table
+    from solrl.flows.tracking import _log_table
 
     run, info = trained
     client = mlflow.MlflowClient()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from flows.tracking import log_evaluation, log_metrics_once
+from solrl.flows.tracking import log_evaluation, log_metrics_once
 from solrl_core.config.schema import RunConfig
 from solrl_core.evaluate import eval_dir
 from solrl_core.run.rundir import RunDir, write_json_atomic

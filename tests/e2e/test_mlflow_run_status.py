@@ -8,8 +8,8 @@ import pytest
 
 from mlflow_stand_in import fresh_routes  # noqa: F401 - autouse: each test asks tracking.route afresh
 from mlflow_stand_in import sqlite_store, tracking_config
-from flows import tracking
-from flows.tracking_status import mlflow_run_training
+from solrl.flows import tracking
+from solrl.flows.tracking_status import mlflow_run_training
 from solrl_core.inspect import logged_marker
 from solrl_core.run.rundir import RunDir
 

@@ -1,4 +1,4 @@
-"""The server path of `make server`'s MLflow (`python -m flows.mlflow_server`, artifacts proxied) beside a plain
+"""The server path of `make server`'s MLflow (`python -m solrl.flows.mlflow_server`, artifacts proxied) beside a plain
 `solrl train` in the same folder: a run made through the server and one made without a tracking URI both work, print
 only their summary under --quiet (no MLflow "View run" lines), link the server's UI in the training view, and keep
 their artifacts where the server serves them; once the server is stopped, a run that needs it is refused in one line
@@ -29,7 +29,7 @@ def served(tmp_path_factory):
     folder = tmp_path_factory.mktemp("checkout")
     store, port = f"sqlite:///{folder / 'mlruns.db'}", free_port()
     log = open(folder / "mlflow-server.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "flows.mlflow_server", str(port), store,
+    server = subprocess.Popen([sys.executable, "-m", "solrl.flows.mlflow_server", str(port), store,
                                str(folder / "mlartifacts")], cwd=folder, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     deadline = time.monotonic() + 180
@@ -85,7 +85,7 @@ def test_make_server_starts_mlflow_through_flows_mlflow_server_and_says_where_it
     port = free_port()
     plan = subprocess.run(["make", "-n", "server", f"MLFLOW_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
-    assert (f'{sys.prefix}/bin/python -m flows.mlflow_server {port} "sqlite:///{ROOT}/mlruns.db" '
+    assert (f'{sys.prefix}/bin/python -m solrl.flows.mlflow_server {port} "sqlite:///{ROOT}/mlruns.db" '
             f'"{ROOT}/mlartifacts" --host 127.0.0.1 ') in plan
     assert f"MLFLOW_TRACKING_URI=http://127.0.0.1:{port}" in plan
     assert f"http://127.0.0.1:{port}/#/experiments?{TRAINING_VIEW}" in plan

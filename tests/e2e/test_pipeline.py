@@ -152,7 +152,7 @@ def test_sigkill_inside_explore_then_resume_matches_uninterrupted_run(run_cli, s
 
     killed = tmp_path / "killed"
     pool = killed / "iter_0001" / "explore.partial" / "pool.zarr"
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "train", str(TINY), "--run-dir", str(killed), *sets],
+    proc = subprocess.Popen([sys.executable, "-m", "solrl", "train", str(TINY), "--run-dir", str(killed), *sets],
                             env=session_env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 300

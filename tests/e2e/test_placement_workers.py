@@ -18,7 +18,7 @@ def test_worker_processes_start_pinned_to_their_gpu(four_gpus):
     """The local cluster's worker processes for [cuda:0 .. cuda:3] each start with only their GPU visible."""
     from distributed import Client
 
-    from tasks.dask_shards import local_cluster
+    from solrl.tasks.dask_shards import local_cluster
 
     devices = resolve_devices(load_config(TINY, ["model.device=cuda"]))
     with local_cluster(devices, preload=[]) as address, Client(address) as client:

@@ -21,7 +21,7 @@ from repo_paths import ROOT, TINY
 def test_train_refuses_before_any_work(tmp_path, env, sets, says):
     run_dir = tmp_path / "run"
     base = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
-    done = subprocess.run([sys.executable, "-m", "flows.cli", "train", str(TINY), "--iterations", "1", "--run-dir",
+    done = subprocess.run([sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1", "--run-dir",
                            str(run_dir), *sets], cwd=ROOT, env={**base, **env, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]

@@ -58,7 +58,7 @@ def test_signal_stops_train_and_every_child_then_it_resumes(session_env, tmp_pat
     dask = how == "SIGKILL"
     args = ["train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
             *SMALLER_RUN, *(["--set", "orchestration.devices=[cpu, cpu]"] if dask else []), *tracking_set(session_env)]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, cwd=ROOT, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "solrl", *args], env=env, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=sigint_as_at_a_terminal)
     try:
@@ -97,7 +97,7 @@ def test_a_signal_during_start_up_stops_train_with_the_interrupted_exit(session_
     env = no_server_env(session_env, tmp_path / "prefect")
     args = ["train", str(TINY), "--iterations", "1", "--run-dir", str(tmp_path / "run"), "--no-progress", *SMALLER_RUN,
             *tracking_set(session_env)]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", *args], env=env, cwd=ROOT, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "solrl", *args], env=env, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=sigint_as_at_a_terminal)
     try:

@@ -160,14 +160,14 @@ TOOL_COMMANDS = {  # (tool, subcommand words): where it runs against this projec
 }
 PYTHON_MODULES = {
     "solrl_core.lab.quant_coverage": COVERAGE, "solrl_core.planner.memory": MEMORY,
-    "flows.servers": MAKE_SERVER, "flows.lab.devices_bench": CHECKED,  # its options and files (minutes to run)
+    "solrl.flows.servers": MAKE_SERVER, "solrl.flows.lab.devices_bench": CHECKED,  # its options and files (minutes to run)
     "solrl_core.config.explain": CONFIG_DOC,
     "solrl_core.doctor": DOCTOR_BENCH,
     "solrl_core.bench.fidelity_sweep": "tests/unit/bench/test_fidelity_sweep.py::test_lora_branch_at_full_precision_ranks_as_the_merged_copy",
     "solrl_core.bench.compiled_vs_eager":
         "tests/unit/bench/test_compiled_vs_eager.py::test_the_benchmark_measures_both_copies_and_writes_its_numbers",
-    "flows.lab.prefect_latency": "tests/lab/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
-    "flows.lab.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
+    "solrl.flows.lab.prefect_latency": "tests/lab/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
+    "solrl.flows.lab.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
     "solrl_core.doctor.acceptance":  # on a GPU only; its CPU path
         "tests/unit/doctor/test_acceptance.py::test_acceptance_on_cpu_reports_every_step_and_a_failure_stops_none",
 }
@@ -284,7 +284,7 @@ def _where_run(where: str) -> None:
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    from flows.cli import build_parser
+    from solrl.cli.main import build_parser
 
     action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return action.choices
@@ -306,7 +306,7 @@ def check_solrl(command: str) -> str:
         return SOLRL_SUBCOMMANDS[name]
     assert command in SOLRL_CONCRETE, (f"{_shown(command)} is not checked: add it to SOLRL_CONCRETE in "
                                        "tests/e2e/test_readme_commands.py (with where it runs), or remove it from the page")
-    from flows.cli import build_parser
+    from solrl.cli.main import build_parser
 
     try:
         build_parser().parse_args(words[1:])
@@ -404,7 +404,7 @@ def check_python(command: str) -> str:
     assert module in PYTHON_MODULES, (f"{_shown(command)}: module {module} is not checked: add it to "
                                       "PYTHON_MODULES in tests/e2e/test_readme_commands.py, or remove it from the page")
     assert importlib.util.find_spec(module), f"`{command}`: no module {module}"
-    if module != "flows.servers":  # an argparse program: it must accept the options used
+    if module != "solrl.flows.servers":  # an argparse program: it must accept the options used
         text = _help("python", "-m", module)
         for option in (w for w in words if w.startswith("--")):
             assert option in text, f"`{command}`: {module} has no option {option}"
@@ -419,7 +419,7 @@ def check_shell(command: str) -> str:
     if words[0] == "source":
         assert words[1] == ".venv/bin/activate"
         assert re.search(r"^VENV \?= \.venv$", (ROOT / "Makefile").read_text(), flags=re.M)
-        assert re.search(r'^solrl = "flows.cli:main"$', (ROOT / "pyproject.toml").read_text(), flags=re.M)
+        assert re.search(r'^solrl = "solrl.cli.main:main"$', (ROOT / "pyproject.toml").read_text(), flags=re.M)
     elif words[0] == "export":
         for assignment in (w for w in words[1:] if ENV_ASSIGNMENT.match(w)):
             _check_variable(command, assignment.split("=")[0])

@@ -29,7 +29,7 @@ def _limited(which: int, value: int):
 ], ids=["open-files", "address-space", "file-size"])
 def test_a_limit_too_low_is_one_line_before_any_work(session_env, tmp_path, which, value, needles):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "train", str(TINY), "--run-dir", str(run_dir)],
+    proc = subprocess.run([sys.executable, "-m", "solrl", "train", str(TINY), "--run-dir", str(run_dir)],
                           env=session_env, cwd=ROOT, capture_output=True, text=True, timeout=300,
                           preexec_fn=_limited(which, value))
     assert_one_line_error(proc, *needles, "run the same command again")

@@ -18,7 +18,7 @@ def test_a_second_solrl_stage_waits_for_the_first_and_then_runs(session_env, run
     """`solrl stage` (a process) while the run is held: it says it waits, then runs the stage once it is free."""
     env = {**session_env, LOCK_WAIT_ENV: "300"}
     with held_by_another(run_dir):
-        proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "stage", "quantize", "--run-dir",
+        proc = subprocess.Popen([sys.executable, "-m", "solrl", "stage", "quantize", "--run-dir",
                                  str(run_dir.root), "--iteration", "0", "--quiet"], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = proc.stderr.readline()

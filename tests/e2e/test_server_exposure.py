@@ -64,9 +64,9 @@ def _clean(session_env: dict[str, str]) -> dict[str, str]:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("argv, needles", [
-    (["-m", "flows.servers", "prefect", "4999", "--host", BEYOND], ("Prefect server would listen on 0.0.0.0",
+    (["-m", "solrl.flows.servers", "prefect", "4999", "--host", BEYOND], ("Prefect server would listen on 0.0.0.0",
                                                                     "PREFECT_SERVER_API_AUTH_STRING=user:password")),
-    (["-m", "flows.mlflow_server", "4999", "sqlite:///x.db", "art", "--host", BEYOND],
+    (["-m", "solrl.flows.mlflow_server", "4999", "sqlite:///x.db", "art", "--host", BEYOND],
      ("MLflow server would listen on 0.0.0.0", "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")),
 ], ids=["prefect", "mlflow"])
 def test_beyond_loopback_without_credentials_is_refused(session_env, tmp_path, argv, needles):
@@ -82,7 +82,7 @@ def test_prefect_with_basic_auth_rejects_calls_without_it(session_env, tmp_path)
     env = {**_clean(session_env), "PREFECT_SERVER_API_AUTH_STRING": f"{USER}:{PASSWORD}"}
     env.pop("PREFECT_API_URL", None)
     log = tmp_path / "prefect.log"
-    proc = subprocess.Popen([sys.executable, "-m", "flows.servers", "prefect", str(port), "--database",
+    proc = subprocess.Popen([sys.executable, "-m", "solrl.flows.servers", "prefect", str(port), "--database",
                              str(tmp_path / "prefect.db"), "--host", "127.0.0.2"], env=env, cwd=ROOT,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -102,7 +102,7 @@ def test_mlflow_with_basic_auth_rejects_calls_without_it_and_a_run_keeps_the_pas
     port = free_port()
     env = {**_clean(session_env), "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
     log = tmp_path / "mlflow.log"
-    proc = subprocess.Popen([sys.executable, "-m", "flows.mlflow_server", str(port), f"sqlite:///{tmp_path / 'mlruns.db'}",
+    proc = subprocess.Popen([sys.executable, "-m", "solrl.flows.mlflow_server", str(port), f"sqlite:///{tmp_path / 'mlruns.db'}",
                              str(tmp_path / "mlartifacts"), "--host", "127.0.0.2"],
                             env=env, cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -116,7 +116,7 @@ def test_mlflow_with_basic_auth_rejects_calls_without_it_and_a_run_keeps_the_pas
 
         run_env = {k: v for k, v in _clean(session_env).items() if k != "PREFECT_API_URL"}  # a temporary Prefect
         run_env["PREFECT_HOME"] = str(tmp_path / "prefect")  # server, its database here
-        train = subprocess.run([sys.executable, "-m", "flows.cli", "train", str(TINY), "--iterations", "1",
+        train = subprocess.run([sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1",
                                 "--run-dir", str(tmp_path / "run"), "--no-progress", *SMALLER_RUN, "--set",
                                 f"tracking.uri=http://{USER}:{PASSWORD}@127.0.0.2:{port}"],
                                env=run_env, cwd=ROOT, capture_output=True, text=True, timeout=900)

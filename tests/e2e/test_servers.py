@@ -13,7 +13,7 @@ import pytest
 
 from cli_processes import free_port, sigint_as_at_a_terminal, start_prefect_server, stop
 from repo_paths import ROOT
-from flows.servers import DATABASE_URL_SETTINGS
+from solrl.flows.servers import DATABASE_URL_SETTINGS
 
 
 @pytest.mark.e2e
@@ -21,13 +21,13 @@ def test_make_server_starts_prefect_through_flows_servers():
     port = free_port()
     plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}"], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
-    assert (f'{sys.prefix}/bin/python -m flows.servers prefect {port} --database "{ROOT}/.prefect/prefect.db" --host '
+    assert (f'{sys.prefix}/bin/python -m solrl.flows.servers prefect {port} --database "{ROOT}/.prefect/prefect.db" --host '
             '127.0.0.1 ') in plan
-    assert "flows.mlflow_server" in plan and plan.count("--host 127.0.0.1") == 2
+    assert "solrl.flows.mlflow_server" in plan and plan.count("--host 127.0.0.1") == 2
     assert "prefect server start" not in plan  # one command line, in flows/servers.py
     plan = subprocess.run(["make", "-n", "server", f"PREFECT_PORT={port}", f"VENV={sys.prefix}", "PREFECT_DB=/x/p.db"],
                           cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert f'flows.servers prefect {port} --database "/x/p.db" --host 127.0.0.1 ' in plan
+    assert f'solrl.flows.servers prefect {port} --database "/x/p.db" --host 127.0.0.1 ' in plan
     plan = subprocess.run(["make", "-n", "server", f"VENV={sys.prefix}", "SERVER_HOST=0.0.0.0",
                            "SERVER_FLAGS=--insecure"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert plan.count("--host 0.0.0.0 --insecure") == 2  # both servers; their health is asked of 127.0.0.1
@@ -36,7 +36,7 @@ def test_make_server_starts_prefect_through_flows_servers():
 
 @pytest.mark.e2e
 def test_a_server_given_a_database_keeps_its_runs_there(tmp_path):
-    from flows.servers import start_prefect
+    from solrl.flows.servers import start_prefect
 
     home, database = tmp_path / "home", tmp_path / "checkout" / ".prefect" / "prefect.db"
     env = {**os.environ, "PREFECT_HOME": str(home)}

@@ -17,7 +17,7 @@ from repo_paths import ROOT
 # when a SIGTERM from outside lands while the garbage collector runs a finalizer.
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time, weakref
-    from flows.signals import interrupted_exit_code, stop_on_signals
+    from solrl.flows.signals import interrupted_exit_code, stop_on_signals
 
     class Thing: pass
 

@@ -11,7 +11,7 @@ import pytest
 def test_a_recomputed_value_is_logged_again_and_an_unchanged_one_is_not(tmp_path):
     import mlflow
 
-    from flows.tracking import log_metrics_once
+    from solrl.flows.tracking import log_metrics_once
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
     experiment = mlflow.create_experiment("stale", artifact_location=(tmp_path / "artifacts").as_uri())

@@ -15,7 +15,7 @@ from repo_paths import ROOT, TINY
 STARTERS = 3
 MAKE_RUN = """
 import pathlib, sys, time
-from flows.tracking import ensure_mlflow_run
+from solrl.flows.tracking import ensure_mlflow_run
 from solrl_core.config.loading import load_config
 from solrl_core.run.rundir import RunDir
 go = pathlib.Path(sys.argv[1])

@@ -57,7 +57,7 @@ def test_config_unreadable_for_real(session_env, tmp_path):
     config = tmp_path / "secret.yaml"
     config.write_text(f"extends: {TINY}\n")
     config.chmod(0)
-    argv = unprivileged([sys.executable, "-m", "flows.cli", "train", str(config), "--run-dir", str(tmp_path / "r")])
+    argv = unprivileged([sys.executable, "-m", "solrl", "train", str(config), "--run-dir", str(tmp_path / "r")])
     proc = subprocess.run(argv, env=session_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert_one_line_error(proc, str(config), "Permission denied")
 
@@ -108,7 +108,7 @@ from safetensors import SafetensorError
 def no_space(tensors, filename, metadata=None):  # what safetensors raises when the disk is full
     raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 safetensors.torch.save_file = no_space  # every local safetensors write: checkpoints, adapters
-from flows.cli import main
+from solrl.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -1,7 +1,9 @@
 """The installed wheel works alone: built from this checkout, installed into a new virtual environment outside it
 that reuses this environment's dependencies (a `.pth` line naming this site-packages, no editable finder), and run
 from an empty directory: --version, presets (listed and written to a file), plan, doctor, and one iteration of the
-embedded model trained by its packaged config's name, with every stage's artifact in the run directory."""
+embedded model trained by its packaged config's name, with every stage's artifact in the run directory. And the one
+import name: in an environment that also has a user's own `flows`, `tasks` and `configs` packages (installed, and in
+the working directory), both the user's and solrl's import and run."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ pytestmark = pytest.mark.e2e
 
 # What a wheel is built from (a build in the checkout itself would write build/ and *.egg-info there, and a stale
 # build/lib would end up in the wheel).
-BUILD_FILES = ("pyproject.toml", "README.md")
-PACKAGES = ("solrl_core", "flows", "tasks", "configs")
+BUILD_FILES = ("pyproject.toml", "setup.py", "README.md")
+PACKAGES = ("solrl", "solrl_core", "flows", "tasks", "configs")
+USERS_OWN = ("flows", "tasks", "configs")  # generic names a user's project may have packages of
 # The demo at test size (tests/configs/tiny.yaml's sizes), its held-out evaluation kept, small, so that the packaged
 # learned scorer is loaded too.
 SMALL = ["prompts.per_iteration=2", "explore.seeds_per_prompt=8", "explore.batch_size=8", "explore.steps=3",
@@ -78,7 +81,8 @@ def solrl_alone(wheel_venv, session_env, tmp_path):
 
 
 def test_the_wheel_imports_from_its_own_environment_with_its_data(wheel_venv, tmp_path):
-    code = ("import json, configs, flows, solrl_core, tasks; from importlib.metadata import version; "
+    code = ("import json, solrl.configs as configs, solrl.flows as flows, solrl_core, solrl.tasks as tasks; "
+            "from importlib.metadata import version; "
             "from solrl_core.config.packaged import CONFIGS_DIR; from solrl_core.models.backbones.embedded import "
             "PRETRAINED_DIR; from solrl_core.models.embedded.scorer_files import shipped_dir; "
             "from solrl_core.models.model_configs import config_dir; "
@@ -134,3 +138,29 @@ def test_the_installed_cli_runs_alone_from_an_empty_directory(solrl_alone, sessi
     assert set(iteration["stages"].values()) == {"complete"}
     assert (run_dir / "config.yaml").is_file() and (run_dir / "iter_0000" / "best_worst.png").is_file()
     assert set(iteration["stages"]) <= {p.name for p in (run_dir / "iter_0000").iterdir() if p.is_dir()}
+
+
+def _users_own_packages(folder: Path, marker: str) -> None:
+    for name in USERS_OWN:
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text(f"WHOSE = {marker!r}\n")
+
+
+def test_a_users_own_flows_tasks_and_configs_neither_shadow_solrl_nor_are_shadowed(wheel_venv, solrl_alone):
+    """Installed in the environment, and as folders of the directory it runs in (first on sys.path with `python -c`
+    and `python -m`): the user's packages are the ones `import flows` finds, solrl's are solrl.flows & co."""
+    python = wheel_venv / "bin" / "python"
+    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    _users_own_packages(site, "installed")
+    project = solrl_alone.cwd / "project"
+    _users_own_packages(project, "project")
+    code = ("import json, configs, flows, tasks, solrl.flows.training, solrl.tasks.stage_task; "
+            "from solrl_core.config.packaged import CONFIGS_DIR; "
+            "print(json.dumps({'users': [m.WHOSE for m in (configs, flows, tasks)], 'solrl': "
+            "[solrl.flows.training.__file__, solrl.tasks.stage_task.__file__, str(CONFIGS_DIR)]}))")
+    for cwd, whose in ((solrl_alone.cwd, "installed"), (project, "project")):
+        found = json.loads(_run([python, "-c", code], cwd=cwd, env=solrl_alone.env).stdout)
+        assert found["users"] == [whose] * 3
+        assert all(Path(path).is_relative_to(site / "solrl") for path in found["solrl"]), found["solrl"]
+    shown = _run([python, "-m", "solrl", "config", "--show", "demo"], cwd=project, env=solrl_alone.env).stdout
+    assert shown == solrl_alone("config", "--show", "demo").stdout and "explore:" in shown

@@ -16,7 +16,7 @@ import pytest
 
 from cli_processes import tracking_set
 from repo_paths import ROOT, TINY
-from flows.deploy import HEARTBEAT_AUTOMATION, HEARTBEAT_SECONDS, ensure_heartbeat_automation
+from solrl.flows.deploy import HEARTBEAT_AUTOMATION, HEARTBEAT_SECONDS, ensure_heartbeat_automation
 from prefect_workers import (
     api,
     assert_resumed_then_equal_to_a_fresh_explore,
@@ -84,7 +84,7 @@ def test_stage_run_of_a_lost_worker_is_crashed_by_heartbeat_and_rerun(run_cli, s
     try:
         with process_workers(session_env, [POOL], tmp_path / "lost") as (worker,):
             train = subprocess.Popen(
-                [sys.executable, "-m", "flows.cli", "train", str(TINY), "--iterations", "1", "--run-dir",
+                [sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1", "--run-dir",
                  str(run_dir), "--no-progress", *EXPLORE, "--set", f"orchestration.work_pools={{explore: {POOL}}}",
                  "--set", f"orchestration.heartbeat_timeout={TIMEOUT}", *tracking_set(session_env)],
                 env=session_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -41,7 +41,7 @@ def test_reflow_straightens_the_teachers_own_paths():
 
 
 def test_distill_sibling_writes_a_model_directory_to_explore_with(tmp_path, capsys):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     out = tmp_path / "sibling"
     assert main(["distill-sibling", "--out", str(out), "--steps", "5", "--seeds-per-prompt", "1", "--quiet"]) == 0

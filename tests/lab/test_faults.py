@@ -1,6 +1,6 @@
 """The fault catalogue (solrl_core/lab/faults): one case of each kind, end to end, must end in a one-line error (or a clean
 stop after a signal), lose nothing, leave no process, and resume to a run identical to the uninterrupted reference.
-The whole catalogue is a benchmark, not part of the suite: `python -m flows.lab.faults` (docs/reliability.md)."""
+The whole catalogue is a benchmark, not part of the suite: `python -m solrl.flows.lab.faults` (docs/reliability.md)."""
 
 from __future__ import annotations
 

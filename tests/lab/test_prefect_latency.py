@@ -1,4 +1,4 @@
-"""`python -m flows.lab.prefect_latency`: the per-iteration cost of Prefect's orchestration, timed on a live API."""
+"""`python -m solrl.flows.lab.prefect_latency`: the per-iteration cost of Prefect's orchestration, timed on a live API."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from flows.lab.prefect_latency import _ms, main, report
+from solrl.flows.lab.prefect_latency import _ms, main, report
 
 
 def test_summary_of_timings_in_milliseconds():
@@ -36,7 +36,7 @@ def test_report_names_what_was_timed():
 @pytest.mark.parametrize("top_level", [False, True], ids=["nested", "top-level"])
 def test_times_empty_flow_runs_against_the_api(session_env, top_level):
     flag = ["--top-level"] if top_level else []
-    done = subprocess.run([sys.executable, "-m", "flows.lab.prefect_latency", "--subflows", "3", "--tasks", "2", *flag],
+    done = subprocess.run([sys.executable, "-m", "solrl.flows.lab.prefect_latency", "--subflows", "3", "--tasks", "2", *flag],
                           env=session_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     what = "top-level flow run" if top_level else "subflow"

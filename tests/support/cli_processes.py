@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.servers import start_prefect
+from solrl.flows.servers import start_prefect
 from repo_paths import ROOT
 
 
@@ -49,7 +49,7 @@ def stop(process: subprocess.Popen) -> None:
 def solrl(env: dict[str, str], *args: str, cwd: Path | None = None, check: bool = True, timeout: float = 600):
     """Run the `solrl` CLI in a subprocess; return the CompletedProcess."""
     proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
+        [sys.executable, "-m", "solrl", *args],
         env=env, cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
     )
     if check and proc.returncode != 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flows import tracking
+from solrl.flows import tracking
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 

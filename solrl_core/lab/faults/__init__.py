@@ -7,5 +7,5 @@ procs.py      one command in its own session, signals, and the processes it left
 outcome.py    the classifier, the repair named by an error, and the comparison with the reference run
 runner.py     the reference run, one case end to end, report.md / report.json
 
-Entry point: `python -m flows.lab.faults` (flows/lab/faults.py).
+Entry point: `python -m solrl.flows.lab.faults` (flows/lab/faults.py).
 """

@@ -24,7 +24,7 @@ from solrl_core.lab.faults.catalogue import CASES, LAST, TRAIN, Case
 from solrl_core.wording import plural
 
 ITERATIONS = LAST + 1
-CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE  # solrl's quiet exit when its stdout's reader went away (flows/cli.py)
+CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE  # solrl's quiet exit when its stdout's reader went away (solrl/cli/main.py)
 SMALL_DISK_FREE_KB = 512  # less than one iteration writes at the reference's size (~1.5 MB; no merged weights since #27)
 COUNTS = (("tried", "cases tried"), ("clean", "clean errors"), ("ok", "expected successes"),
           ("traceback", "tracebacks"), ("silent", "silent successes"), ("lost", "data lost"),
@@ -37,7 +37,7 @@ class Context:
     out: Path  # everything goes here: config.yaml, reference/, cases/<name>/, report.md, report.json
     base_config: Path  # the sized config the reference run extends (tests/configs/tiny.yaml)
     env: dict[str, str]  # environment of every command (a case may change it)
-    cwd: Path  # where `python -m flows.cli` is importable from
+    cwd: Path  # where `python -m solrl` is importable from
     timeout_s: float = 300.0
     dead_url: str = "http://127.0.0.1:9"
     say: callable = field(default=lambda line: print(line, file=sys.stderr, flush=True))
@@ -52,7 +52,7 @@ class Context:
 
 
 def solrl(args) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", *args]
+    return [sys.executable, "-m", "solrl", *args]
 
 
 def _fill(args, values: dict[str, str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The import graph of solrl_core, tasks and flows, read from the sources with `ast`: no cycles, every import runs
+"""The import graph of solrl_core and solrl (its command line, flows, tasks and configs), read from the sources with `ast`: no cycles, every import runs
 downward through the layers of LAYERS (the architecture: the method on top of the pieces it runs on, the run
 directory machinery below them, orchestration above, lab tooling apart), and the library never imports the
 orchestration (prefect) or tracking (mlflow) packages.
@@ -10,18 +10,29 @@ B). An import of `pkg.mod` is an edge to that module, not to its parent packages
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
-from repo_paths import ROOT
 
-PACKAGES = ("solrl_core", "tasks", "flows")
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+# The installed packages and where their sources are: solrl.flows, solrl.tasks and solrl.configs are the checkout's
+# top folders flows/, tasks/ and configs/ (setup.py), so a module's name is read from the package, not its path.
+PACKAGES = ("solrl_core", "solrl", "solrl.flows", "solrl.tasks", "solrl.configs")
+FOLDERS = {package: Path(importlib.import_module(package).__file__).parent for package in PACKAGES}
 
 
-MODULES = {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+def _module_name(package: str, path: Path) -> str:
+    parts = list(path.relative_to(FOLDERS[package]).with_suffix("").parts)
+    return ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def module_of(path: Path) -> str:
+    """The dotted name of the source file `path` (solrl/cli/main.py -> solrl.cli.main, flows/stage.py ->
+    solrl.flows.stage)."""
+    path = path.resolve()
+    package = max((p for p, folder in FOLDERS.items() if path.is_relative_to(folder)), key=lambda p: len(FOLDERS[p].parts))
+    return _module_name(package, path)
+
+
+MODULES = {_module_name(pkg, p): p for pkg in PACKAGES for p in sorted(FOLDERS[pkg].rglob("*.py"))}
 
 
 # The layers, bottom up: a module belongs to the layer of the longest prefix naming it, and imports only from its own
@@ -30,7 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor", ("solrl_core", "solrl_core.errors", "solrl_core.wording", "solrl_core.excerpts", "solrl_core.stop",
                       "solrl_core.quiet", "solrl_core.plugins", "solrl_core.userfiles", "solrl_core.orphan_guard",
                       "solrl_core.run.stage_table", "solrl_core.config.limits", "solrl_core.config.packaged",
-                      "configs")),
+                      "solrl", "solrl.configs")),
     ("run directory", ("solrl_core.run",)),
     ("config schema", ("solrl_core.config.schema",)),
     ("pieces", ("solrl_core.models", "solrl_core.rewards", "solrl_core.rl", "solrl_core.prompts",
@@ -42,9 +53,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("method", ("solrl_core.method", "solrl_core.stages.runner")),
     ("product tools", ("solrl_core.doctor", "solrl_core.bench", "solrl_core.tiny_bundle")),
     ("lab", ("solrl_core.lab",)),
-    ("tasks", ("tasks",)),
-    ("flows", ("flows",)),
-    ("lab flows", ("flows.lab",)),
+    ("tasks", ("solrl.tasks",)),
+    ("flows", ("solrl.flows",)),
+    ("lab flows", ("solrl.flows.lab",)),
+    ("command line", ("solrl.cli", "solrl.__main__")),
 )
 UPWARD_ALLOWED: set[tuple[str, str]] = set()  # (importer, imported) pairs that may run upward: none
 
@@ -154,6 +166,14 @@ def test_the_library_imports_neither_prefect_nor_mlflow():
     assert offenders == []
 
 
+def test_nothing_imports_a_top_level_flows_tasks_or_configs():
+    """Those names are a user's own packages now: solrl's are solrl.flows, solrl.tasks and solrl.configs."""
+    offenders = [f"{module}:{line} imports {name}" for module in MODULES for name, line in imported_names(module)
+                 if name.split(".")[0] in ("flows", "tasks", "configs")]
+    assert offenders == []
+    assert {"solrl.flows.iteration", "solrl.tasks.stage_task", "solrl.cli.main", "solrl.configs"} <= set(MODULES)
+
+
 def test_a_type_only_import_is_an_edge(tmp_path):
     assert "solrl_core.run.rundir" in import_graph()["solrl_core.run.staleness"]  # under `if TYPE_CHECKING:`
 
@@ -171,9 +191,9 @@ def test_imports_run_downward():
 
 
 def test_the_product_never_imports_the_lab():
-    lab = ("solrl_core.lab", "flows.lab")
+    lab = ("solrl_core.lab", "solrl.flows.lab")
     in_lab = lambda module: any(module == p or module.startswith(p + ".") for p in lab)  # noqa: E731
-    product_cli = {"flows.commands.pretrain", "flows.commands.distill"}  # `solrl pretrain`, `solrl distill-reward`
+    product_cli = {"solrl.cli.commands.pretrain", "solrl.cli.commands.distill"}  # `solrl pretrain`, `solrl distill-reward`
     offenders = [f"{a} imports {b}" for a, edges in import_graph().items() for b in edges
                  if in_lab(b) and not in_lab(a) and a not in product_cli]
     assert offenders == []

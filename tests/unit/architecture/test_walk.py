@@ -8,7 +8,7 @@ import ast
 import re
 
 from repo_paths import ROOT
-from test_import_graph import _module_name, import_graph
+from test_import_graph import module_of, import_graph
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 MOST_FILES = 12
@@ -43,7 +43,7 @@ def test_the_walk_is_at_most_twelve_files_each_defining_what_it_names():
 
 def test_each_file_of_the_walk_is_imported_by_one_before_it():
     graph = import_graph()
-    modules = [_module_name(ROOT / file) for file, _ in walk()]
+    modules = [module_of(ROOT / file) for file, _ in walk()]
     for i, module in enumerate(modules[1:], start=1):
         importers = [m for m in modules[:i] if module in graph[m]]
         assert importers, f"{module} (entry {i + 1}) is imported by no file before it in the walk"

@@ -250,7 +250,7 @@ def test_quick_without_its_section_or_with_unknown_keys_is_an_error(tmp_path):
 
 
 def test_solrl_bench_quick_errors_are_one_line(tmp_path, capsys):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     assert main(["bench", str(_bench_yaml(tmp_path)), "--quick"]) == 2
     err = capsys.readouterr().err

@@ -36,7 +36,7 @@ def test_an_error_that_quotes_a_url_with_a_password_does_not_carry_it():
 
 
 def test_the_config_logged_to_mlflow_holds_no_credential():
-    from flows.tracking import run_params
+    from solrl.flows.tracking import run_params
     from solrl_core.config.loading import load_config
     from repo_paths import TINY
 
@@ -77,7 +77,7 @@ def test_a_url_with_a_user_and_password_reaches_its_host_with_basic_auth():
 def test_a_database_store_without_its_driver_names_the_extra(monkeypatch):
     import importlib.util
 
-    from flows.service_checks import check_tracking_store
+    from solrl.flows.service_checks import check_tracking_store
 
     if importlib.util.find_spec("psycopg2") is not None:  # the postgres extra is installed: make it missing
         import sys
@@ -94,7 +94,7 @@ def test_a_run_directory_keeps_the_store_redacted_and_finds_its_credentials_agai
     """The frozen config (and its fingerprint) hold the store without its password; the same config resumes the run
     (credentials are not part of it); a later command finds them in MLFLOW_TRACKING_URI, or says where to give them."""
     import solrl_core.credentials as credentials
-    from flows.tracking import tracking_uri
+    from solrl.flows.tracking import tracking_uri
     from repo_paths import TINY
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir

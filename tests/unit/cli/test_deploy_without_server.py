@@ -7,7 +7,7 @@ from __future__ import annotations
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from repo_paths import TINY
-from flows.cli import main
+from solrl.cli.main import main
 
 def test_deploy_needs_a_prefect_server(capsys):
     with temporary_settings(restore_defaults={PREFECT_API_URL}):

@@ -33,7 +33,7 @@ def command(request, monkeypatch):
 
 
 def refused(capsys, words, path, *needles) -> str:
-    from flows.cli import main
+    from solrl.cli.main import main
 
     capsys.readouterr()
     code = main([*words, str(path)])

@@ -10,8 +10,8 @@ import warnings
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from flows import service_checks as preflight
-from flows.service_checks import check_prefect_api, check_tracking_store, known_tracking_scheme
+from solrl.flows import service_checks as preflight
+from solrl.flows.service_checks import check_prefect_api, check_tracking_store, known_tracking_scheme
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir
 from solrl_core.run.storage import CREDENTIAL_SETTINGS, OTHER_STORE_SETTINGS, access_failure, check_remote_access
@@ -179,7 +179,7 @@ def test_a_full_disk_under_the_sqlite_store_while_logging_is_one_line(tmp_path, 
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    from flows.tracking import TrackingFailed, connect, tracking_errors
+    from solrl.flows.tracking import TrackingFailed, connect, tracking_errors
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     monkeypatch.chdir(tmp_path)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from flows.progress import QUIET_LEVEL, QUIET_VARIABLE, stage_done, stage_line
+from solrl.flows.progress import QUIET_LEVEL, QUIET_VARIABLE, stage_done, stage_line
 
 
 def test_the_line_names_the_iteration_the_stage_and_its_time():
@@ -43,7 +43,7 @@ METRICS = {"reward/explore_mean": 0.7123, "reward/train_mean": 0.7444, "loss/tot
 def test_every_iteration_says_its_rewards_and_the_time_left(monkeypatch, capsys):
     """The time left is what the computed iterations took (the evaluation between them included) times those left;
     iterations a resumed run had finished count for nothing; nothing under --quiet."""
-    import flows.progress as progress
+    import solrl.flows.progress as progress
 
     now = [100.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])

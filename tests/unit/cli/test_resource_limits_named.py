@@ -9,7 +9,7 @@ import resource
 import pytest
 
 import solrl_core.resource_limits as limits
-from flows.user_errors import as_user_error
+from solrl.flows.user_errors import as_user_error
 
 
 def _caused_by(cause: BaseException) -> RuntimeError:

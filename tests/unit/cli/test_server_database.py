@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 
-from flows.prefect_server import temporary_server_env
-from flows.servers import DATABASE_URL, DATABASE_URL_SETTINGS, prefect_server_env
+from solrl.flows.prefect_server import temporary_server_env
+from solrl.flows.servers import DATABASE_URL, DATABASE_URL_SETTINGS, prefect_server_env
 
 
 def _database(monkeypatch, env: dict[str, str]) -> str:

@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-import flows.cli as cli
-from flows.signals import RESUME_LINE
+import solrl.cli.main as cli
+from solrl.flows.signals import RESUME_LINE
 from solrl_core import stop
 
 

@@ -19,7 +19,7 @@ def test_plural_agrees_with_the_count():
 def subcommands() -> dict:
     import argparse
 
-    from flows.cli import build_parser
+    from solrl.cli.main import build_parser
 
     action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return action.choices

@@ -19,7 +19,7 @@ from solrl_core import userfiles
 
 def run_main(capsys, *args: str) -> tuple[int, str]:
     """`solrl ARGS` in this process (so a test can simulate what the OS would do); (exit status, stderr)."""
-    from flows.cli import main
+    from solrl.cli.main import main
 
     capsys.readouterr()
     code = main(list(args))
@@ -88,7 +88,7 @@ def test_run_dir_permission_denied_at_creation(capsys, tmp_path, monkeypatch):
 
 def test_sqlite_store_in_read_only_folder(tmp_path, monkeypatch):
     """Root ignores permission bits, so there the OS's answer for a non-root user is simulated."""
-    from flows.service_checks import check_tracking_store
+    from solrl.flows.service_checks import check_tracking_store
     from solrl_core.errors import SolrlError
 
     folder = tmp_path / "ro"
@@ -109,7 +109,7 @@ def test_sqlite_store_in_read_only_folder(tmp_path, monkeypatch):
 def test_main_maps_user_os_errors_and_keeps_bugs(capsys, monkeypatch, tmp_path):
     """main() turns a full disk or a permission error anywhere into one line naming the path; any other OSError (a
     bug, or nothing the user can fix) keeps its traceback."""
-    import flows.commands.runs
+    import solrl.cli.commands.runs
 
     def failing(error):
         def command(args):
@@ -117,15 +117,15 @@ def test_main_maps_user_os_errors_and_keeps_bugs(capsys, monkeypatch, tmp_path):
         return command
 
     target = tmp_path / "iter_0000" / "pool.zarr"
-    monkeypatch.setattr(flows.commands.runs, "cmd_status", failing(OSError(errno.ENOSPC, "No space left on device",
+    monkeypatch.setattr(solrl.cli.commands.runs, "cmd_status", failing(OSError(errno.ENOSPC, "No space left on device",
                                                                  str(target))))
     code, err = run_main(capsys, "status", "--run-dir", str(tmp_path))
     assert_one_line(code, err, "no space left", str(target), "free")
-    monkeypatch.setattr(flows.commands.runs, "cmd_status", failing(PermissionError(errno.EACCES, "Permission denied",
+    monkeypatch.setattr(solrl.cli.commands.runs, "cmd_status", failing(PermissionError(errno.EACCES, "Permission denied",
                                                                          str(target))))
     code, err = run_main(capsys, "status", "--run-dir", str(tmp_path))
     assert_one_line(code, err, "Permission denied", str(target))
-    monkeypatch.setattr(flows.commands.runs, "cmd_status", failing(OSError(errno.EIO, "Input/output error", str(target))))
+    monkeypatch.setattr(solrl.cli.commands.runs, "cmd_status", failing(OSError(errno.EIO, "Input/output error", str(target))))
     with pytest.raises(OSError, match="Input/output"):
         run_main(capsys, "status", "--run-dir", str(tmp_path))
 
@@ -135,7 +135,7 @@ def test_prefect_logs_of_user_errors_are_hidden_and_others_kept():
     and any other failure keep theirs."""
     import logging
 
-    from flows.user_errors import _HideUserErrors
+    from solrl.flows.user_errors import _HideUserErrors
     from solrl_core.errors import MissingInputError
 
     def record(message, exc=None):
@@ -169,7 +169,7 @@ def test_disk_full_says_what_the_stage_needs(tmp_path):
     from solrl_core.errors import SolrlError
     from solrl_core.run.rundir import RunDir
     from solrl_core.userfiles import user_os_errors
-    from tasks.stage_task import _space_needed
+    from solrl.tasks.stage_task import _space_needed
 
     run = RunDir(tmp_path)
     previous = run.stage_dir(0, "explore")

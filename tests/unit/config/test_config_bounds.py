@@ -70,7 +70,7 @@ def test_guardrail_ladder_steps_are_bounded_whole_numbers():
 
 
 def test_the_cli_refuses_an_out_of_range_value_in_one_line_before_writing(capsys, tmp_path):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     run_dir = tmp_path / "run"
     capsys.readouterr()

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from flows.cli import main
+from solrl.cli.main import main
 from solrl_core.config.schema import RunConfig
 from solrl_core.config.loading import load_config
 from solrl_core.config.explain import explain, field_rows, markdown, sections

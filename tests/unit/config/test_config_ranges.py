@@ -97,7 +97,7 @@ def test_adam_betas_are_each_from_0_to_below_1():
 
 
 def test_the_cli_refuses_an_infinite_learning_rate_in_one_line_before_writing(capsys, tmp_path):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     run_dir = tmp_path / "run"
     for lr in ("inf", "1e30"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from repo_paths import ROOT, TINY
-from flows.cli import installed_version, main
+from solrl.cli.main import installed_version, main
 from solrl_core.config import presets
 from solrl_core.config.schema import dump_config, load_yaml
 from solrl_core.config.learning_status import learning_label, read_status

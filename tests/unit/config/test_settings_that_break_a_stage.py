@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.cli import main
+from solrl.cli.main import main
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError

@@ -67,7 +67,7 @@ def test_cpu_machine_says_emulation_and_cpu():
 
 
 def test_solrl_doctor_json(capsys):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     assert main(["doctor", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -217,7 +217,7 @@ def test_the_interval_over_prompts_is_students_t():
 def test_calibrate_explore_writes_a_config_that_trains(tmp_path, monkeypatch, capsys, one_torch_thread):
     """The command on the embedded model (a few policies, small batch): table, JSON and plot, and a written config
     with the chosen policy and the guardrail on, which loads and trains an iteration."""
-    from flows.cli import main
+    from solrl.cli.main import main
     from solrl_core.run.rundir import STAGES, RunDir
     from solrl_core.run_config import prepare_run
     from solrl_core.stages.runner import run_stage

@@ -281,7 +281,7 @@ def test_the_plan_text_shows_the_whole_run_per_family_and_the_saving():
 def test_the_cli_costs_a_configs_run_and_refuses_a_price_it_cannot_use(capsys):
     import json
 
-    from flows.cli import main
+    from solrl.cli.main import main
 
     assert main(["plan", "flux1_sol_rl_pickscore", "--gpu", "h100", "--gpus", "4", "--price", "2.5", "--family",
                  "sol_rl", "--json"]) == 0

@@ -68,7 +68,7 @@ def test_bad_reports_are_one_line_errors(tmp_path, content, message):
 
 
 def test_cli_bad_calibration_exits_2_with_one_line(tmp_path, capsys):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     assert main(["plan", "flux1", "--gpu", "h100", "--calibration", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -76,7 +76,7 @@ def test_cli_bad_calibration_exits_2_with_one_line(tmp_path, capsys):
 
 
 def test_cli_plan_with_calibration(tmp_path, capsys):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     h100 = get_gpu("h100")
     path = _report(tmp_path, bf16=0.25 * h100.bf16)

@@ -210,7 +210,7 @@ def test_describe_quotes_one_short_line():
 
 
 def test_the_cli_ends_in_one_line_and_exit_2_when_a_plug_in_exits_0_at_import(package, capsys, tmp_path):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     run_dir = tmp_path / "run"
     for key in ("model.kind", "select.mode"):

@@ -175,7 +175,7 @@ def test_a_chunk_replaced_by_a_symbolic_link_loop(reference, tmp_path, one_torch
 def test_inspect_checks_the_artifacts_it_reads(reference, tmp_path, capsys, one_torch_thread):
     """`solrl inspect` refuses a damaged pool in one line, as the stages do (it read the chunk with zarr: a zstd
     traceback, or zeros for a missing chunk)."""
-    from flows.cli import main
+    from solrl.cli.main import main
     from solrl_core.inspect import pool_summary
 
     run, _ = copy_run(reference, tmp_path)

@@ -100,7 +100,7 @@ def test_once_anything_was_computed_another_config_is_refused(failed_at_once, ma
 def test_the_tracking_check_looks_at_the_new_config_of_a_run_it_will_replace(failed_at_once, tmp_path, monkeypatch):
     """Before a run starts, the MLflow store is checked: the one in run.json while the run keeps it, the new
     config's when the run computed nothing and takes the new config (which drops run.json)."""
-    from flows.service_checks import check_tracking
+    from solrl.flows.service_checks import check_tracking
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SolrlError, match=r"no MLflow server answers"):

@@ -25,7 +25,7 @@ from solrl_core.run_config import prepare_run
 
 def run_main(capsys, *args: str) -> tuple[int, str, str]:
     """`solrl ARGS` in this process: (exit status, stdout, stderr)."""
-    from flows.cli import main
+    from solrl.cli.main import main
 
     capsys.readouterr()
     code = main(list(args))

@@ -96,7 +96,7 @@ def test_how_long_a_stage_waits(monkeypatch):
 
 
 def test_solrl_stage_waits_then_refuses_in_one_line(run_dir, capsys):
-    from flows.cli import main
+    from solrl.cli.main import main
 
     capsys.readouterr()
     with held_by_another(run_dir):
@@ -109,7 +109,7 @@ def test_solrl_stage_waits_then_refuses_in_one_line(run_dir, capsys):
 
 
 def test_a_stage_deployment_refuses_an_iteration_past_the_run_as_the_cli_does(run_dir):
-    from flows.stage import stage_flow
+    from solrl.flows.stage import stage_flow
 
     for iteration in (2, 6, -1):
         with pytest.raises(SolrlError, match=f"^iteration {iteration} is out of range: the run has 2 iterations, "

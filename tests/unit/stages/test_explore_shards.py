@@ -139,7 +139,7 @@ def test_device_workers_share_the_hosts_memory_instead_of_dasks_per_core_default
     gets an equal share of the host's memory instead."""
     from distributed.system import MEMORY_LIMIT
 
-    from tasks.dask_shards import worker_specs
+    from solrl.tasks.dask_shards import worker_specs
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     specs = worker_specs(["cuda:0", "cuda:1", "cuda:2", "cuda:3"], [])

@@ -54,7 +54,7 @@ def test_stage_table_is_what_every_list_reads(tmp_path):
     from solrl_core.run.staleness import missing_inputs
     from solrl_core.run.stage_table import BY_NAME, TABLE
     from solrl_core.stages.shards import load, work_ref
-    from tasks.stage_task import STAGE_TASKS
+    from solrl.tasks.stage_task import STAGE_TASKS
 
     assert STAGES == ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update")
     assert tuple(step.name for step in ITERATION) == STAGES and AUDIT.name == "audit"

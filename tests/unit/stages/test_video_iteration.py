@@ -58,7 +58,7 @@ def test_each_video_is_scored_as_the_registry_scores_videos(video_run):
 
 
 def test_the_pool_has_stills_and_animated_previews(video_run):
-    from flows.tracking import _thumbnails
+    from solrl.flows.tracking import _thumbnails
     from solrl_core.grids import STRIP_FRAMES
     from solrl_core.pool_plots import top_bottom_animations, top_bottom_grids
 

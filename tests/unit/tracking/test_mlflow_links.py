@@ -11,7 +11,7 @@ import json
 from mlflow_stand_in import fresh_routes  # noqa: F401 - autouse: each test asks tracking.route afresh
 from mlflow_stand_in import health_server, sqlite_store, tracking_config
 from repo_paths import ROOT, TINY
-from flows import tracking
+from solrl.flows import tracking
 from solrl_core.config.loading import load_config
 from solrl_core.mlflow_links import (RECORD_SUFFIX, TRAINING_VIEW, UI_HOST, UI_PORT, record_server, run_link,
                                      server_record, serving_server)
@@ -117,7 +117,7 @@ def test_few_params_are_logged_the_config_is_an_artifact():
 
 
 def test_deploy_fills_in_the_server_it_found_for_a_new_run_only(tmp_path):
-    from flows.commands.deploy import _fill_in_tracking
+    from solrl.cli.commands.deploy import _fill_in_tracking
 
     server = "http://127.0.0.1:5310"
     assert _fill_in_tracking(tracking_config(), tmp_path / "run", server)

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from cli_processes import free_port
-from flows import tracking
-from flows.tracking_queue import DRAIN_WAIT_ENV, TrackingQueue, TrackingStalled, drain_wait_seconds
+from solrl.flows import tracking
+from solrl.flows.tracking_queue import DRAIN_WAIT_ENV, TrackingQueue, TrackingStalled, drain_wait_seconds
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir, write_json_atomic
 

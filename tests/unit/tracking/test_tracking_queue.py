@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from flows.tracking_queue import SWITCH_INTERVAL, TrackingQueue
+from solrl.flows.tracking_queue import SWITCH_INTERVAL, TrackingQueue
 
 
 def test_logging_runs_off_the_calling_thread_in_submission_order():

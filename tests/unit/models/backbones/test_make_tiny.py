@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from repo_paths import ROOT
-from flows.cli import main
+from solrl.cli.main import main
 from solrl_core.tiny_bundle import TINY_PROMPTS
 from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError

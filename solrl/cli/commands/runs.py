@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from flows.commands.options import output_options
-from flows.prefect_server import client_env, prefect_api
-from flows.service_checks import check_services
+from solrl.cli.commands.options import output_options
+from solrl.flows.prefect_server import client_env, prefect_api
+from solrl.flows.service_checks import check_services
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -71,7 +71,7 @@ def cmd_eval(args) -> int:
     evaluation = run.evaluation(step)
     if evaluation is not None and eval_stale_cause(run, step, evaluation) is None:
         # computed once (and not stale): no flow, no Prefect server (logged to MLflow unless it already is)
-        from flows.tracking import log_evaluation
+        from solrl.flows.tracking import log_evaluation
 
         log_evaluation(run, cfg, evaluation)
     else:
@@ -79,7 +79,7 @@ def cmd_eval(args) -> int:
         client_env()
         check_services(cfg, run)
         api = prefect_api()
-        from flows.evaluation import evaluation_flow
+        from solrl.flows.evaluation import evaluation_flow
 
         with api.ready():
             evaluation = evaluation_flow(str(run.root), step, progress=not args.quiet)

@@ -7,10 +7,10 @@ import os
 import signal
 import sys
 
-from flows.commands import (calibrate, config, deploy, distill, doctor, matrix, models, plan, presets, pretrain, runs,
+from solrl.cli.commands import (calibrate, config, deploy, distill, doctor, matrix, models, plan, presets, pretrain, runs,
                             train)
-from flows.signals import RESUME_LINE, interrupted_exit_code, stop_late, stop_on_signals
-from flows.user_errors import as_user_error, hide_user_error_logs, report, say
+from solrl.flows.signals import RESUME_LINE, interrupted_exit_code, stop_late, stop_on_signals
+from solrl.flows.user_errors import as_user_error, hide_user_error_logs, report, say
 from solrl_core import stop
 from solrl_core.errors import SolrlError
 from solrl_core.quiet import quiet_libraries
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv`; its exit code. Without `argv` (sys.argv: the command of this process, as the
-    `solrl` script and `python -m flows.cli` run it) the command also owns the process's stop signals and its end
+    `solrl` script and `python -m solrl` run it) the command also owns the process's stop signals and its end
     (flows/signals.py): a signal in any phase, start-up and shutdown included, gives the interrupted exit."""
     owns_process = argv is None
     if owns_process:
@@ -123,6 +123,3 @@ def closed_pipe() -> int:
         pass
     return 128 + signal.SIGPIPE
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
-from flows.commands.options import output_options, protocol_options, show_progress
-from flows.prefect_server import client_env, prefect_api
-from flows.service_checks import check_services
+from solrl.cli.commands.options import output_options, protocol_options, show_progress
+from solrl.flows.prefect_server import client_env, prefect_api
+from solrl.flows.service_checks import check_services
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -45,7 +45,7 @@ def cmd_matrix(args) -> int:
         check_services(chosen[0].cfg)
         for cell in dict.fromkeys(r.cell for r in chosen):
             preflight(next(r.cfg for r in chosen if r.cell == cell))
-        from flows.matrix import train_runs
+        from solrl.flows.matrix import train_runs
 
         # each run holds its own directory while it trains (flows/bench.py train_one), so commands training other
         # cells of the same matrix may run beside this one; the report below is written under the matrix's lock
@@ -55,7 +55,7 @@ def cmd_matrix(args) -> int:
     done = [r for r in runs if RunDir(r.run_dir).config_path.is_file()]
     if not done:
         raise SolrlError(f"no learning-matrix runs under {root.root} yet; run: {command}")
-    from flows.tracking import log_matrix_report, tracking_uri
+    from solrl.flows.tracking import log_matrix_report, tracking_uri
     from solrl_core.bench.matrix_report import build_report, status
 
     with root.hold():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from flows.commands.options import output_options, show_progress
-from flows.prefect_server import client_env, prefect_api
-from flows.service_checks import check_services
+from solrl.cli.commands.options import output_options, show_progress
+from solrl.flows.prefect_server import client_env, prefect_api
+from solrl.flows.service_checks import check_services
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -38,8 +38,8 @@ def cmd_train(args) -> int:
             note = learning_note(cfg)
             if note:
                 print(f"note: {note}")  # the run's first line on stdout: stderr is for what went wrong
-        from flows.training import training_flow
-        from flows.tracking_status import mlflow_run_training
+        from solrl.flows.training import training_flow
+        from solrl.flows.tracking_status import mlflow_run_training
 
         with mlflow_run_training(run, cfg) as info, api.ready() as prefect_url:
             history = training_flow(str(run.root), cfg.iterations, progress=show_progress(args))
@@ -74,7 +74,7 @@ def cmd_train(args) -> int:
     if prefect_ui:
         print(f"Prefect UI    : {prefect_ui}")
     else:  # the command's temporary server recorded the runs in Prefect's own database, and has stopped
-        from flows.servers import prefect_ui_command
+        from solrl.flows.servers import prefect_ui_command
 
         print(f"Prefect UI    : {prefect_ui_command()}; this run's flow runs are in Prefect's default database")
     return 0
@@ -115,7 +115,7 @@ def cmd_stage(args) -> int:
         client_env()
         check_services(cfg, tracking=False)
         api = prefect_api()
-        from flows.stage import stage_flow
+        from solrl.flows.stage import stage_flow
 
         with api.ready():
             manifest = stage_flow(str(run.root), args.name, args.iteration, force=args.force,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.commands.options import output_options, protocol_options, show_progress
-from flows.prefect_server import client_env, prefect_api
-from flows.service_checks import check_services
+from solrl.cli.commands.options import output_options, protocol_options, show_progress
+from solrl.flows.prefect_server import client_env, prefect_api
+from solrl.flows.service_checks import check_services
 from solrl_core.models.backbones.registry import full_size_models
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
@@ -64,7 +64,7 @@ def cmd_bench(args) -> int:
     command = " ".join(["solrl", "bench", str(args.config), *(["--quick"] if args.quick else []),
                         *[f"--set {o}" for o in overrides]])
     if args.report_only:
-        from flows.tracking import log_bench_report, tracking_uri
+        from solrl.flows.tracking import log_bench_report, tracking_uri
         from solrl_core.bench.report import build_report
 
         done = [r for r in runs if RunDir(r.run_dir).config_path.is_file()]
@@ -82,7 +82,7 @@ def cmd_bench(args) -> int:
             preflight(next(r.cfg for r in runs if r.label == label))
         with root.hold():
             api = prefect_api()
-            from flows.bench import bench_flow
+            from solrl.flows.bench import bench_flow
 
             with api.ready():
                 report = bench_flow(str(args.config), overrides, args.run_dir, progress=show_progress(args),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flows.prefect_server import client_env
+from solrl.flows.prefect_server import client_env
 from solrl_core.errors import SolrlError
 from solrl_core.wording import plural
 
@@ -23,7 +23,7 @@ def cmd_deploy(args) -> int:
 
     run_dir = location(as_path(args.run_dir or default_run_dir(cfg, args.name)))
     client_env()
-    from flows.deploy import check_schedule, check_tracking_uri, deploy_all, require_api, train_command
+    from solrl.flows.deploy import check_schedule, check_tracking_uri, deploy_all, require_api, train_command
 
     check_schedule(args.cron, args.interval)
     url = require_api()
