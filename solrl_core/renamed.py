@@ -26,11 +26,13 @@ def family(name: object) -> object:
     return new
 
 
-def preset(name: str, known) -> str | None:
-    """The preset an old preset `name` is called now (a notice), when one of `known` is; else None."""
+def config_name(name: str, known) -> str | None:
+    """The packaged config or preset an old `name` is called now (a notice), when one of `known` is; else None:
+    `flux1_diffusionnft_pickscore` -> `flux1_baseline_pickscore`, `families/diffusionnft` -> `families/baseline`."""
     for old, new in FAMILIES.items():
-        current = name.replace(f"_{old}_", f"_{new}_", 1)
-        if current != name and current in known:
-            warnings.warn(RenamedNotice(f"preset {name} is now called {current}"), stacklevel=2)
-            return current
+        for was, now in ((f"_{old}_", f"_{new}_"), (f"families/{old}", f"families/{new}")):
+            current = name.replace(was, now, 1)
+            if current != name and current in known:
+                warnings.warn(RenamedNotice(f"{name} is now called {current}"), stacklevel=2)
+                return current
     return None

@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import warnings
 
 from solrl.cli.commands import (calibrate, config, deploy, distill, doctor, matrix, models, plan, presets, pretrain, runs,
                             train)
@@ -14,6 +15,7 @@ from solrl.flows.user_errors import as_user_error, hide_user_error_logs, report,
 from solrl_core import stop
 from solrl_core.errors import SolrlError
 from solrl_core.quiet import quiet_libraries
+from solrl_core.renamed import RenamedNotice
 from solrl_core.resource_limits import check_resource_limits
 
 DESCRIPTION = """\
@@ -84,6 +86,7 @@ def _run(argv: list[str] | None) -> int:
         args = build_parser().parse_args(argv)
         quiet_libraries()
         _terminal(args)
+        show_notices()
         hide_user_error_logs()
         check_resource_limits()  # before torch is imported: an address-space limit breaks its import
         code = args.func(args)
@@ -101,6 +104,20 @@ def _run(argv: list[str] | None) -> int:
         return report(error)
     except KeyboardInterrupt:
         return interrupted()
+
+
+def show_notices() -> None:
+    """An old name that still works (solrl_core/renamed.py) is said in one `solrl: note:` line, not as a warning
+    with its source line; other warnings show as Python shows them."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RenamedNotice):
+            say(f"solrl: note: {message}")
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def interrupted() -> int:

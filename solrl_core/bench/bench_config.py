@@ -38,8 +38,8 @@ class BenchTrackingConfig(_Strict):
 class BenchConfig(_Strict):
     name: str = "bench"
     families: list[str] = Field(description="family configs (paths relative to this file), e.g. families/sol_rl.yaml")
-    baseline: str = Field("diffusionnft", description="family whose final eval reward is the time-to-target target")
-    ratio_to: list[str] = Field(default_factory=lambda: ["diffusionnft", "naive_scaling"],
+    baseline: str = Field("baseline", description="family whose final eval reward is the time-to-target target")
+    ratio_to: list[str] = Field(default_factory=lambda: ["baseline", "naive_scaling"],
                                 description="families the cost-to-target ratios are reported against")
     iterations: int = _count(..., 1, MAX_ITERATIONS, "RL iterations each family trains")
     seeds: int = _count(1, 1, MAX_SEEDS, "run seeds 0..seeds-1 (each family trains once per seed)")

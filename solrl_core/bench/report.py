@@ -15,7 +15,7 @@ predicts for each finished iteration's shapes (P prompts, N seeds, K kept, the e
 used, regenerate steps, training timesteps), see `PlannerPricer`. Both are cumulative: the cost of the evaluation
 after s iterations is that of iterations 0..s-1.
 
-Time to target. target = the baseline family's (diffusionnft) evaluation before training plus the bench config's
+Time to target. target = the baseline family's evaluation before training plus the bench config's
 `target_gain`, fixed before the runs (pre-registered). For
 each family the cost to target is the cost at the first evaluation whose seed-averaged reward reaches the target
 (no interpolation: the resolution is the evaluation interval), on three axes: iterations, measured CPU seconds,

@@ -6,7 +6,7 @@ and `family_conflict` refuses a config whose settings say another:
 =============  ================================  ============  ==========
 family         explore precision                 select.mode   regenerate
 =============  ================================  ============  ==========
-diffusionnft   full (fp32 / bf16)                all           off
+baseline       full (fp32 / bf16)                all           off
 naive_scaling  full (fp32 / bf16)                K of N        off
 naive_quant    4-bit / 8-bit (auto, nvfp4, fp8)  K of N        off
 sol_rl         a cheaper proxy (see below)       K of N        on
@@ -36,7 +36,7 @@ def family_conflict(cfg: RunConfig) -> str | None:
     family, explore, regen = cfg.family, cfg.explore, cfg.regenerate
     full = explore.precision in FULL_PRECISIONS
     head = f"family {family}:"
-    if family in ("diffusionnft", "naive_scaling", "naive_quant") and regen.enabled:
+    if family in ("baseline", "naive_scaling", "naive_quant") and regen.enabled:
         return (f"{head} regenerate.enabled is true, but {family} trains on the explore samples themselves; set "
                 "regenerate.enabled: false (or family: sol_rl)")
     if family == "sol_rl" and not regen.enabled:
@@ -51,13 +51,13 @@ def family_conflict(cfg: RunConfig) -> str | None:
                 "must be the trained model's; unset explore.sibling.path (or family: sol_rl, where a sibling only "
                 "ranks the seeds)")
     every_seed = selection_rule(cfg.select.mode).every_seed
-    if family == "diffusionnft" and not every_seed:
-        return (f"{head} select.mode is {cfg.select.mode}, but diffusionnft trains on every sampled seed; set "
+    if family == "baseline" and not every_seed:
+        return (f"{head} select.mode is {cfg.select.mode}, but the baseline family trains on every sampled seed; set "
                 "select.mode: all (or family: naive_scaling to train on K of N)")
-    if family != "diffusionnft" and every_seed:
+    if family != "baseline" and every_seed:
         return (f"{head} select.mode is {cfg.select.mode}, but {family} trains on K of the N explored seeds; set select.mode: "
-                "best_worst (or family: diffusionnft)")
-    if family in ("diffusionnft", "naive_scaling") and not full:
+                "best_worst (or family: baseline)")
+    if family in ("baseline", "naive_scaling") and not full:
         return (f"{head} explore.precision is {explore.precision}, but {family} samples at full precision; set "
                 "explore.precision: fp32 (or family: naive_quant)")
     if family == "naive_quant" and full:

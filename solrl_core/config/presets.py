@@ -36,6 +36,7 @@ from typing import Any
 from solrl_core.config.families import FAMILIES
 from solrl_core.config.packaged import CONFIGS_DIR, PARTS_SUBDIR, PRESETS_SUBDIR
 from solrl_core.config.schema import ObjectiveConfig, _deep_merge, _parse_mapping
+from solrl_core import renamed
 from solrl_core.errors import ConfigError
 from solrl_core.models.backbones.registry import backbone_specs
 from solrl_core.rewards.registry import REWARDS as REGISTERED_REWARDS
@@ -159,7 +160,8 @@ def preset_at(path: Path) -> Preset | None:
         name = path.resolve().relative_to(PRESETS_DIR.resolve()).with_suffix("").as_posix()
     except ValueError:
         return None
-    return presets().get(name)
+    known = presets()
+    return known.get(name) or known.get(renamed.config_name(name, known) or "")
 
 
 def objective_part(model: str, objective: str) -> Path | None:

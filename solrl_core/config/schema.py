@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, 
                       model_validator)
 from pydantic_core import PydanticCustomError
 
+from solrl_core import renamed
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.excerpts import cut, excerpt, one_line
 from solrl_core.config.limits import (  # the integer settings' upper bounds (run_config.py and tests read them from here too)
@@ -33,7 +34,7 @@ def _takes_floats(annotation: Any) -> bool:
 
 
 # The method families; what each one's settings must say: solrl_core/config/families.py
-Family = Literal["diffusionnft", "naive_scaling", "naive_quant", "sol_rl"]
+Family = Literal["baseline", "naive_scaling", "naive_quant", "sol_rl"]  # old names: solrl_core/renamed.py
 FAMILIES: tuple[str, ...] = get_args(Family)
 
 
@@ -289,7 +290,7 @@ class SelectConfig(_Strict):
     mode: str = Field(
         "best_worst", description="which K seeds per prompt train: best_worst = K/2 highest + K/2 lowest proxy reward "
         "(official); top = K highest; random; extremes_random = K/4 best + K/4 worst + the rest at random; all = "
-        "every seed (diffusionnft); or package.module:Class, a SelectionRule of your own (solrl_core/rl/selection.py)"
+        "every seed (the baseline family); or package.module:Class, a SelectionRule of your own (solrl_core/rl/selection.py)"
     )
     k: int = _count(4, 1, MAX_SEEDS, "K, seeds kept per prompt (official 24)")
 
@@ -633,7 +634,7 @@ class RunConfig(_Strict):
                       "runs/<name>/ and the MLflow run: one plain path component (no separator, no . or .., no "
                       f"control character, at most {MAX_NAME_BYTES} bytes)")
     family: Family = Field(
-        "sol_rl", description="which method the config is (solrl_core/config/families.py): diffusionnft, naive_scaling, "
+        "sol_rl", description="which method the config is (solrl_core/config/families.py): baseline, naive_scaling, "
         "naive_quant or sol_rl; checked against explore.precision, select.mode and regenerate.enabled"
     )
     seed: int = _count(0, 0, MAX_SEED, "root of every random draw (prompts, noise seeds, selection, timesteps); the "
@@ -671,6 +672,12 @@ class RunConfig(_Strict):
         if self.eval.gold is not None:
             weights.setdefault(self.eval.gold, 0.0)
         return weights
+
+    @field_validator("family", mode="before")
+    @classmethod
+    def _family_by_its_current_name(cls, value: Any) -> Any:
+        """An old family name (`diffusionnft`) still works, with a one-line notice."""
+        return renamed.family(value)
 
     @field_validator("name")
     @classmethod

@@ -17,6 +17,7 @@ import difflib
 from pathlib import Path
 
 from solrl_core.config.packaged import as_name, packaged_files
+from solrl_core import renamed
 from solrl_core.config.presets import preset_at, preset_path, presets
 from solrl_core.config.schema import _deep_merge, _parse_mapping
 from solrl_core.errors import ConfigError, SolrlError
@@ -32,7 +33,11 @@ def packaged_configs() -> dict[str, Path]:
 def packaged_config(name: str) -> Path | None:
     """The packaged config or preset `name` names (`demo`, `demo.yaml`, `configs/presets/x.yaml`, ...), or None."""
     name = as_name(name)
-    return packaged_files().get(name) or (preset_path(name) if name in presets() else None)
+    files, known = packaged_files(), presets()
+    current = name if name in files or name in known else renamed.config_name(name, (*files, *known))
+    if current in files:
+        return files[current]
+    return preset_path(current) if current in known else None
 
 
 def packaged_name(path: str | Path) -> str | None:

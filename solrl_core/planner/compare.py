@@ -35,7 +35,7 @@ PAPER_SD35_STAGES: dict[tuple[str, str], float] = {
 }
 TARGET = 0.15  # issue 4: the planner within 15% of the paper's per-iteration times
 FAMILY_LABEL = {"naive_scaling": "naive scaling", "naive_quant": "naive quant", "sol_rl": "Sol-RL",
-                "diffusionnft": "DiffusionNFT"}
+                "baseline": "DiffusionNFT (baseline)"}
 
 
 def _row(model: str, measure: str, family: str, paper: float, predicted: float, u: float) -> dict:

@@ -4,7 +4,7 @@ The config's own family is priced exactly as configured (``shapes_from_config``:
 precision and steps, regenerate steps, training timesteps, optimizer steps). The other three families are priced at
 the same sizes, so the four can be compared: the same prompts, N and K; the config's full step count for full-precision
 sampling and its reduced explore step count for sol_rl (the official 6 when the config has no reduced count); for a
-diffusionnft config, which samples only K seeds, N = 4·K (the official 96 / 24).
+baseline config, which samples only K seeds, N = 4·K (the official 96 / 24).
 
 The backbone: ``model.kind`` (flux1, sana; sd35 → sd35m when ``model.path`` names a medium checkpoint, else sd35l;
 ``flops.planner_model``), counted at the config's resolution, frames and text length with the config's
@@ -41,7 +41,7 @@ def family_shapes(cfg) -> dict[str, Shapes]:
     own = shapes_from_config(cfg)
     full_steps = own.regenerate_steps if own.regenerate else own.explore_steps
     reduced_steps = own.explore_steps if own.regenerate else OFFICIAL_REDUCED_STEPS
-    seeds = own.k * OFFICIAL_SEEDS_PER_KEPT if own.family == "diffusionnft" else own.seeds
+    seeds = own.k * OFFICIAL_SEEDS_PER_KEPT if own.family == "baseline" else own.seeds
     out = {}
     for family in FAMILIES:
         if family == own.family:

@@ -22,7 +22,7 @@ FLOPs of VAE decode + reward scoring (``flops.decode_and_score_flops``), R(p) = 
   iteration), text encoding (once per prompt), LoRA's own FLOPs (rank 32: < 1% of a forward) and the optimizer
   step are left out: each is well under a second at these sizes.
 
-The families (docs/method.md): diffusionnft samples K seeds per prompt directly in BF16 (its "explore" is that
+The families (docs/method.md): the baseline samples K seeds per prompt directly in BF16 (its "explore" is that
 sampling, nothing is discarded); naive_scaling explores N in BF16 with the full step count; naive_quant explores N
 in 4 bits with the full step count and trains on those; sol_rl explores N in 4 bits with the reduced step count and
 regenerates the K selected in BF16.
@@ -50,7 +50,7 @@ BACKWARD_FACTOR = 2.0
 @dataclass(frozen=True)
 class Shapes:
     """The per-iteration work of one family. ``seeds`` = samples drawn per prompt in the first sampling stage
-    (N; K for diffusionnft); ``explore_precision`` is the requested precision ("bf16", "fp8", "nvfp4")."""
+    (N; K for the baseline); ``explore_precision`` is the requested precision ("bf16", "fp8", "nvfp4")."""
 
     family: str
     prompts: int = 48
@@ -85,7 +85,7 @@ def official_shapes(family: str, timestep_fraction: float, *, prompts: int = 48,
     6 NVFP4 explore steps for sol_rl, T = round(timestep_fraction × 10) training timesteps."""
     t = max(1, round(timestep_fraction * steps))
     common = dict(prompts=prompts, k=k, regenerate_steps=steps, train_timesteps=t)
-    if family == "diffusionnft":
+    if family == "baseline":
         return Shapes(family, seeds=k, explore_steps=steps, explore_precision="bf16", **common)
     if family == "naive_scaling":
         return Shapes(family, seeds=seeds, explore_steps=steps, explore_precision="bf16", **common)

@@ -119,7 +119,7 @@ def candidate_policies(cfg, siblings: tuple[str, ...] = ()) -> list[ExplorePolic
 
 def family_accepts(cfg, policy: ExplorePolicy) -> bool:
     """Whether the config's family may explore with `policy` (naive_quant in low precision, naive_scaling and
-    diffusionnft at full precision, sol_rl cheaper than its regenerate: `config.families`)."""
+    the baseline at full precision, sol_rl cheaper than its regenerate: `config.families`)."""
     try:
         with_overrides(cfg, policy.overrides())
     except ConfigError:

@@ -28,7 +28,7 @@ class SelectionRule:
     summary: str
     random: bool = False  # draws with the stage's generator (seeded per run and iteration)
     even_k: bool = False  # K must be even
-    every_seed: bool = False  # keeps every candidate; K is ignored (the diffusionnft family)
+    every_seed: bool = False  # keeps every candidate; K is ignored (the baseline family)
 
     @staticmethod
     def pick(order: np.ndarray, members: np.ndarray, k: int, generator: torch.Generator | None) -> list[np.ndarray]:
@@ -71,7 +71,7 @@ class ExtremesRandom(SelectionRule):
 
 
 class All(SelectionRule):
-    name, summary, every_seed = "all", "every candidate (K is ignored): the diffusionnft family", True
+    name, summary, every_seed = "all", "every candidate (K is ignored): the baseline family", True
 
     @staticmethod
     def pick(order, members, k, generator):

@@ -2,7 +2,7 @@
 
 The model is θ_old as a LoRA branch on the shared base weights (solrl_core/stages/old_policy.py): no merged copy.
 
-Families that train on the explore samples themselves (diffusionnft, naive_scaling, naive_quant) set
+Families that train on the explore samples themselves (baseline, naive_scaling, naive_quant) set
 `regenerate.enabled: false`; the stage then gathers the selected candidates from the pool instead, so the update
 always reads one kind of artifact. With several devices (`orchestration.devices`) the samples are drawn in shards
 of whole batches, one per device (solrl_core/stages/shards.py), with the same result as one device.

@@ -1,4 +1,4 @@
-"""End to end through the CLI and the loopback Prefect server: `solrl bench` on a tiny bench config (diffusionnft and
+"""End to end through the CLI and the loopback Prefect server: `solrl bench` on a tiny bench config (baseline and
 sol_rl, 1 seed, 1 iteration, sol_rl audited), run once for the module; then the audit of the sol_rl run and the
 report are checked."""
 
@@ -17,7 +17,7 @@ from solrl_core.run.pool import read_table
 from solrl_core.rl.fidelity import ranking_fidelity
 from solrl_core.run.rundir import STAGES
 
-# Shapes shared by both families (N and K stay the families' own: diffusionnft 6 of 6, sol_rl 6 of 24).
+# Shapes shared by both families (N and K stay the families' own: baseline 6 of 6, sol_rl 6 of 24).
 SMALL = {"prompts.per_iteration": 2, "explore.steps": 2, "explore.batch_size": 48, "regenerate.steps": 3,
          "regenerate.batch_size": 48, "train.lora_rank": 4, "train.lora_alpha": 8, "eval.num_prompts": 2,
          "eval.seeds_per_prompt": 1, "eval.steps": 2, "eval.batch_size": 8, "tracking.grid_prompts": 0}
@@ -36,7 +36,7 @@ def bench(session_env, tmp_path_factory):
     config = base / "bench.yaml"
     config.write_text(yaml.safe_dump({
         "name": "tinybench",
-        "families": [str(ROOT / "configs" / "families" / f) for f in ("diffusionnft.yaml", "sol_rl.yaml")],
+        "families": [str(ROOT / "configs" / "families" / f) for f in ("baseline.yaml", "sol_rl.yaml")],
         "iterations": 3, "seeds": 1, "eval_every": 1, "audit_every": 1,
         "overrides": SMALL,
         "cost": {"model": "embedded", "gpu": "b200"},
@@ -50,7 +50,7 @@ def bench(session_env, tmp_path_factory):
 def test_audit_regenerates_the_whole_pool(bench):
     out, _ = bench
     run_dir = out / "sol_rl-s0"
-    assert not (out / "diffusionnft-s0" / "iter_0000" / "manifests" / "audit.json").exists()  # fp32 explore
+    assert not (out / "baseline-s0" / "iter_0000" / "manifests" / "audit.json").exists()  # fp32 explore
     manifest = json.loads((run_dir / "iter_0000" / "manifests" / "audit.json").read_text())
     summary = json.loads((run_dir / "iter_0000" / "audit" / "summary.json").read_text())
     assert manifest["stage"] == "audit" and manifest["summary"]["candidates"] == N * P == summary["candidates"]
@@ -98,9 +98,9 @@ def test_status_ignores_the_audit(bench, run_cli):
 
 def test_bench_report_of_two_families(bench):
     out, proc = bench
-    assert "report" in proc.stdout and "diffusionnft" in proc.stdout
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["diffusionnft-s0", "plots", "sol_rl-s0"]
-    for run in ("diffusionnft-s0", "sol_rl-s0"):
+    assert "report" in proc.stdout and "baseline" in proc.stdout
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["baseline-s0", "plots", "sol_rl-s0"]
+    for run in ("baseline-s0", "sol_rl-s0"):
         assert (out / run / "eval" / "step_0001" / "metrics.json").is_file()
 
     md = (out / "report.md").read_text()
@@ -109,11 +109,11 @@ def test_bench_report_of_two_families(bench):
                     "## Runs", "embedded model's own forward"):
         assert section in md, section
     report = json.loads((out / "report.json").read_text())
-    assert set(report["families"]) == {"diffusionnft", "sol_rl"}
+    assert set(report["families"]) == {"baseline", "sol_rl"}
     for fam in report["families"].values():
         assert fam["curve"]["steps"] == [0, 1] and fam["iterations_done"] == 1  # --set iterations=1 applied
         assert fam["gpu_seconds_per_iteration"]["iteration"] > 0 and fam["cpu_seconds_per_iteration"]["iteration"] > 0
-    baseline = report["families"]["diffusionnft"]  # pre-registered: the baseline's start plus the config's gain
+    baseline = report["families"]["baseline"]  # pre-registered: the baseline's start plus the config's gain
     assert report["target"] == pytest.approx(baseline["initial_reward"] + report["target_gain"])
     assert baseline["initial_reward"] == pytest.approx(baseline["curve"]["reward"][0])
     assert list(report["audits"]) == ["sol_rl"]

@@ -27,7 +27,7 @@ def matrix(session_env, tmp_path_factory):
         "name": "tinymatrix", "seeds": 1, "iterations": 1, "eval_every": 1,
         "worlds": {"image": {"base": str(ROOT / "configs" / "demo.yaml"), "objectives": ["diffusionnft", "awm"],
                              "families": [str(ROOT / "configs" / "families" / f"{f}.yaml")
-                                          for f in ("diffusionnft", "sol_rl")],
+                                          for f in ("baseline", "sol_rl")],
                              "overrides": {**SMALL, "explore.steps": 3, "regenerate.steps": 3}}},
         "objectives": {"diffusionnft": {}, "awm": {"objective.awm.times_per_sample": 2}},  # 2 strata of 3 steps
         "tracking": {"uri": session_env["SOLRL_TEST_TRACKING_URI"], "experiment": "solrl-matrix-test"},
@@ -43,10 +43,10 @@ def matrix(session_env, tmp_path_factory):
 def test_the_cells_asked_for_train_first_and_the_rest_later(matrix):
     config, out, first, again, base = matrix
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "3 runs of 4" in first.stdout  # awm/diffusionnft was not asked for
+    assert "3 runs of 4" in first.stdout  # awm/baseline was not asked for
     assert again.returncode == 0, again.stderr[-2000:]
     assert "4 runs of 4" in again.stdout
-    for cell in ("diffusionnft/diffusionnft", "diffusionnft/sol_rl", "awm/diffusionnft", "awm/sol_rl"):
+    for cell in ("diffusionnft/baseline", "diffusionnft/sol_rl", "awm/baseline", "awm/sol_rl"):
         run = out / "image" / cell.split("/")[0] / f"{cell.split('/')[1]}-s0"
         assert (run / "eval" / "step_0001" / "metrics.json").is_file(), cell
 
@@ -54,8 +54,8 @@ def test_the_cells_asked_for_train_first_and_the_rest_later(matrix):
 def test_the_report_and_the_status_it_writes(matrix):
     config, out, _, again, base = matrix
     report = json.loads((out / "report.json").read_text())
-    assert set(report["cells"]) == {"image/diffusionnft/diffusionnft", "image/diffusionnft/sol_rl",
-                                    "image/awm/diffusionnft", "image/awm/sol_rl"}
+    assert set(report["cells"]) == {"image/diffusionnft/baseline", "image/diffusionnft/sol_rl",
+                                    "image/awm/baseline", "image/awm/sol_rl"}
     cell = report["cells"]["image/awm/sol_rl"]
     per_seed = cell["per_seed"]["0"]
     assert cell["rise"]["value"] == pytest.approx(per_seed["final"]["gold"] - per_seed["start"]["gold"])
@@ -73,4 +73,4 @@ def test_report_only_and_a_cell_that_matches_nothing(matrix, session_env):
     proc = solrl(session_env, "matrix", str(config), "--run-dir", str(out), "--report-only")
     assert proc.returncode == 0 and "4 runs of 4" in proc.stdout
     proc = solrl(session_env, "matrix", str(config), "--run-dir", str(out), "--cell", "video/*", check=False)
-    assert_one_line_error(proc, "--cell video/* matches no cell of the matrix (cells: image/diffusionnft/diffusionnft")
+    assert_one_line_error(proc, "--cell video/* matches no cell of the matrix (cells: image/diffusionnft/baseline")

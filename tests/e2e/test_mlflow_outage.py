@@ -16,7 +16,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from cli_processes import free_port, solrl
+from cli_processes import SMALLER_RUN, free_port, solrl
 from repo_paths import ROOT, TINY
 from solrl.flows.mlflow_server import mlflow_server_argv
 from solrl_core.mlflow_links import health_failure
@@ -53,7 +53,7 @@ def trained(session_env, tmp_path_factory):
     run.json)."""
     base = tmp_path_factory.mktemp("outage")
     run_dir = base / "run"
-    solrl(session_env, "train", str(TINY), "--run-dir", str(run_dir), "--iterations", "1", "--quiet", cwd=base)
+    solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(run_dir), "--iterations", "1", "--quiet", cwd=base)
     return run_dir, json.loads((run_dir / "run.json").read_text())
 
 
@@ -81,7 +81,7 @@ def test_a_gone_mlflow_run_is_made_again_and_the_earlier_iterations_logged_there
         info = {**info, "mlflow_run_id": copy_id}
         client.delete_run(copy_id)
         gone = "was deleted"
-    proc = solrl(session_env, "train", str(TINY), "--run-dir", str(run_dir), "--iterations", "2", "--quiet",
+    proc = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(run_dir), "--iterations", "2", "--quiet",
                  cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = json.loads((run_dir / "run.json").read_text())
@@ -145,7 +145,7 @@ def test_a_tracking_server_that_dies_or_stalls_mid_run_fails_the_command_in_one_
                                                                                    outage):
     run_dir = tmp_path / "run"
     env = {**session_env, **SHORT}
-    args = ["train", str(TINY), "--run-dir", str(run_dir), "--no-progress", "--set", f"tracking.uri={server.uri}"]
+    args = ["train", str(TINY), *SMALLER_RUN, "--run-dir", str(run_dir), "--no-progress", "--set", f"tracking.uri={server.uri}"]
     proc = subprocess.Popen([sys.executable, "-m", "solrl", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -165,7 +165,7 @@ def test_a_tracking_server_that_dies_or_stalls_mid_run_fails_the_command_in_one_
     assert not list(run_dir.glob("iter_*/manifests/*.pending.json")) and not list(run_dir.glob("iter_*/*.partial"))
     server.stop()
     server.start()  # the server answers again (same store, same address): the same command catches up
-    again = solrl(session_env, "train", str(TINY), "--run-dir", str(run_dir), "--quiet", "--set",
+    again = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(run_dir), "--quiet", "--set",
                   f"tracking.uri={server.uri}", check=False)
     assert again.returncode == 0, again.stderr[-3000:]
     assert all(run.is_complete(i, "update") for i in (0, 1))

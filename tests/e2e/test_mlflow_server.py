@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from cli_processes import free_port, solrl, stop
+from cli_processes import SMALLER_RUN, free_port, solrl, stop
 from repo_paths import ROOT, TINY
 from solrl_core.mlflow_links import TRAINING_VIEW, server_record
 from solrl_core.run.rundir import RunDir
@@ -51,12 +51,12 @@ def test_plain_train_beside_make_servers_mlflow_logs_through_it_and_is_refused_i
     folder, uri, server = served
     one = ["--iterations", "1", "--quiet"]
     # a run made through the server: its experiment keeps artifacts on the server (mlflow-artifacts:)
-    through = solrl(session_env, "train", str(TINY), "--run-dir", str(folder / "through"), *one,
+    through = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(folder / "through"), *one,
                     "--set", f"tracking.uri={uri}", cwd=folder)
     (line,) = through.stdout.splitlines()  # the summary alone: no "View run / View experiment" lines
     assert line.startswith(f"trained 1 iteration in {folder / 'through'}; reward/train_mean by iteration: ")
     # a plain `solrl train` in the same folder: the default ./mlruns.db, which that server serves
-    plain = solrl(session_env, "train", str(TINY), "--run-dir", str(folder / "plain"), "--iterations", "1",
+    plain = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(folder / "plain"), "--iterations", "1",
                   "--no-progress", cwd=folder)
     info = json.loads((folder / "plain" / "run.json").read_text())
     assert info["tracking_uri"] == f"sqlite:///{folder / 'mlruns.db'}"  # the store; the server is the way to it
@@ -70,14 +70,14 @@ def test_plain_train_beside_make_servers_mlflow_logs_through_it_and_is_refused_i
 
     stop(server)  # the server goes, and its record with it
     assert not server_record(info["tracking_uri"]).exists()
-    resumed = solrl(session_env, "train", str(TINY), "--run-dir", str(folder / "plain"), "--iterations", "2",
+    resumed = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(folder / "plain"), "--iterations", "2",
                     "--quiet", cwd=folder, check=False)
     assert resumed.returncode == 2 and resumed.stdout == ""
     assert len(resumed.stderr.strip().splitlines()) == 1
     assert f"MLflow run {info['mlflow_run_id']}" in resumed.stderr and "keeps its artifacts on an MLflow server" \
         in resumed.stderr and f"`make server` in {folder}" in resumed.stderr
     assert not RunDir(folder / "plain").iteration_dir(1).exists()  # refused before any work
-    new = solrl(session_env, "train", str(TINY), "--run-dir", str(folder / "new"), *one, cwd=folder, check=False)
+    new = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(folder / "new"), *one, cwd=folder, check=False)
     assert new.returncode == 2 and "experiment 'solrl'" in new.stderr and "tracking.experiment" in new.stderr
 
 

@@ -33,9 +33,11 @@ def status(run_cli, run_dir):
 
 def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     run_dir = tmp_path / "demo"
+    # the demo's iteration whole; its evaluation (104 samples, twice) smaller: it cost more than the iteration
+    smaller_eval = ["eval.num_prompts=4", "eval.seeds_per_prompt=2"]
     run_cli("train", str(ROOT / "configs" / "demo.yaml"), "--iterations", "1", "--run-dir", str(run_dir),
-            "--no-progress", *tracking_set(session_env))
-    cfg = load_config(ROOT / "configs" / "demo.yaml")
+            "--no-progress", *(a for s in smaller_eval for a in ("--set", s)), *tracking_set(session_env))
+    cfg = load_config(ROOT / "configs" / "demo.yaml", smaller_eval)
     st = status(run_cli, run_dir)
     assert [it["stages"] for it in st["iterations"]] == [{s: "complete" for s in STAGES}]
     assert st["mlflow"]["run_id"] and st["mlflow"]["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
@@ -98,12 +100,12 @@ def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     assert f"explore          cpu (pid {inspect['shards']['explore'][0]['pid']} on " in text
 
 
-@pytest.mark.parametrize("family", ["diffusionnft", "naive_quant"])
+@pytest.mark.parametrize("family", ["baseline", "naive_quant"])
 def test_families_run_through_the_same_flow(run_cli, session_env, tmp_path, family):
     run_dir = tmp_path / family
     sets = ["--set", "prompts.per_iteration=2", "--set", "explore.steps=3", "--set", "train.lora_rank=4",
             "--set", "eval.every=0"]
-    if family == "diffusionnft":
+    if family == "baseline":
         sets += ["--set", "explore.seeds_per_prompt=4", "--set", "select.k=4"]
     else:
         sets += ["--set", "explore.seeds_per_prompt=8", "--set", "select.k=4"]
@@ -115,7 +117,7 @@ def test_families_run_through_the_same_flow(run_cli, session_env, tmp_path, fami
     np.testing.assert_array_equal(samples["latent"], pool_latent[samples["candidate_index"]])
     final, fattrs = table(run_dir, 0, "score_final", "rewards.zarr", ["reward", "proxy_reward"])
     np.testing.assert_array_equal(final["reward"], final["proxy_reward"])
-    if family == "diffusionnft":
+    if family == "baseline":
         assert sorted(samples["candidate_index"].tolist()) == list(range(8))
 
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import torch
 
-from cli_processes import solrl, tracking_set
+from cli_processes import SMALLER_RUN, solrl, tracking_set
 from fsspec_storage_checks import check_json_and_safetensors_round_trip, check_stage_output_manifest_and_pool
 from repo_paths import TINY
 from solrl_core.errors import RunDirLockedError
@@ -104,7 +104,7 @@ def test_one_iteration_into_s3(s3_server, session_env):
     env = {**session_env, **s3_server["env"]}
     url = f"s3://{BUCKET}/run-{uuid.uuid4().hex[:8]}"
     prefix = url.split("/", 3)[3]
-    proc = solrl(env, "train", str(TINY), "--iterations", "1", "--run-dir", url, "--no-progress",
+    proc = solrl(env, "train", str(TINY), *SMALLER_RUN, "--iterations", "1", "--run-dir", url, "--no-progress",
                  *tracking_set(session_env))
     assert f"run directory : {url}" in proc.stdout
     assert "Unclosed" not in proc.stderr  # no HTTP session left open at exit

@@ -119,7 +119,7 @@ def test_the_installed_cli_runs_alone_from_an_empty_directory(solrl_alone, sessi
 
     listed = solrl_alone("presets").stdout
     names = {line.split()[0] for line in listed.splitlines() if line.strip()}
-    assert {"demo", "bench", "pools", "flux1_sol_rl_pickscore", "qwenimage_diffusionnft_hpsv2"} <= names
+    assert {"demo", "bench", "pools", "flux1_sol_rl_pickscore", "qwenimage_baseline_hpsv2"} <= names
     solrl_alone("presets", "--write", "demo", "my_demo.yaml", "--set", "iterations=2")
     shown = solrl_alone("config", "--show", "my_demo.yaml").stdout
     assert shown == solrl_alone("config", "--show", "demo", "--set", "iterations=2").stdout

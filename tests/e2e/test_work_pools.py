@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from prefect.deployments import run_deployment
 
-from cli_processes import tracking_set
+from cli_processes import SMALLER_RUN, tracking_set
 from repo_paths import TINY
 from prefect_workers import api, deployment_runs, process_workers
 from solrl_core.run.pool import read_table
@@ -28,7 +28,7 @@ def workers(session_env, tmp_path_factory):
 def test_iteration_runs_its_stages_on_their_pools(run_cli, session_env, workers, tmp_path):
     run_dir = tmp_path / "pools"
     mapping = "{" + ", ".join(f"{s}: {p}" for s, p in POOLS.items()) + "}"
-    run_cli("train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
+    run_cli("train", str(TINY), *SMALLER_RUN, "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
             "--set", f"orchestration.work_pools={mapping}", *tracking_set(session_env))
 
     status = json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)

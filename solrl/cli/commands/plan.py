@@ -148,7 +148,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("bench", help="train the four families side by side and write a comparison report",
-                       description="Train every family config of a bench config (diffusionnft, naive_scaling, "
+                       description="Train every family config of a bench config (baseline, naive_scaling, "
                        "naive_quant, sol_rl) with the same prompts, seeds and iteration count, once per run seed, "
                        "into <run-dir>/<family>-s<seed>/ (runs resume), then write <run-dir>/report.md with PNG plots "
                        "and report.json, and log them to MLflow: held-out eval reward against iterations, measured "

@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor", ("solrl_core", "solrl_core.errors", "solrl_core.wording", "solrl_core.excerpts", "solrl_core.stop",
                       "solrl_core.quiet", "solrl_core.plugins", "solrl_core.userfiles", "solrl_core.orphan_guard",
                       "solrl_core.run.stage_table", "solrl_core.config.limits", "solrl_core.config.packaged",
-                      "solrl", "solrl.configs")),
+                      "solrl_core.renamed", "solrl", "solrl.configs")),
     ("run directory", ("solrl_core.run",)),
     ("config schema", ("solrl_core.config.schema",)),
     ("pieces", ("solrl_core.models", "solrl_core.rewards", "solrl_core.rl", "solrl_core.prompts",

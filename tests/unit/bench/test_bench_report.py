@@ -25,13 +25,13 @@ FAMILIES = ROOT / "configs" / "families"
 
 # Eval reward after s = 0..4 iterations, per family and seed.
 REWARDS = {
-    "diffusionnft": {0: [0.10, 0.20, 0.30, 0.40, 0.50], 1: [0.10, 0.22, 0.28, 0.42, 0.54]},
+    "baseline": {0: [0.10, 0.20, 0.30, 0.40, 0.50], 1: [0.10, 0.22, 0.28, 0.42, 0.54]},
     "naive_scaling": {0: [0.10, 0.25, 0.45, 0.55, 0.60], 1: [0.10, 0.25, 0.45, 0.55, 0.60]},
     "naive_quant": {0: [0.10, 0.15, 0.20, 0.25, 0.30], 1: [0.10, 0.15, 0.20, 0.25, 0.30]},
     "sol_rl": {0: [0.10, 0.30, 0.50, 0.60, 0.62], 1: [0.10, 0.30, 0.56, 0.60, 0.64]},
 }
-GPU_S = {"diffusionnft": 10.0, "naive_scaling": 40.0, "naive_quant": 20.0, "sol_rl": 8.0}  # per iteration
-EXPLORE_S = {"diffusionnft": 3.0, "naive_scaling": 12.0, "naive_quant": 16.0, "sol_rl": 10.0}
+GPU_S = {"baseline": 10.0, "naive_scaling": 40.0, "naive_quant": 20.0, "sol_rl": 8.0}  # per iteration
+EXPLORE_S = {"baseline": 3.0, "naive_scaling": 12.0, "naive_quant": 16.0, "sol_rl": 10.0}
 REGEN_S = {"sol_rl": 5.0}
 
 
@@ -55,7 +55,7 @@ def make_run(root: Path, family: str, seed: int, rewards: dict | None = None) ->
                 seconds += seed  # seed 1 is one second slower per iteration
             summary = {"seconds": seconds}
             if stage == "explore":
-                summary.update(precision="fp32" if family in ("diffusionnft", "naive_scaling") else "nvfp4_emulated",
+                summary.update(precision="fp32" if family in ("baseline", "naive_scaling") else "nvfp4_emulated",
                                steps=cfg.explore.steps)
             if stage == "score_final":
                 summary["mean"] = 0.5
@@ -95,7 +95,7 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
                           alternatives={"alt": alt_pricer})
     fams = report["families"]
 
-    # target = diffusionnft's value before training + the pre-registered gain: 0.10 + 0.42
+    # target = baseline's value before training + the pre-registered gain: 0.10 + 0.42
     assert report["target"] == pytest.approx(0.52)
     # final rewards with the spread over seeds (sample std)
     assert fams["sol_rl"]["final_reward"] == pytest.approx(0.63)
@@ -103,30 +103,30 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
     assert fams["sol_rl"]["final_reward_min"] == pytest.approx(0.62)
     assert fams["naive_scaling"]["final_reward_std"] == pytest.approx(0.0)
 
-    # time to target. seed-mean curves: sol_rl [.1 .3 .53 .6 .63] -> step 2; diffusionnft [.1 .21 .29 .41 .52] ->
+    # time to target. seed-mean curves: sol_rl [.1 .3 .53 .6 .63] -> step 2; baseline [.1 .21 .29 .41 .52] ->
     # step 4; naive_scaling [.1 .25 .45 .55 .6] -> step 3; naive_quant never.
     t = {f: fams[f]["time_to_target"] for f in fams}
-    assert [t[f]["iteration"]["step"] for f in ("sol_rl", "diffusionnft", "naive_scaling")] == [2, 4, 3]
+    assert [t[f]["iteration"]["step"] for f in ("sol_rl", "baseline", "naive_scaling")] == [2, 4, 3]
     assert t["sol_rl"]["gpu"]["cost"] == pytest.approx(2 * 8.0)
-    assert t["diffusionnft"]["gpu"]["cost"] == pytest.approx(4 * 10.0)
+    assert t["baseline"]["gpu"]["cost"] == pytest.approx(4 * 10.0)
     assert t["naive_scaling"]["gpu"]["cost"] == pytest.approx(3 * 40.0)
-    assert t["sol_rl"]["gpu"]["speedup"]["diffusionnft"] == pytest.approx(40.0 / 16.0)
+    assert t["sol_rl"]["gpu"]["speedup"]["baseline"] == pytest.approx(40.0 / 16.0)
     assert t["sol_rl"]["gpu"]["speedup"]["naive_scaling"] == pytest.approx(120.0 / 16.0)
-    assert t["naive_scaling"]["gpu"]["speedup"]["diffusionnft"] == pytest.approx(40.0 / 120.0)
-    assert t["naive_quant"]["gpu"]["cost"] is None and t["naive_quant"]["gpu"]["speedup"]["diffusionnft"] is None
+    assert t["naive_scaling"]["gpu"]["speedup"]["baseline"] == pytest.approx(40.0 / 120.0)
+    assert t["naive_quant"]["gpu"]["cost"] is None and t["naive_quant"]["gpu"]["speedup"]["baseline"] is None
     # measured CPU seconds per iteration: 5 stages x 1 s + explore + regenerate + seed (update); seed-mean of cumsum
     sol_it = [5 + 10 + 5 + s for s in (0, 1)]
     dnft_it = [3 + 6 * 1 + s for s in (0, 1)]  # explore 3, the other six stages 1 each
     assert t["sol_rl"]["cpu"]["cost"] == pytest.approx(np.mean([2 * x for x in sol_it]))
-    assert t["diffusionnft"]["cpu"]["cost"] == pytest.approx(np.mean([4 * x for x in dnft_it]))
-    assert t["sol_rl"]["cpu"]["speedup"]["diffusionnft"] == pytest.approx(
+    assert t["baseline"]["cpu"]["cost"] == pytest.approx(np.mean([4 * x for x in dnft_it]))
+    assert t["sol_rl"]["cpu"]["speedup"]["baseline"] == pytest.approx(
         np.mean([4 * x for x in dnft_it]) / np.mean([2 * x for x in sol_it]))
     assert fams["sol_rl"]["cpu_seconds_per_iteration"]["iteration"] == pytest.approx(np.mean(sol_it))
     assert fams["sol_rl"]["gpu_seconds_per_iteration"]["iteration"] == pytest.approx(8.0)
 
     alt = report["alternative_costs"]["alt"]
     assert alt["gpu_seconds_per_iteration"]["sol_rl"] == pytest.approx(16.0)
-    assert alt["speedup"]["sol_rl"]["diffusionnft"] == pytest.approx(40.0 / (2 * 16.0))
+    assert alt["speedup"]["sol_rl"]["baseline"] == pytest.approx(40.0 / (2 * 16.0))
     assert fams["sol_rl"]["gpu_seconds_per_iteration"]["iteration"] == pytest.approx(8.0)  # the main axis untouched
 
     # fidelity per iteration and the audits
@@ -134,18 +134,18 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
     assert list(report["fidelity_selected"]) == ["sol_rl"]
     assert [a["iteration"] for a in report["audits"]["sol_rl"]] == [1, 3]
 
-    # per seed, target 0.52: sol_rl reaches it at step 3 (seed 0) and 2 (seed 1); diffusionnft seed 0 never
+    # per seed, target 0.52: sol_rl reaches it at step 3 (seed 0) and 2 (seed 1); baseline seed 0 never
     # (censored at its last cost, 4 iterations) and seed 1 at step 4; naive_quant never
     st = {f: fams[f]["statistics"] for f in fams}
     ttt = st["sol_rl"]["time_to_target"]
     assert {s: v["value"] for s, v in ttt["iteration"]["per_seed"].items()} == {"0": 3.0, "1": 2.0}
     assert ttt["gpu"]["value"] == pytest.approx(8.0 * 2.5) and ttt["gpu"]["censored"] == 0
-    dn = st["diffusionnft"]["time_to_target"]["gpu"]
+    dn = st["baseline"]["time_to_target"]["gpu"]
     assert dn["per_seed"]["0"] == {"value": pytest.approx(40.0), "censored": True} and dn["censored"] == 1
     assert st["naive_quant"]["time_to_target"]["iteration"]["censored"] == 2
     assert st["sol_rl"]["final_reward"]["value"] == pytest.approx(0.63)
-    pair = next(p for p in report["pairs"] if (p["a"], p["b"]) == ("diffusionnft", "sol_rl"))
-    # sol_rl's speed-up over diffusionnft, paired: mean(40, 40) / mean(24, 16), a lower bound (diffusionnft censored)
+    pair = next(p for p in report["pairs"] if (p["a"], p["b"]) == ("baseline", "sol_rl"))
+    # sol_rl's speed-up over baseline, paired: mean(40, 40) / mean(24, 16), a lower bound (baseline censored)
     assert pair["speedup"]["gpu"]["value"] == pytest.approx(0.5)
     assert pair["final_reward_diff"]["value"] == pytest.approx(np.mean([0.50 - 0.62, 0.54 - 0.64]))
     claims = {c["claim"]: c for c in report["claims"]}
@@ -165,7 +165,7 @@ def test_report_numbers_by_hand(tmp_path, bench_cfg):
         assert section in md, section
     assert "| sol_rl | 2 | " in md and "2.50×" in md and "7.50×" in md
     half = scipy_stats.t.ppf(0.975, 1) * np.std([0.50, 0.54], ddof=1) / math.sqrt(2)  # t interval of 2 seeds
-    assert (f"| diffusionnft | 2 | 0.5200 [{0.52 - half:.4f}, {0.52 + half:.4f}] | > 4.0 [4.0, > 4.0] (1/2 censored) |"
+    assert (f"| baseline | 2 | 0.5200 [{0.52 - half:.4f}, {0.52 + half:.4f}] | > 4.0 [4.0, > 4.0] (1/2 censored) |"
             in md)  # both seeds at 4 iterations: no spread, a point interval
     assert "| alt | 1.00×, 1.00× | 4.00×, 0.33× | 2.00×, – | 1.60×, 1.25× |" in md
     assert json.loads((tmp_path / "bench" / "report.json").read_text())["target"] == pytest.approx(0.52)
@@ -194,18 +194,18 @@ def test_reference_that_never_reaches_gives_a_lower_bound():
 
 def test_bench_config_is_strict_and_resolves_runs(tmp_path):
     path = tmp_path / "bench.yaml"
-    path.write_text(yaml.safe_dump({"families": [str(FAMILIES / "sol_rl.yaml"), str(FAMILIES / "diffusionnft.yaml")],
+    path.write_text(yaml.safe_dump({"families": [str(FAMILIES / "sol_rl.yaml"), str(FAMILIES / "baseline.yaml")],
                                     "iterations": 3, "seeds": 2, "eval_every": 1, "audit_every": 2,
                                     "overrides": {"prompts.per_iteration": 2, "train.lora_rank": 4}}))
     bench, base = load_bench_config(path)
     runs = bench_runs(bench, base, tmp_path / "out")
-    assert [r.key for r in runs] == ["sol_rl-s0", "diffusionnft-s0", "sol_rl-s1", "diffusionnft-s1"]
+    assert [r.key for r in runs] == ["sol_rl-s0", "baseline-s0", "sol_rl-s1", "baseline-s1"]
     by = {r.key: r for r in runs}
     assert by["sol_rl-s1"].cfg.seed == 1 and by["sol_rl-s1"].cfg.iterations == 3
-    assert by["sol_rl-s0"].cfg.audit.every == 2 and by["diffusionnft-s0"].cfg.audit.every == 0  # fp32 10 steps
+    assert by["sol_rl-s0"].cfg.audit.every == 2 and by["baseline-s0"].cfg.audit.every == 0  # fp32 10 steps
     assert all(r.cfg.prompts.per_iteration == 2 and r.cfg.train.lora_rank == 4 and r.cfg.eval.every == 1
                for r in runs)
-    assert by["diffusionnft-s1"].run_dir == tmp_path / "out" / "diffusionnft-s1"
+    assert by["baseline-s1"].run_dir == tmp_path / "out" / "baseline-s1"
     with pytest.raises(ConfigError, match="unknown key 'cost.gpux'"):
         load_bench_config(path, ["cost.gpux=h100"])
     with pytest.raises(ConfigError, match="unknown key 'bogus'"):
@@ -221,7 +221,7 @@ def test_bench_config_is_strict_and_resolves_runs(tmp_path):
     with pytest.raises(ConfigError, match="baseline: 'naive_scaling'"):
         bench_runs(bad, base)
     shipped, base = load_bench_config(ROOT / "configs" / "bench_families.yaml")
-    assert {r.cfg.family for r in bench_runs(shipped, base)} == {"diffusionnft", "naive_scaling", "naive_quant",
+    assert {r.cfg.family for r in bench_runs(shipped, base)} == {"baseline", "naive_scaling", "naive_quant",
                                                                  "sol_rl"}
 
 
@@ -289,7 +289,7 @@ def test_the_evaluations_noise_and_what_the_benchmark_resolves(tmp_path, bench_c
     report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer)
     se = np.std(blocks, ddof=1) / 2
     assert report["eval_noise"]["standard_error"] == pytest.approx(se)
-    row = next(r for r in report["resolution"] if (r["a"], r["b"]) == ("diffusionnft", "sol_rl"))
+    row = next(r for r in report["resolution"] if (r["a"], r["b"]) == ("baseline", "sol_rl"))
     diffs = np.array([0.50 - 0.62, 0.54 - 0.64])
     sd = np.std(diffs, ddof=1)
     assert row["sd"] == pytest.approx(sd) and row["margin"] == pytest.approx(0.01 * 0.63)
@@ -301,7 +301,7 @@ def test_the_evaluations_noise_and_what_the_benchmark_resolves(tmp_path, bench_c
     assert detect(need) <= 0.01 * 0.63 < detect(need - 1)
     md = (tmp_path / "bench" / "report.md").read_text()
     assert "## What this benchmark can resolve" in md and f"standard error of {se:.4f}" in md
-    assert f"| diffusionnft | sol_rl | " in md and f"~{need} (±{0.01 * 0.63:.4f})" in md
+    assert f"| baseline | sol_rl | " in md and f"~{need} (±{0.01 * 0.63:.4f})" in md
 
 
 def test_families_are_ranked_on_the_gold_evaluator_when_runs_have_one(tmp_path, bench_cfg):
@@ -312,14 +312,14 @@ def test_families_are_ranked_on_the_gold_evaluator_when_runs_have_one(tmp_path, 
         write_json_atomic(path, data)
     report = build_report(runs, bench_cfg, tmp_path / "bench", pricer=fake_pricer)
     assert report["eval_key"] == "gold"
-    assert report["target"] == pytest.approx(0.52 - 0.1)  # diffusionnft's gold start 0.0 + 0.42
+    assert report["target"] == pytest.approx(0.52 - 0.1)  # baseline's gold start 0.0 + 0.42
     assert report["families"]["sol_rl"]["statistics"]["final_reward"]["value"] == pytest.approx(0.63 - 0.1)
     assert "value compared: `gold`" in (tmp_path / "bench" / "report.md").read_text()
 
 
 # Five seeds, so that the verdicts decide: eval reward after s = 0..4 iterations per family and seed.
 FIVE_SEEDS = {
-    "diffusionnft": {s: [0.10, 0.20, 0.30, 0.50 + 0.02 * s, 0.54 + 0.005 * (s - 2)] for s in range(5)},
+    "baseline": {s: [0.10, 0.20, 0.30, 0.50 + 0.02 * s, 0.54 + 0.005 * (s - 2)] for s in range(5)},
     "naive_scaling": {s: [0.10, 0.25, 0.45, 0.55, f] for s, f in enumerate([0.60, 0.615, 0.62, 0.625, 0.64])},
     "naive_quant": {s: [0.10, 0.15, 0.20, 0.25, f] for s, f in enumerate([0.70, 0.71, 0.72, 0.74, 0.75])},
     "sol_rl": {s: [0.10, 0.50 if s == 4 else 0.55, 0.60, 0.60, 0.61 + 0.01 * s] for s in range(5)},
@@ -362,7 +362,7 @@ def test_verdicts_recompute_from_the_per_seed_table_alone(tmp_path):
     path = tmp_path / "bench.yaml"
     path.write_text(yaml.safe_dump({"families": [str(FAMILIES / f"{f}.yaml") for f in FIVE_SEEDS],
                                     "iterations": 4, "seeds": 5, "eval_every": 1, "audit_every": 2,
-                                    "target_gain": 0.44}))  # 0.10 + 0.44: diffusionnft's final mean
+                                    "target_gain": 0.44}))  # 0.10 + 0.44: baseline's final mean
     build_report(runs, load_bench_config(path)[0], tmp_path / "bench", pricer=fake_pricer)
     md = (tmp_path / "bench" / "report.md").read_text()
     table = _per_seed_tables(md)
@@ -375,11 +375,11 @@ def test_verdicts_recompute_from_the_per_seed_table_alone(tmp_path):
         return [float(c.lstrip("> ")) for c in cells], any(c.startswith(">") for c in cells)
 
     recomputed = {}
-    (num, num_censored), (den, den_censored) = gpu("diffusionnft"), gpu("sol_rl")
+    (num, num_censored), (den, den_censored) = gpu("baseline"), gpu("sol_rl")
     lo, hi = _fieller_by_root_finding(num, den)
     recomputed["3x"] = ("holds" if lo >= 3 and not den_censored else
                         "does not hold" if hi < 3 and not num_censored else "cannot tell at this power")
-    for key, other in (("naive_quant", "naive_quant"), ("above diffusionnft", "diffusionnft")):
+    for key, other in (("naive_quant", "naive_quant"), ("above baseline", "baseline")):
         lo, hi = _t_interval(np.subtract(final["sol_rl"], final[other]))
         recomputed[key] = "holds" if lo > 0 else "does not hold" if hi <= 0 else "cannot tell at this power"
     bound = 0.01 * np.mean(final["naive_scaling"])  # no more than 1% of naive_scaling's final value below it

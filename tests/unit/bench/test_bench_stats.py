@@ -153,32 +153,32 @@ def _curve(per_seed_rewards: dict[int, list[float]], gpu_per_iteration: float) -
 
 def test_verdicts_from_constructed_curves():
     seeds = range(MIN_SEEDS)
-    curves = {  # final values per seed; diffusionnft reaches 0.50 at step 4, sol_rl at step 1, at 0.8 the GPU cost
-        "diffusionnft": _curve({s: [0.1, 0.2, 0.3, 0.4, 0.50 + 0.01 * (s - 2)] for s in seeds}, 10.0),
+    curves = {  # final values per seed; baseline reaches 0.50 at step 4, sol_rl at step 1, at 0.8 the GPU cost
+        "baseline": _curve({s: [0.1, 0.2, 0.3, 0.4, 0.50 + 0.01 * (s - 2)] for s in seeds}, 10.0),
         "naive_scaling": _curve({s: [0.1, 0.3, 0.4, 0.5, 0.60 + 0.01 * s] for s in seeds}, 40.0),
         "naive_quant": _curve({s: [0.1, 0.2, 0.5, 0.6, 0.70 + 0.01 * s] for s in seeds}, 20.0),
         "sol_rl": _curve({s: [0.1, 0.55, 0.6, 0.6, 0.61 + 0.01 * s] for s in seeds}, 8.0),
     }
-    target = 0.50  # diffusionnft's mean final
+    target = 0.50  # baseline's mean final
     stats = {f: family_statistics(c, target) for f, c in curves.items()}
-    # diffusionnft seeds 0 and 1 end below 0.50: censored at 4 iterations (40 GPU-s), the others reach it at 4
-    assert stats["diffusionnft"]["time_to_target"]["gpu"]["censored"] == 2
+    # baseline seeds 0 and 1 end below 0.50: censored at 4 iterations (40 GPU-s), the others reach it at 4
+    assert stats["baseline"]["time_to_target"]["gpu"]["censored"] == 2
     assert stats["sol_rl"]["time_to_target"]["gpu"]["value"] == pytest.approx(8.0)
     pairs = pair_statistics(stats)
-    assert [(p["a"], p["b"]) for p in pairs][:3] == [("diffusionnft", "naive_scaling"), ("diffusionnft", "naive_quant"),
-                                                      ("diffusionnft", "sol_rl")]
+    assert [(p["a"], p["b"]) for p in pairs][:3] == [("baseline", "naive_scaling"), ("baseline", "naive_quant"),
+                                                      ("baseline", "sol_rl")]
     fidelity = {"sol_rl": {s: {"spearman_within_prompt": 0.95, "kendall_within_prompt": 0.6 + 0.1 * (s % 2),
                                "spearman_pooled": 0.9, "kendall_pooled": 0.7} for s in seeds}}
-    out = {c["claim"]: c for c in claims(stats, pairs, "diffusionnft", 0.01, fidelity)}
+    out = {c["claim"]: c for c in claims(stats, pairs, "baseline", 0.01, fidelity)}
     verdict = {word: next(c for k, c in out.items() if word in k)["verdict"]
-               for word in ("3x", "naive_scaling", "naive_quant", "above diffusionnft", "spearman", "kendall")}
-    # 40 / 8 = 5x in every seed; diffusionnft's censored seeds only make the true ratio larger: holds
+               for word in ("3x", "naive_scaling", "naive_quant", "above baseline", "spearman", "kendall")}
+    # 40 / 8 = 5x in every seed; baseline's censored seeds only make the true ratio larger: holds
     assert next(c for k, c in out.items() if "3x" in k)["estimate"]["value"] == pytest.approx(5.0)
     assert verdict == {
         "3x": HOLDS,
         "naive_scaling": HOLDS,  # sol_rl - naive_scaling = +0.01 in every seed, above -margin
         "naive_quant": FAILS,  # naive_quant ends 0.09 above sol_rl in every seed
-        "above diffusionnft": HOLDS,  # +0.13 in every seed
+        "above baseline": HOLDS,  # +0.13 in every seed
         "spearman": HOLDS,  # 0.95 in every seed >= 0.93
         "kendall": FAILS,  # 0.6 / 0.7 < 0.80
     }
@@ -186,10 +186,10 @@ def test_verdicts_from_constructed_curves():
 
 def test_a_censored_sol_rl_cannot_confirm_the_speedup():
     seeds = range(MIN_SEEDS)
-    curves = {"diffusionnft": _curve({s: [0.1, 0.2, 0.3, 0.5] for s in seeds}, 10.0),
+    curves = {"baseline": _curve({s: [0.1, 0.2, 0.3, 0.5] for s in seeds}, 10.0),
               "sol_rl": _curve({s: [0.1, 0.2, 0.2, 0.5 if s else 0.2] for s in seeds}, 1.0)}
     stats = {f: family_statistics(c, 0.5) for f, c in curves.items()}
-    out = claims(stats, pair_statistics(stats), "diffusionnft", 0.01, {})
+    out = claims(stats, pair_statistics(stats), "baseline", 0.01, {})
     speed = next(c for c in out if "3x" in c["claim"])
     assert speed["estimate"]["value"] == pytest.approx(10.0) and speed["verdict"] == UNKNOWN
     assert "upper bound" in speed["detail"]
@@ -223,7 +223,7 @@ def test_shipped_bench_config_meets_the_protocol():
     quick, _ = load_bench_config(ROOT / "configs" / "bench.yaml", quick=True)
     # the speed-up protocol (#43): the baseline against sol_rl over the verdicts' floor of seeds, at the demo's
     # scale, fewer and larger evaluations (416 samples every 4 iterations), a pre-registered target above the start
-    assert [f.split("/")[-1] for f in full.families] == ["diffusionnft.yaml", "sol_rl.yaml"]
+    assert [f.split("/")[-1] for f in full.families] == ["baseline.yaml", "sol_rl.yaml"]
     assert full.seeds >= MIN_SEEDS and full.eval_every == 4 and full.target_gain > 0
     assert full.overrides["eval.num_prompts"] * full.overrides["eval.seeds_per_prompt"] >= 400
     assert full.seeds >= MIN_SEEDS and quick.iterations < full.iterations and quick.run_root != full.run_root
@@ -267,12 +267,12 @@ def test_a_baseline_that_does_not_rise_leaves_its_seeds_censored_never_the_claim
     reaches it: its seeds are censored at their last cost, the speed-up a lower bound, and sol_rl reaching the
     target at a fifth of that cost confirms the claim. No verdict says untestable."""
     seeds = range(MIN_SEEDS)
-    curves = {"diffusionnft": _curve({s: [0.50, 0.52, 0.49 - 0.01 * (s % 2)] for s in seeds}, 10.0),
+    curves = {"baseline": _curve({s: [0.50, 0.52, 0.49 - 0.01 * (s % 2)] for s in seeds}, 10.0),
               "sol_rl": _curve({s: [0.50, 0.55, 0.56] for s in seeds}, 2.0)}
     target = 0.50 + 0.03
     stats = {f: family_statistics(c, target) for f, c in curves.items()}
-    assert stats["diffusionnft"]["time_to_target"]["gpu"]["censored"] == MIN_SEEDS
-    out = claims(stats, pair_statistics(stats), "diffusionnft", 0.01, {}, target)
+    assert stats["baseline"]["time_to_target"]["gpu"]["censored"] == MIN_SEEDS
+    out = claims(stats, pair_statistics(stats), "baseline", 0.01, {}, target)
     speed = next(c for c in out if "3x" in c["claim"])
     assert "0.5300" in speed["claim"] and "lower bound" in speed["detail"]
     assert speed["estimate"]["value"] == pytest.approx(20.0 / 2.0) and speed["verdict"] == HOLDS
@@ -282,11 +282,11 @@ def test_a_baseline_that_does_not_rise_leaves_its_seeds_censored_never_the_claim
 def test_a_difference_that_cannot_be_told_states_its_power():
     seeds = range(MIN_SEEDS)
     noise = [0.02, -0.03, 0.01, 0.025, -0.015]
-    curves = {"diffusionnft": _curve({s: [0.50, 0.55, 0.60] for s in seeds}, 10.0),
+    curves = {"baseline": _curve({s: [0.50, 0.55, 0.60] for s in seeds}, 10.0),
               "sol_rl": _curve({s: [0.50, 0.56, 0.605 + noise[s]] for s in seeds}, 12.0)}
     stats = {f: family_statistics(c, 0.53) for f, c in curves.items()}
-    above = next(c for c in claims(stats, pair_statistics(stats), "diffusionnft", 0.01, {}, 0.53)
-                 if "above diffusionnft" in c["claim"])
+    above = next(c for c in claims(stats, pair_statistics(stats), "baseline", 0.01, {}, 0.53)
+                 if "above baseline" in c["claim"])
     sd = float(np.std(np.array(noise) + 0.005, ddof=1))
     detectable = (scipy_stats.t.ppf(0.975, 4) + scipy_stats.t.ppf(0.8, 4)) * sd / math.sqrt(5)
     assert above["verdict"] == UNKNOWN and above["estimate"]["power"]["detectable"] == pytest.approx(detectable)
@@ -302,7 +302,7 @@ def test_the_flow_grpo_bench_trains_plain_and_cheap_explore_with_flow_grpo_under
     grpo, _ = load_bench_config(path)
     full, _ = load_bench_config(ROOT / "configs" / "bench.yaml")
     runs = bench_runs(grpo, path.parent)
-    assert {r.label for r in runs} == {"diffusionnft", "sol_rl"} and len(runs) == 2 * grpo.seeds
+    assert {r.label for r in runs} == {"baseline", "sol_rl"} and len(runs) == 2 * grpo.seeds
     assert {r.cfg.objective.name for r in runs} == {"flow_grpo"}
     same = ("iterations", "seeds", "eval_every", "audit_every", "margin", "target_gain")
     assert [getattr(grpo, k) for k in same] == [getattr(full, k) for k in same]

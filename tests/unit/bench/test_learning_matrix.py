@@ -28,9 +28,9 @@ CONFIGS = ROOT / "configs"
 # held-out value before training and after 2 and 4 iterations, per cell and seed
 CURVES = {
     "image/diffusionnft/sol_rl": {0: [0.70, 0.74, 0.78], 1: [0.70, 0.73, 0.80], 2: [0.70, 0.76, 0.79]},
-    "image/diffusionnft/diffusionnft": {0: [0.70, 0.69, 0.66], 1: [0.70, 0.68, 0.67], 2: [0.70, 0.70, 0.65]},
+    "image/diffusionnft/baseline": {0: [0.70, 0.69, 0.66], 1: [0.70, 0.68, 0.67], 2: [0.70, 0.70, 0.65]},
     "image/flow_grpo/sol_rl": {0: [0.70, 0.72, 0.74], 1: [0.70, 0.66, 0.68], 2: [0.70, 0.71, 0.71]},
-    "image/flow_grpo/diffusionnft": {0: [0.70, 0.71, 0.73], 1: [0.70, 0.70, 0.72], 2: [0.70, 0.73, 0.74]},
+    "image/flow_grpo/baseline": {0: [0.70, 0.71, 0.73], 1: [0.70, 0.70, 0.72], 2: [0.70, 0.73, 0.74]},
 }
 
 
@@ -40,7 +40,7 @@ def matrix_file(tmp_path):
     path.write_text(yaml.safe_dump({
         "seeds": 3, "iterations": 4, "eval_every": 2,
         "worlds": {"image": {"base": str(CONFIGS / "demo.yaml"), "objectives": ["diffusionnft", "flow_grpo"],
-                             "families": [str(CONFIGS / "families" / f"{f}.yaml") for f in ("diffusionnft", "sol_rl")],
+                             "families": [str(CONFIGS / "families" / f"{f}.yaml") for f in ("baseline", "sol_rl")],
                              "overrides": {"prompts.per_iteration": 4}}},
         "objectives": {"flow_grpo": {"explore.steps": 10, "objective.flow_grpo.kl_weight": 0.0}},
         "run_root": str(tmp_path / "runs"),
@@ -65,15 +65,15 @@ def _fill(run, cell: str) -> None:
 def test_a_cells_config_is_its_world_family_overrides_and_objective_in_layers(matrix_file):
     matrix, base = load_matrix_config(matrix_file)
     runs = matrix_runs(matrix, base)
-    assert [r.key for r in runs[:4]] == ["image/diffusionnft/diffusionnft-s0", "image/diffusionnft/sol_rl-s0",
-                                         "image/flow_grpo/diffusionnft-s0", "image/flow_grpo/sol_rl-s0"]
+    assert [r.key for r in runs[:4]] == ["image/diffusionnft/baseline-s0", "image/diffusionnft/sol_rl-s0",
+                                         "image/flow_grpo/baseline-s0", "image/flow_grpo/sol_rl-s0"]
     assert [r.seed for r in runs] == [0] * 4 + [1] * 4 + [2] * 4  # seed-major
     sol = next(r.cfg for r in runs if r.key == "image/flow_grpo/sol_rl-s1")
     assert (sol.family, sol.objective.name, sol.seed, sol.iterations, sol.eval.every) == ("sol_rl", "flow_grpo", 1,
                                                                                            4, 2)
     assert sol.explore.steps == sol.regenerate.steps == 10 and sol.objective.flow_grpo.kl_weight == 0.0
     assert sol.prompts.per_iteration == 4 and sol.eval.gold == "embedded"  # the world's override, its base
-    base_cfg = next(r.cfg for r in runs if r.key == "image/diffusionnft/diffusionnft-s0")
+    base_cfg = next(r.cfg for r in runs if r.key == "image/diffusionnft/baseline-s0")
     assert base_cfg.explore.precision == "fp32" and base_cfg.select.mode == "all"  # the family file's own keys
     assert next(r for r in runs if r.key == "image/diffusionnft/sol_rl-s2").run_dir.parts[-3:] == (
         "image", "diffusionnft", "sol_rl-s2")
@@ -113,8 +113,8 @@ def test_report_numbers_recompute_from_the_per_seed_values(matrix_file, tmp_path
         assert power == pytest.approx(0.8, abs=0.06)  # the normal-shift approximation of the t test's power
         assert c["metrics"]["embedded_learned"]["rise"]["value"] == pytest.approx(2 * rises.mean())
     assert {n: c["verdict"] for n, c in cells.items()} == {
-        "image/diffusionnft/diffusionnft": "falls", "image/diffusionnft/sol_rl": "rises",
-        "image/flow_grpo/diffusionnft": "rises", "image/flow_grpo/sol_rl": "cannot tell"}
+        "image/diffusionnft/baseline": "falls", "image/diffusionnft/sol_rl": "rises",
+        "image/flow_grpo/baseline": "rises", "image/flow_grpo/sol_rl": "cannot tell"}
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| image | diffusionnft | sol_rl | 3 | 4 |" in text and "**rises**" in text and "**falls**" in text
     assert "| 1 | 0.7000 | 0.8000 | +0.1000 |" in text  # seed 1 of sol_rl in the per-seed table

@@ -19,7 +19,7 @@ def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
 def test_demo_and_family_configs_validate():
     demo = load_config(ROOT / "configs" / "demo.yaml")
     assert demo.family == "sol_rl" and demo.regenerate.enabled and demo.explore.precision == "auto"
-    nft = load_config(ROOT / "configs" / "families" / "diffusionnft.yaml")
+    nft = load_config(ROOT / "configs" / "families" / "baseline.yaml")
     assert nft.select.mode == "all" and not nft.regenerate.enabled and nft.explore.precision == "fp32"
     # a family inherits everything it does not override
     assert nft.train.optimizer.lr == demo.train.optimizer.lr

@@ -36,10 +36,10 @@ def test_shipped_family_configs_and_their_official_parts_agree(family):
     ("naive_quant", ["select.mode=all"], "select.mode", "set select.mode: best_worst"),
     ("naive_scaling", ["explore.precision=nvfp4_emulated"], "explore.precision", "set explore.precision: fp32"),
     ("naive_scaling", ["regenerate.enabled=true"], "regenerate.enabled", "set regenerate.enabled: false"),
-    ("naive_scaling", ["select.mode=all"], "select.mode", "(or family: diffusionnft)"),
-    ("diffusionnft", ["select.mode=best_worst"], "select.mode", "set select.mode: all"),
-    ("diffusionnft", ["explore.precision=auto"], "explore.precision", "set explore.precision: fp32"),
-    ("diffusionnft", ["regenerate.enabled=true"], "regenerate.enabled", "set regenerate.enabled: false"),
+    ("naive_scaling", ["select.mode=all"], "select.mode", "(or family: baseline)"),
+    ("baseline", ["select.mode=best_worst"], "select.mode", "set select.mode: all"),
+    ("baseline", ["explore.precision=auto"], "explore.precision", "set explore.precision: fp32"),
+    ("baseline", ["regenerate.enabled=true"], "regenerate.enabled", "set regenerate.enabled: false"),
 ])
 def test_a_setting_that_contradicts_the_family_is_refused(family, overrides, key, fix):
     with pytest.raises(ConfigError) as info:
@@ -51,7 +51,7 @@ def test_a_setting_that_contradicts_the_family_is_refused(family, overrides, key
 def test_changing_family_with_its_settings_is_accepted():
     cfg = _load("sol_rl", "family=naive_quant", "regenerate.enabled=false")
     assert cfg.family == "naive_quant" and family_conflict(cfg) is None
-    cfg = _load("naive_scaling", "family=diffusionnft", "select.mode=all")
+    cfg = _load("naive_scaling", "family=baseline", "select.mode=all")
     assert family_conflict(cfg) is None
 
 
@@ -94,7 +94,7 @@ def test_sde_rollouts_explore_on_the_regenerate_schedule(tmp_path, monkeypatch):
     _load("sol_rl", "objective.name=flow_grpo", "explore.steps=10", "explore.guardrail.enabled=true",
           "explore.guardrail.ladder=[[fp8_emulated, 10], [fp32, 10]]")
     with pytest.raises(ConfigError, match="reaches step 10, past the 10 steps"):
-        _load("diffusionnft", "objective.name=flow_grpo", "objective.flow_grpo.window_start=[7, 9]",
+        _load("baseline", "objective.name=flow_grpo", "objective.flow_grpo.window_start=[7, 9]",
               "objective.flow_grpo.window_size=2")
     (tmp_path / "noisy_objective.py").write_text(SDE_OBJECTIVE)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -82,7 +82,7 @@ def test_presets_lists_every_packaged_config_with_model_family_objective_and_rew
     label = {cell: learning_label(status.get(cell)) for cell in ("image/diffusionnft/naive_quant",
                                                                  "image/awm/naive_quant", "image/flow_grpo/sol_rl",
                                                                  "image/diffusionnft/sol_rl",
-                                                                 "image/diffusionnft/diffusionnft")}
+                                                                 "image/diffusionnft/baseline")}
     assert rows["sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "diffusionnft", "imagereward",
                                                      label["image/diffusionnft/naive_quant"]]
     assert rows["awm/sd35m_naive_quant_imagereward"] == ["sd35m", "naive_quant", "awm", "imagereward",
@@ -91,11 +91,11 @@ def test_presets_lists_every_packaged_config_with_model_family_objective_and_rew
                                                     label["image/flow_grpo/sol_rl"]]
     assert rows["demo_learned"] == ["embedded", "sol_rl", "diffusionnft", "embedded_learned",
                                     label["image/diffusionnft/sol_rl"]]
-    assert rows["families/diffusionnft"] == ["embedded", "diffusionnft", "diffusionnft", "embedded",
-                                             label["image/diffusionnft/diffusionnft"]]
-    assert rows["bench"][:2] == ["diffusionnft,", "sol_rl"]
-    assert rows["bench_families"][:4] == ["diffusionnft,", "naive_scaling,", "naive_quant,", "sol_rl"]
-    assert rows["learning_matrix"][:3] == ["image:", "diffusionnft,", "naive_scaling,"]
+    assert rows["families/baseline"] == ["embedded", "baseline", "diffusionnft", "embedded",
+                                         label["image/diffusionnft/baseline"]]
+    assert rows["bench"][:2] == ["baseline,", "sol_rl"]
+    assert rows["bench_families"][:4] == ["baseline,", "naive_scaling,", "naive_quant,", "sol_rl"]
+    assert rows["learning_matrix"][:3] == ["image:", "baseline,", "naive_scaling,"]
     assert set(packaged_configs()) <= set(rows)
 
 

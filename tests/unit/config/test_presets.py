@@ -59,7 +59,7 @@ LORA_RANK_ALPHA = {"flux1": (32, 64), "sd35l": (32, 64), "sd35m": (32, 64), "san
                    "wan": (64, 128), "wan14b": (64, 128)}  # Wan: Flow-Factory's Wan 2.1 GRPO recipe
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
-    "diffusionnft": ("fp32", 10, 24, "all", 24, False),
+    "baseline": ("fp32", 10, 24, "all", 24, False),
     "naive_scaling": ("fp32", 10, 96, "best_worst", 24, False),
     "naive_quant": ("auto", 10, 96, "best_worst", 24, False),
     "sol_rl": ("auto", 6, 96, "best_worst", 24, True),
@@ -138,7 +138,7 @@ def test_an_objectives_presets_add_its_part_and_the_models_own_values_where_a_pe
     official = load_config("sana_naive_quant_hpsv2")
     assert sana.objective.flow_grpo == type(g)() and sana.name == "flow_grpo_sana_naive_quant_hpsv2"
     assert sana.model_dump(exclude={"objective", "name"}) == official.model_dump(exclude={"objective", "name"})
-    awm = load_config("configs/presets/awm/flux1_diffusionnft_pickscore.yaml").objective  # the older path form
+    awm = load_config("configs/presets/awm/flux1_baseline_pickscore.yaml").objective  # the older path form
     assert (awm.name, awm.awm.times_per_sample, awm.awm.timestep_fraction, awm.awm.old_kl_weight) == ("awm", 4, 0.7,
                                                                                                       0.1)
     assert load_config("awm/sd35m_sol_rl_pickscore").objective.awm.times_per_sample == 6

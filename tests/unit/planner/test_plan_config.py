@@ -38,12 +38,12 @@ def test_the_demo_config_prices_its_own_shapes_and_the_other_families_at_its_siz
     assert own == shapes_from_config(cfg) and own.optimizer_steps == cfg.train.optimizer_steps == 2
     for family, s in shapes.items():
         assert (s.prompts, s.k, s.optimizer_steps) == (cfg.prompts.per_iteration, cfg.select.k, 2)
-        assert s.seeds == (cfg.select.k if family == "diffusionnft" else cfg.explore.seeds_per_prompt)
+        assert s.seeds == (cfg.select.k if family == "baseline" else cfg.explore.seeds_per_prompt)
     assert (shapes["naive_scaling"].explore_steps, shapes["naive_quant"].explore_precision) == (10, "nvfp4")
-    assert shapes["diffusionnft"].seeds == cfg.select.k  # samples K and trains on all of them
-    # a diffusionnft config has no N: the others explore 4 K (the official 96 / 24)
-    nft = family_shapes(load_config(ROOT / "configs" / "families" / "diffusionnft.yaml"))
-    assert nft["sol_rl"].seeds == 4 * nft["diffusionnft"].k and nft["sol_rl"].explore_steps == 6
+    assert shapes["baseline"].seeds == cfg.select.k  # samples K and trains on all of them
+    # a baseline config has no N: the others explore 4 K (the official 96 / 24)
+    nft = family_shapes(load_config(ROOT / "configs" / "families" / "baseline.yaml"))
+    assert nft["sol_rl"].seeds == 4 * nft["baseline"].k and nft["sol_rl"].explore_steps == 6
 
 
 def test_optimizer_steps_multiply_the_update_only():

@@ -176,7 +176,7 @@ def test_official_shapes():
     assert (sol.prompts, sol.seeds, sol.k, sol.explore_steps, sol.explore_precision, sol.regenerate) == (
         48, 96, 24, 6, "nvfp4", True)
     assert sol.train_timesteps == 4 and official_shapes("sol_rl", 0.6).train_timesteps == 6
-    assert official_shapes("diffusionnft", 0.6).seeds == 24
+    assert official_shapes("baseline", 0.6).seeds == 24
     assert official_shapes("naive_quant", 0.6).explore_steps == 10
     assert not official_shapes("naive_scaling", 0.6).regenerate
 
@@ -189,7 +189,7 @@ def test_shapes_from_demo_config():
     assert (s.family, s.prompts, s.seeds, s.k, s.explore_steps, s.explore_precision, s.regenerate,
             s.train_timesteps) == ("sol_rl", cfg.prompts.per_iteration, cfg.explore.seeds_per_prompt,
                                    cfg.select.k, cfg.explore.steps, "nvfp4", True, 6)
-    nft = shapes_from_config(load_config(ROOT / "configs" / "families" / "diffusionnft.yaml"))
+    nft = shapes_from_config(load_config(ROOT / "configs" / "families" / "baseline.yaml"))
     assert (nft.explore_precision, nft.seeds, nft.k, nft.regenerate) == ("bf16", 6, 6, False)
     assert s.forwards_per_train_step == 3  # DiffusionNFT: θ, θ_old, W0
 
@@ -255,7 +255,7 @@ def test_plan_and_format(full):
     sec = {f: c["seconds"] for f, c in r["families"].items()}
     assert sec["sol_rl"]["rollout"] < sec["naive_scaling"]["rollout"]
     assert sec["naive_quant"]["explore"] < sec["naive_scaling"]["explore"]
-    assert sec["diffusionnft"]["update"] == sec["sol_rl"]["update"]  # both train on 48 × 24 samples
+    assert sec["baseline"]["update"] == sec["sol_rl"]["update"]  # both train on 48 × 24 samples
     text = format_plan(r)
     assert "FLUX.1-dev" in text and "| sol_rl |" in text and "utilisation 0.40" in text
     one = plan("sd35l", "h100", family="sol_rl", gpus=4, utilisation=0.3, config_directory=CONFIG_DIR)

@@ -126,6 +126,6 @@ def test_a_rule_of_your_own_package_is_a_select_mode(tmp_path, monkeypatch):
 
 
 def test_every_seed_rules_train_on_all_explored_seeds():
-    cfg = validate_config({"family": "diffusionnft", "select": {"mode": "all", "k": 2},
+    cfg = validate_config({"family": "baseline", "select": {"mode": "all", "k": 2},
                            "explore": {"precision": "fp32"}, "regenerate": {"enabled": False}})
     assert kept_per_prompt(cfg.select, cfg.explore.seeds_per_prompt) == cfg.explore.seeds_per_prompt

@@ -26,7 +26,7 @@ SMALL = ["prompts.per_iteration=2", "explore.seeds_per_prompt=4", "explore.batch
          "objective.awm.times_per_sample=3", "objective.name=flow_grpo"]
 FAMILY = {  # the family's own sizes: K of N, explore and regenerate steps (SDE rollouts: the explore at the
     # regenerate's, sol_rl cheaper by its 4 bits)
-    "diffusionnft": ["explore.seeds_per_prompt=4", "select.k=4", "explore.steps=4"],
+    "baseline": ["explore.seeds_per_prompt=4", "select.k=4", "explore.steps=4"],
     "naive_scaling": ["select.k=2", "explore.steps=4"],
     "naive_quant": ["select.k=2", "explore.steps=4"],
     "sol_rl": ["select.k=2", "explore.steps=4", "regenerate.steps=4", "regenerate.batch_size=2"],

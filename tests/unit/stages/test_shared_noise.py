@@ -25,7 +25,7 @@ def _explore(tmp_path, name: str, overrides: list[str]) -> dict:
 
 
 def test_fewer_seeds_per_prompt_are_the_first_of_more(tmp_path, one_torch_thread):
-    few = _explore(tmp_path, "baseline", ["family=diffusionnft", "select.mode=all", "select.k=3",
+    few = _explore(tmp_path, "baseline", ["family=baseline", "select.mode=all", "select.k=3",
                                           "explore.seeds_per_prompt=3"])
     many = _explore(tmp_path, "scaling", ["family=naive_scaling", "explore.seeds_per_prompt=8"])
     assert few["prompts"] == many["prompts"]  # the iteration's prompts: one seeded order

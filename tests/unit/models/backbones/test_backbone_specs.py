@@ -70,7 +70,7 @@ def test_the_presets_take_the_specs_values(key):
     """The spec is the one place of these values (the model part sets none of them: tests/unit/config/
     test_presets.py): every preset of the model, whatever its family and objective, carries them."""
     spec = backbone_spec(key)
-    for name in (f"{key}_sol_rl_pickscore", f"{key}_naive_quant_hpsv2", f"awm/{key}_diffusionnft_clipscore"):
+    for name in (f"{key}_sol_rl_pickscore", f"{key}_naive_quant_hpsv2", f"awm/{key}_baseline_clipscore"):
         cfg = load_config(name).model_dump(mode="json")
         for dotted, want in spec.part_values().items():
             node = cfg
