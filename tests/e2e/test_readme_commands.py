@@ -168,6 +168,8 @@ PYTHON_MODULES = {
         "tests/unit/bench/test_compiled_vs_eager.py::test_the_benchmark_measures_both_copies_and_writes_its_numbers",
     "solrl.flows.lab.prefect_latency": "tests/lab/test_prefect_latency.py::test_times_empty_flow_runs_against_the_api",
     "solrl.flows.lab.faults": FAULTS,  # the whole catalogue takes about 25 minutes: one case of each kind runs in the suite
+    "solrl":  # the command line as a module, run from a directory with a user's own flows/tasks/configs packages
+        "tests/e2e/test_wheel_install.py::test_a_users_own_flows_tasks_and_configs_neither_shadow_solrl_nor_are_shadowed",
     "solrl_core.doctor.acceptance":  # on a GPU only; its CPU path
         "tests/unit/doctor/test_acceptance.py::test_acceptance_on_cpu_reports_every_step_and_a_failure_stops_none",
 }

@@ -11,9 +11,10 @@ import uuid
 import pytest
 import torch
 
-from cli_processes import SMALLER_RUN, solrl, tracking_set
+from cli_processes import SMALLER_RUN, SMALLER_SETS, solrl, tracking_set
 from fsspec_storage_checks import check_json_and_safetensors_round_trip, check_stage_output_manifest_and_pool
 from repo_paths import TINY
+from solrl_core.config.loading import load_config
 from solrl_core.errors import RunDirLockedError
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES, RunDir
@@ -129,14 +130,14 @@ def test_one_iteration_into_s3(s3_server, session_env):
     assert f"{prefix}/.lock" not in keys  # the lease is released at the end
     assert any(k.startswith(f"{prefix}/text_cache/") for k in keys)
 
-    cfg = {"per_iteration": 2, "seeds": 8, "k": 4}  # tests/configs/tiny.yaml
+    cfg = load_config(TINY, SMALLER_SETS)
     run = RunDir(url)
     pool, attrs = read_table(run.stage_dir(0, "explore") / "pool.zarr", ["prompt_index", "seed", "image"])
-    n = cfg["per_iteration"] * cfg["seeds"]
+    n = cfg.prompts.per_iteration * cfg.explore.seeds_per_prompt
     assert attrs["committed"] == n and len(pool["seed"]) == n and len(set(pool["seed"].tolist())) == n
     assert pool["image"].shape[0] == n and pool["image"].std() > 0
     samples, _ = read_table(run.stage_dir(0, "regenerate") / "samples.zarr", ["latent"])
-    assert samples["latent"].shape[0] == cfg["per_iteration"] * cfg["k"]
+    assert samples["latent"].shape[0] == cfg.prompts.per_iteration * cfg.select.k
 
     checkpoint = run.checkpoint_dir(0)
     state = read_json(checkpoint / "state.json")

@@ -11,6 +11,7 @@ from prefect.deployments import run_deployment
 
 from cli_processes import SMALLER_RUN, tracking_set
 from repo_paths import TINY
+from solrl_core.config.loading import load_config
 from prefect_workers import api, deployment_runs, process_workers
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES
@@ -34,7 +35,9 @@ def test_iteration_runs_its_stages_on_their_pools(run_cli, session_env, workers,
     status = json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)
     assert status["iterations"][0]["stages"] == {s: "complete" for s in STAGES}
     pool, attrs = read_table(run_dir / "iter_0000" / "explore" / "pool.zarr", ["seed"])
-    assert attrs["committed"] == attrs["n_rows"] == 2 * 8 and (pool["seed"] >= 0).all()
+    cfg = load_config(run_dir / "config.yaml")
+    candidates = cfg.prompts.per_iteration * cfg.explore.seeds_per_prompt
+    assert attrs["committed"] == attrs["n_rows"] == candidates and (pool["seed"] >= 0).all()
     assert (run_dir / "iter_0000" / "update" / "checkpoint" / "adapters.safetensors").is_file()
 
     # through the API: exactly one completed run per pooled stage, on its pool, linked to this run's iteration flow

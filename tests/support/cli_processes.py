@@ -74,8 +74,9 @@ def assert_one_line_error(proc, *needles):
         assert needle in lines[0]
 
 
-SMALLER_RUN = ["--set", "explore.seeds_per_prompt=4", "--set", "select.k=2", "--set", "explore.steps=2",
-               "--set", "regenerate.steps=2"]  # the tiny run, smaller still: these tests are about processes
+# the tiny run, smaller still, for the tests about processes, servers and stores
+SMALLER_SETS = ["explore.seeds_per_prompt=4", "select.k=2", "explore.steps=2", "regenerate.steps=2"]
+SMALLER_RUN = [a for s in SMALLER_SETS for a in ("--set", s)]
 
 
 def wait_for_path(path: Path, proc: subprocess.Popen, seconds: float = 600) -> None:
