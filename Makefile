@@ -10,7 +10,7 @@ STAMP := $(VENV)/.solrl-installed-$(shell cat pyproject.toml setup.py constraint
 help:
 	@echo "make demo   - set up, then train the embedded default with configs/demo.yaml into runs/demo/"
 	@echo "make test   - set up, then run the test suite on $(TEST_WORKERS) xdist workers (cores + 1, at most 8; TEST_WORKERS=N)"
-	@echo "make test-fast - set up, then run the tests that start no process or server (pytest -m 'not e2e', one worker per core)"
+	@echo "make test-fast - set up, then run the unit tests that start no process or server and are not slow (pytest -m 'not e2e and not slow', one worker per core)"
 	@echo "make bench  - set up, then the baseline against sol_rl over 5 seeds (about an hour on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
 	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on $(SERVER_HOST) (SERVER_HOST=...: docs/security.md)"
@@ -37,7 +37,7 @@ test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not e2e" -n auto
+	$(BIN)/python -m pytest -m "not e2e and not slow" -n auto
 
 bench: setup
 	$(BIN)/solrl bench configs/bench.yaml

@@ -502,12 +502,12 @@ def test_make_help_lists_every_target_the_readme_shows():
 
 @pytest.mark.parametrize("target", ["test", "test-fast"])
 def test_make_test_fails_when_pytest_collects_nothing(tmp_path, target):
-    """Both targets end in pytest on worker processes (`make test-fast` without the e2e tests), which exits 5 when no
-    test is selected, so make fails: the target's own pytest options, on an empty folder."""
+    """Both targets end in pytest on worker processes (`make test-fast` without the e2e and slow tests), which exits 5
+    when no test is selected, so make fails: the target's own pytest options, on an empty folder."""
     command = _make_plan(target).strip().splitlines()[-1]  # the recipe's last command (after any `make setup`)
     python, _, options = command.partition(" -m pytest ")
     assert python.endswith(f"{sys.prefix}/bin/python") and "-n " in options, command
-    assert ('-m "not e2e"' in options) == (target == "test-fast"), command
+    assert ('-m "not e2e and not slow"' in options) == (target == "test-fast"), command
     proc = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(options), "-q", "-p", "no:cacheprovider",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 5, proc.stdout

@@ -14,7 +14,7 @@ from solrl_core.models.embedded.scorer_files import METADATA_FILE, shipped_dir
 from solrl_core.rewards import get_reward
 from solrl_core.rewards.registry import score_images
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 def test_the_shipped_scorer_agrees_with_gold_on_held_out_prompts():

@@ -11,7 +11,7 @@ from solrl_core.models.backbones.embedded import PRETRAINED_DIR, EmbeddedBackbon
 from solrl_core.worlds import shapes
 from solrl_core.models.embedded.model import METADATA_FILE, load_model, predict_velocity
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 def _pair_loss(transformer, noise, x0, index, cond):

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from solrl_core.bench.compiled_vs_eager import main
+
+
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
 
 
 def test_the_benchmark_measures_both_copies_and_writes_its_numbers(tmp_path, capsys, one_torch_thread):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from repo_paths import ROOT
@@ -15,6 +16,9 @@ from solrl_core.run.rundir import RunDir
 from solrl_core.run_config import load_run_config
 from solrl_core.run.stage_table import STAGES
 from acceptance_options import acceptance_argv
+
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 
 def test_acceptance_on_cpu_reports_every_step_and_a_failure_stops_none(tmp_path, capsys):
     out = tmp_path / "acc"

@@ -21,6 +21,9 @@ from solrl_core.planner.cost_model import Throughput, forward_seconds
 from solrl_core.planner.gpus import get_gpu
 
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
+
 def _play(monkeypatch, capability, te_ok, te_why="", gpus=2, name="NVIDIA H100 80GB HBM3"):
     """This process sees ``gpus`` CUDA devices of ``capability``, with or without a working TE."""
     play_cuda_devices(monkeypatch, gpus)

@@ -26,6 +26,8 @@ from solrl_core.stages.runner import run_stage
 from solrl_core.stages.transformer_copies import weight_sharing_transformer
 from solrl_core.testing.fake_cuda import fake_cuda
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 TRACED = ["model.compile=true", "model.compile_backend=aot_eager"]
 
 

@@ -20,6 +20,8 @@ from solrl_core.models.sampler import sample
 from solrl_core.models.step_cache import cache_config, enable_step_cache
 from solrl_core.planner import explore_policies as ep
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 TS = {"cache_interval": 2, "disable_cache_before_step": 2}
 
 

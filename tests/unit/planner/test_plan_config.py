@@ -16,6 +16,8 @@ from solrl_core.planner.cost_model import FAMILIES, Shapes, Throughput, iteratio
 from solrl_core.planner.gpus import get_gpu
 from repo_paths import ROOT
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 PRESETS = ROOT / "configs" / "presets"
 
 

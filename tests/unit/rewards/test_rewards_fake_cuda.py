@@ -21,7 +21,7 @@ HALF_ON_CUDA = [name for name in TORCH_REWARDS if REWARDS[name].cuda_dtype == "b
 FLOAT32_MODULES = {"imagereward": {"head"}}
 READ_BACKS = {"to cpu", "numpy"}  # reading a batch's scores; never `.item()` / `.tolist()`
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,9 @@ from solrl_core.run.pool import CandidateWriter, read_table
 from solrl_core.stages.shards import plan_shards
 
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
+
 @pytest.mark.parametrize("n_rows,batch_size,workers", [(16, 2, 2), (17, 2, 3), (5, 4, 8), (96, 32, 4), (1, 1, 1)])
 def test_shard_plan_covers_every_batch_once_in_contiguous_balanced_ranges(n_rows, batch_size, workers):
     shards = plan_shards(n_rows, batch_size, workers)

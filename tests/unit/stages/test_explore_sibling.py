@@ -26,6 +26,8 @@ from solrl_core.stages.context import StageContext
 from solrl_core.stages.quantize import explore_copy
 from solrl_core.stages.runner import run_stage
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 FULL = ["explore.precision=fp32"]  # the copy's weights are then the merged ones themselves
 
 

@@ -32,6 +32,8 @@ from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
 
 from repo_paths import ROOT, TINY
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 BACKBONES = ("embedded", "embedded_video", "flux1", "sd35l", "sana", "qwenimage", "wan")
 # the embedded video model's world in the tiny run (its shipped weights)
 EMBEDDED_VIDEO = ["model.kind=embedded_video", "prompts.train=builtin:motion-train", "eval.prompts=builtin:motion-test",

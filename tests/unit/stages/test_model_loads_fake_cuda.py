@@ -20,6 +20,8 @@ from solrl_core.stages import update
 from solrl_core.stages.runner import run_stage
 from solrl_core.testing.fake_cuda import fake_cuda
 
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 SMALL = ["model.dtype=bfloat16", "prompts.per_iteration=1", "explore.seeds_per_prompt=4", "explore.batch_size=2",
          "explore.steps=2", "select.k=2", "regenerate.steps=2", "regenerate.batch_size=2", "train.micro_batch=4",
          "eval.num_prompts=1", "eval.seeds_per_prompt=2", "eval.steps=2", "eval.batch_size=2"]

@@ -20,6 +20,8 @@ from solrl_core.stages.runner import run_stage
 
 # Flow-GRPO with every step an SDE step (flow_grpo's pickscore_sd3; the testbed's own window is 2 steps) and AWM with
 # 3 times per sample (its 6 would be more strata than a 4-step schedule's 3 steps hold)
+pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
+
 SMALL = ["prompts.per_iteration=2", "explore.seeds_per_prompt=4", "explore.batch_size=4", "train.micro_batch=16",
          "train.lora_rank=4", "train.lora_alpha=8", "eval.every=0", "eval.rewards=null", "eval.gold=null",
          "tracking.grid_prompts=0", "objective.flow_grpo.window_start=0", "objective.flow_grpo.window_size=null",
