@@ -2,9 +2,13 @@
 at the top of the checkout, install as solrl.flows, solrl.tasks and solrl.configs beside solrl/ (the command line)
 and solrl_core/ (the library). Everything else about the package is in pyproject.toml."""
 
+from pathlib import Path
+from runpy import run_path
+
 from setuptools import find_packages, setup
 
-UNDER_SOLRL = ("flows", "tasks", "configs")  # top folders installed as solrl.<folder>
+# top folders installed as solrl.<folder>: written once, in solrl/layout.py (read here without importing solrl)
+UNDER_SOLRL = run_path(str(Path(__file__).resolve().parent / "solrl" / "layout.py"))["UNDER_SOLRL"]
 
 setup(
     packages=find_packages(include=["solrl", "solrl.*", "solrl_core", "solrl_core.*"])

@@ -15,7 +15,7 @@ import pytest
 from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
-from cli_processes import tracking_set
+from cli_processes import SMALLER_AFTER_EXPLORE, tracking_set
 from repo_paths import ROOT, TINY
 from prefect_workers import (
     api,
@@ -30,7 +30,7 @@ from prefect_workers import (
 from solrl_core.run.rundir import STAGES, RunDir
 
 POOL = "fl-pool"
-# 32 candidates committed one by one: a window of many batches to stop explore in
+# 32 candidates committed one by one, at tiny.yaml's steps: a window of many batches to stop explore in
 EXPLORE = ["--set", "explore.seeds_per_prompt=16", "--set", "explore.batch_size=1"]
 ROWS = 2 * 16
 
@@ -59,7 +59,7 @@ def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli
     log = open(tmp_path / "train.log", "w")
     train = subprocess.Popen(
         [sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir),
-         "--no-progress", *EXPLORE, "--set", f"orchestration.work_pools={{explore: {POOL}}}",
+         "--no-progress", *EXPLORE, *SMALLER_AFTER_EXPLORE, "--set", f"orchestration.work_pools={{explore: {POOL}}}",
          *tracking_set(session_env)],
         env=session_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
@@ -90,7 +90,7 @@ def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli
 def test_cancelled_training_flow_leaves_a_run_that_train_resumes(run_cli, session_env, worker, tmp_path):
     run_dir = tmp_path / "cancel"
     partial = run_dir / "iter_0000" / "explore.partial" / "pool.zarr"
-    overrides = [*EXPLORE, *tracking_set(session_env), "--set", "iterations=1"]
+    overrides = [*EXPLORE, *SMALLER_AFTER_EXPLORE, *tracking_set(session_env), "--set", "iterations=1"]
     run_cli("deploy", str(TINY), "--run-dir", str(run_dir), "--name", "cancel-test", *overrides,
             "--set", f"orchestration.work_pools={{explore: {POOL}}}", "--set", f"orchestration.flow_pool={POOL}")
     with api(session_env) as client:

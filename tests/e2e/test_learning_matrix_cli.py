@@ -12,9 +12,10 @@ import yaml
 from repo_paths import ROOT
 from solrl_core.config.learning_status import read_status
 
-SMALL = {"prompts.per_iteration": 2, "explore.batch_size": 48, "regenerate.batch_size": 48, "train.lora_rank": 4,
-         "train.lora_alpha": 8, "eval.num_prompts": 2, "eval.seeds_per_prompt": 2, "eval.steps": 2,
-         "eval.batch_size": 8, "tracking.grid_prompts": 0}
+# N and K as the smaller run's (tests/support/cli_processes.py SMALLER_SETS); the baseline family trains on all N
+SMALL = {"prompts.per_iteration": 2, "explore.seeds_per_prompt": 4, "select.k": 2, "explore.batch_size": 48,
+         "regenerate.batch_size": 48, "train.lora_rank": 4, "train.lora_alpha": 8, "eval.num_prompts": 2,
+         "eval.seeds_per_prompt": 2, "eval.steps": 2, "eval.batch_size": 8, "tracking.grid_prompts": 0}
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """MLflow going away, end to end: a run whose MLflow run is gone (its sqlite store deleted, the run deleted in the UI)
 gets a new MLflow run, said in one line, and the earlier iterations are logged there again; a tracking server that
 dies or stalls (SIGSTOP) mid-run fails `solrl train` in one line within MLflow's bounded request time plus the
-logging thread's wait, the run directory complete and consistent, and the next `solrl train` logs what is missing."""
+logging thread's wait, the run directory complete and consistent, and (the server back) the next `solrl train` logs
+what is missing."""
 
 from __future__ import annotations
 
@@ -163,6 +164,8 @@ def test_a_tracking_server_that_dies_or_stalls_mid_run_fails_the_command_in_one_
 
     run = RunDir(run_dir)  # consistent: no commit left under way, every stage complete or never started
     assert not list(run_dir.glob("iter_*/manifests/*.pending.json")) and not list(run_dir.glob("iter_*/*.partial"))
+    if outage == "stopped":  # the catch-up is the same after either outage: the killed case checks it
+        return
     server.stop()
     server.start()  # the server answers again (same store, same address): the same command catches up
     again = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(run_dir), "--quiet", "--set",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from cli_processes import SMALLER_RUN, SMALLER_SETS
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.grids import Tile, grid_layout
@@ -29,7 +30,8 @@ def trained(session_env, tmp_path_factory):
     base = tmp_path_factory.mktemp("pools")
     (base / "trained_here").mkdir()
     run_dir = base / "tiny"
-    solrl(session_env, "train", str(TINY), "--run-dir", str(run_dir), "--no-progress", cwd=base / "trained_here")
+    solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--run-dir", str(run_dir), "--no-progress",
+          cwd=base / "trained_here")
     info = json.loads((run_dir / "run.json").read_text())
     assert info["tracking_uri"] == f"sqlite:///{base / 'trained_here' / 'mlruns.db'}"
     mlflow.set_tracking_uri(info["tracking_uri"])
@@ -51,7 +53,7 @@ def _download(run_id: str, path: str, dst) -> str:
 @pytest.mark.parametrize("iteration", [0, 1])
 def test_every_iteration_has_its_pool_in_mlflow(trained, iteration, tmp_path):
     run, info = trained
-    cfg = load_config(TINY)
+    cfg = load_config(TINY, SMALLER_SETS)
     run_id, base = info["mlflow_run_id"], f"pool/iter_{iteration:04d}"
     n, p, k = cfg.explore.seeds_per_prompt, cfg.prompts.per_iteration, cfg.select.k
 
@@ -132,7 +134,7 @@ def test_the_run_directory_finds_its_mlflow_run_from_any_folder(trained, run_cli
     link = json.loads(run_cli("inspect", "--run-dir", str(run.root), "--iteration", "0", "--json",
                               cwd=elsewhere).stdout)["mlflow"]
     assert (link["run_id"], link["tracking_uri"], link["logged"]) == (info["mlflow_run_id"], info["tracking_uri"], True)
-    out = run_cli("train", str(TINY), "--run-dir", str(run.root), "--no-progress", cwd=elsewhere).stdout
+    out = run_cli("train", str(TINY), *SMALLER_RUN, "--run-dir", str(run.root), "--no-progress", cwd=elsewhere).stdout
     assert f"--backend-store-uri {info['tracking_uri']} " in out
     assert json.loads((run.root / "run.json").read_text()) == info
     assert not (elsewhere / "mlruns.db").exists() and not (elsewhere / "mlartifacts").exists()
@@ -149,7 +151,7 @@ def test_logging_again_after_a_crash_does_not_duplicate_the_table(trained):
     marker.unlink()  # as if the process died after logging, before writing the marker
     log_iteration(run, load_run_config(run), 0)
     assert marker.is_file()
-    cfg = load_config(TINY)
+    cfg = load_config(TINY, SMALLER_SETS)
     table = _table(info, "pool/iter_0000/candidates.json")
     assert len(table) == cfg.explore.seeds_per_prompt * cfg.prompts.per_iteration
 

@@ -11,14 +11,15 @@ import json
 
 import pytest
 
-from cli_processes import tracking_set
+from cli_processes import SMALLER_SETS, tracking_set
 from repo_paths import TINY
 from solrl_core.run.stage_table import STAGES
 
 pytestmark = pytest.mark.e2e
 
-ITERATIONS = 3
-SMALL = ["explore.seeds_per_prompt=4", "select.k=2", "regenerate.batch_size=2", "train.micro_batch=4",
+ITERATIONS = 2  # a second iteration, and the evaluation after it, reuse what the first loaded
+# the smaller run, with batches small enough that each stage and evaluation has work for both devices
+SMALL = [*SMALLER_SETS, "regenerate.batch_size=2", "train.micro_batch=4",
          "eval.num_prompts=2", "eval.seeds_per_prompt=1", "eval.steps=2", "eval.batch_size=1"]
 
 
@@ -38,8 +39,8 @@ def _records(run_dir) -> dict[str, list[dict]]:
 
 def test_each_device_loads_the_model_once_over_a_run(run_cli, session_env, tmp_path):
     run_dir = tmp_path / "run"
-    settings = [f"iterations={ITERATIONS}", "eval.every=3", "orchestration.devices=[cpu, cpu]", "train.processes=2",
-                *SMALL]
+    settings = [f"iterations={ITERATIONS}", f"eval.every={ITERATIONS}", "orchestration.devices=[cpu, cpu]",
+                "train.processes=2", *SMALL]
     run_cli("train", str(TINY), "--run-dir", str(run_dir), "--quiet", *tracking_set(session_env),
             *[arg for setting in settings for arg in ("--set", setting)], timeout=900)
     records = _records(run_dir)

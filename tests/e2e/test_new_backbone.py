@@ -10,9 +10,12 @@ import shutil
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 
 from repo_paths import ROOT
+from solrl.layout import UNDER_SOLRL
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +60,9 @@ print("ok")
 
 
 def _checkout_copy(dest) -> None:
-    """The checkout's files as git knows them (tracked and new, not ignored), copied to `dest`."""
+    """The checkout's files as git knows them (tracked and new, not ignored), copied to `dest`, laid out as the
+    install maps them: solrl.flows, solrl.tasks and solrl.configs are the copy's own top folders (links under
+    solrl/), so that the copy on PYTHONPATH shadows the installed package whole, its configs/ included."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
@@ -65,6 +70,8 @@ def _checkout_copy(dest) -> None:
         if source.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
+    for folder in UNDER_SOLRL:
+        (dest / "solrl" / folder).symlink_to(Path("..") / folder, target_is_directory=True)
 
 
 def test_a_new_backbone_is_its_spec_and_its_part(tmp_path):

@@ -33,11 +33,12 @@ def status(run_cli, run_dir):
 
 def test_one_iteration_of_the_demo_config(run_cli, session_env, tmp_path):
     run_dir = tmp_path / "demo"
-    # the demo's iteration whole; its evaluation (104 samples, twice) smaller: it cost more than the iteration
-    smaller_eval = ["eval.num_prompts=4", "eval.seeds_per_prompt=2"]
+    # the demo's iteration as shipped (its N, K, steps, precisions, update) over 2 of its 8 prompts, and its
+    # evaluation (104 samples, twice) smaller: what is checked is per prompt, and the full sizes cost 4 times more
+    smaller = ["prompts.per_iteration=2", "eval.num_prompts=4", "eval.seeds_per_prompt=2"]
     run_cli("train", str(ROOT / "configs" / "demo.yaml"), "--iterations", "1", "--run-dir", str(run_dir),
-            "--no-progress", *(a for s in smaller_eval for a in ("--set", s)), *tracking_set(session_env))
-    cfg = load_config(ROOT / "configs" / "demo.yaml", smaller_eval)
+            "--no-progress", *(a for s in smaller for a in ("--set", s)), *tracking_set(session_env))
+    cfg = load_config(ROOT / "configs" / "demo.yaml", smaller)
     st = status(run_cli, run_dir)
     assert [it["stages"] for it in st["iterations"]] == [{s: "complete" for s in STAGES}]
     assert st["mlflow"]["run_id"] and st["mlflow"]["tracking_uri"] == session_env["SOLRL_TEST_TRACKING_URI"]
@@ -147,8 +148,9 @@ def _compare_runs(a: Path, b: Path, iterations: int) -> None:
 
 
 def test_sigkill_inside_explore_then_resume_matches_uninterrupted_run(run_cli, session_env, tmp_path):
+    # 16 seeds one at a time: a kill lands inside the explore; the fewest steps: what is compared is bits, not quality
     sets = [*tracking_set(session_env), "--no-progress", "--set", "explore.seeds_per_prompt=16",
-            "--set", "explore.batch_size=1"]
+            "--set", "explore.batch_size=1", "--set", "explore.steps=2", "--set", "regenerate.steps=2"]
     reference = tmp_path / "reference"
     run_cli("train", str(TINY), "--run-dir", str(reference), *sets)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_processes import SMALLER_RUN, sigint_as_at_a_terminal, solrl, tracking_set, wait_for_path
+from cli_processes import SMALLER_EVAL, SMALLER_RUN, sigint_as_at_a_terminal, solrl, tracking_set, wait_for_path
 from repo_paths import ROOT, TINY
 from solrl_core.run.rundir import STAGES, RunDir
 
@@ -149,8 +149,8 @@ def test_orphan_guard_stops_the_child_of_a_killed_parent(tmp_path):
 def test_commands_with_nothing_to_compute_start_no_prefect_server(session_env, tmp_path):
     run_dir = tmp_path / "run"
     args = ["--run-dir", str(run_dir)]
-    solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--iterations", "1", "--no-progress", *args,
-          *tracking_set(session_env))
+    train = ["train", str(TINY), *SMALLER_RUN, *SMALLER_EVAL, "--iterations", "1", *args]
+    solrl(session_env, *train, "--no-progress", *tracking_set(session_env))
 
     computing = no_server_env(session_env, tmp_path / "home-eval")
     first = solrl(computing, "eval", "--step", "1", *args)  # computes: a flow on a temporary server
@@ -163,6 +163,6 @@ def test_commands_with_nothing_to_compute_start_no_prefect_server(session_env, t
     assert "already complete" in solrl(env, "stage", "update", "--iteration", "0", *args).stdout
     assert "iterations   : 1 of 1 complete" in solrl(env, "status", *args).stdout
     with RunDir(run_dir).hold():
-        held = solrl(env, "train", str(TINY), *SMALLER_RUN, "--iterations", "1", *args, check=False)
+        held = solrl(env, *train, check=False)
     assert held.returncode == 2 and "is held by" in held.stderr
     assert not (tmp_path / "home" / SERVER_DB).exists()

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cli_processes import tracking_set
+from cli_processes import SMALLER_RUN, tracking_set
 from repo_paths import ROOT, TINY
 from screen_replay import BARS, rows_per_bar
 
@@ -61,7 +61,7 @@ def assert_one_bar_per_stage_in_place(output: str, stages) -> None:
 
 def train_in_pty(session_env: dict[str, str], run_dir, *overrides: str) -> str:
     env = {**session_env, "TERM": "xterm"}
-    code, output = run_in_pty([sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1",
+    code, output = run_in_pty([sys.executable, "-m", "solrl", "train", str(TINY), *SMALLER_RUN, "--iterations", "1",
                                "--run-dir", str(run_dir), *tracking_set(session_env), *overrides], env)
     assert code == 0, output[-4000:]
     assert "trained 1 iteration" in output

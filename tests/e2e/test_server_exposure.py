@@ -54,7 +54,7 @@ def _wait(url: str, proc: subprocess.Popen, log, seconds: float = 240) -> None:
         except OSError:
             assert proc.poll() is None, f"the server exited; see {log}"
             assert time.monotonic() < deadline, f"the server did not answer; see {log}"
-            time.sleep(1)
+            time.sleep(0.2)
 
 
 def _clean(session_env: dict[str, str]) -> dict[str, str]:

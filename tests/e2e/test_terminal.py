@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cli_processes import solrl, tracking_set
+from cli_processes import SMALLER_RUN, solrl, tracking_set
 from repo_paths import TINY
 
 
@@ -15,8 +15,8 @@ from repo_paths import TINY
 def quiet_run(session_env, tmp_path_factory):
     """One tiny iteration with an evaluation after it, trained with --quiet."""
     run_dir = tmp_path_factory.mktemp("terminal") / "run"
-    proc = solrl(session_env, "train", str(TINY), "--iterations", "1", "--run-dir", str(run_dir), "--quiet",
-                 "--set", "eval.every=1", "--set", "eval.num_prompts=1", "--set", "eval.seeds_per_prompt=2",
+    proc = solrl(session_env, "train", str(TINY), *SMALLER_RUN, "--iterations", "1", "--run-dir", str(run_dir),
+                 "--quiet", "--set", "eval.every=1", "--set", "eval.num_prompts=1", "--set", "eval.seeds_per_prompt=2",
                  *tracking_set(session_env))
     return run_dir, proc
 

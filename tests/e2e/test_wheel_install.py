@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli_processes import tracking_set
+from solrl.layout import UNDER_SOLRL
 from repo_paths import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.e2e
 # What a wheel is built from (a build in the checkout itself would write build/ and *.egg-info there, and a stale
 # build/lib would end up in the wheel).
 BUILD_FILES = ("pyproject.toml", "setup.py", "README.md")
-PACKAGES = ("solrl", "solrl_core", "flows", "tasks", "configs")
-USERS_OWN = ("flows", "tasks", "configs")  # generic names a user's project may have packages of
+PACKAGES = ("solrl", "solrl_core", *UNDER_SOLRL)
+USERS_OWN = UNDER_SOLRL  # generic names a user's project may have packages of
 # The demo at test size (tests/configs/tiny.yaml's sizes), its held-out evaluation kept, small, so that the packaged
 # learned scorer is loaded too.
 SMALL = ["prompts.per_iteration=2", "explore.seeds_per_prompt=8", "explore.batch_size=8", "explore.steps=3",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_processes import tracking_set
+from cli_processes import SMALLER_AFTER_EXPLORE, tracking_set
 from repo_paths import ROOT, TINY
 from solrl.flows.deploy import HEARTBEAT_AUTOMATION, HEARTBEAT_SECONDS, ensure_heartbeat_automation
 from prefect_workers import (
@@ -85,7 +85,8 @@ def test_stage_run_of_a_lost_worker_is_crashed_by_heartbeat_and_rerun(run_cli, s
         with process_workers(session_env, [POOL], tmp_path / "lost") as (worker,):
             train = subprocess.Popen(
                 [sys.executable, "-m", "solrl", "train", str(TINY), "--iterations", "1", "--run-dir",
-                 str(run_dir), "--no-progress", *EXPLORE, "--set", f"orchestration.work_pools={{explore: {POOL}}}",
+                 str(run_dir), "--no-progress", *EXPLORE, *SMALLER_AFTER_EXPLORE,
+                 "--set", f"orchestration.work_pools={{explore: {POOL}}}",
                  "--set", f"orchestration.heartbeat_timeout={TIMEOUT}", *tracking_set(session_env)],
                 env=session_env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )

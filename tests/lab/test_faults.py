@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_processes import smaller_sections
 from repo_paths import ROOT, TINY
 from solrl_core.lab.faults import damage, outcome, procs, run_catalogue
 from solrl_core.lab.faults.catalogue import BY_NAME, CASES, KINDS
@@ -29,7 +30,11 @@ SUBSET = ("config-not-utf8", "run-dir-is-file", "stage-iteration-negative", "sco
 def catalogue(session_env, tmp_path_factory) -> run_catalogue.Context:
     out = tmp_path_factory.mktemp("faults")
     env = {**session_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), session_env.get("PYTHONPATH")]))}
-    ctx = run_catalogue.Context(out=out, base_config=TINY, env=env, cwd=ROOT, timeout_s=300,
+    # the tiny run at the smaller run's sizes (tests/support/cli_processes.py): a case checks where a run stops and
+    # what it resumes to, not what it learns, and each runs it two or three times
+    base = out / "smaller.yaml"
+    base.write_text(json.dumps({"extends": str(TINY), **smaller_sections()}))
+    ctx = run_catalogue.Context(out=out, base_config=base, env=env, cwd=ROOT, timeout_s=300,
                          say=lambda line: None)
     run_catalogue.build_reference(ctx)
     return ctx

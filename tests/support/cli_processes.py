@@ -77,6 +77,23 @@ def assert_one_line_error(proc, *needles):
 # the tiny run, smaller still, for the tests about processes, servers and stores
 SMALLER_SETS = ["explore.seeds_per_prompt=4", "select.k=2", "explore.steps=2", "regenerate.steps=2"]
 SMALLER_RUN = [a for s in SMALLER_SETS for a in ("--set", s)]
+# the later stages alone at those sizes: for tests whose explore must stay slow enough to be stopped inside
+SMALLER_AFTER_EXPLORE = [a for s in SMALLER_SETS if not s.startswith("explore.") for a in ("--set", s)]
+# the held-out evaluation as small (the tiny run otherwise takes the demo's: 104 samples at 10 steps)
+SMALLER_EVAL = [a for s in ("eval.num_prompts=2", "eval.seeds_per_prompt=2", "eval.steps=2") for a in ("--set", s)]
+
+
+def smaller_sections() -> dict:
+    """SMALLER_SETS as config sections ({"explore": {"seeds_per_prompt": 4, ...}, ...}), for a config file that
+    extends the tiny run."""
+    import yaml
+
+    sections: dict = {}
+    for item in SMALLER_SETS:
+        key, value = item.split("=", 1)
+        section, name = key.split(".")
+        sections.setdefault(section, {})[name] = yaml.safe_load(value)
+    return sections
 
 
 def wait_for_path(path: Path, proc: subprocess.Popen, seconds: float = 600) -> None:

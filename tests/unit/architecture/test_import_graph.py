@@ -13,9 +13,11 @@ import ast
 import importlib
 from pathlib import Path
 
+from solrl.layout import UNDER_SOLRL
+
 # The installed packages and where their sources are: solrl.flows, solrl.tasks and solrl.configs are the checkout's
-# top folders flows/, tasks/ and configs/ (setup.py), so a module's name is read from the package, not its path.
-PACKAGES = ("solrl_core", "solrl", "solrl.flows", "solrl.tasks", "solrl.configs")
+# top folders flows/, tasks/ and configs/ (solrl/layout.py), so a module's name is read from the package, not its path.
+PACKAGES = ("solrl_core", "solrl", *(f"solrl.{folder}" for folder in UNDER_SOLRL))
 FOLDERS = {package: Path(importlib.import_module(package).__file__).parent for package in PACKAGES}
 
 

@@ -1,5 +1,6 @@
-"""The GPU paths without a GPU: every stage of an iteration and the evaluation, for the embedded model and each real
-backbone (tiny random weights), with the model in bf16 on a CUDA device faked by solrl_core/testing/fake_cuda.py.
+"""The GPU paths without a GPU: every stage of an iteration and the evaluation, for the embedded models and each real
+backbone (each its classes at tiny sizes, random weights: the embedded ones at one layer), with the model in bf16 on a
+CUDA device faked by solrl_core/testing/fake_cuda.py.
 
 On a CPU every tensor lives on one device, so a CPU tensor meeting the model's weights (noise drawn on the CPU and
 never moved, conditioning pulled to the input's device, a constant made without a device) goes unnoticed; here it
@@ -30,6 +31,7 @@ from solrl_core.run.stage_table import STAGES
 from solrl_core.testing.fake_cuda import fake_cuda
 from solrl_core.models.text_cache import CACHE_DIR, TextCache, run_prompts
 
+from one_layer_embedded import one_layer_embedded
 from repo_paths import ROOT, TINY
 
 pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
@@ -49,15 +51,17 @@ SMALL = ["model.device=cuda", "model.dtype=bfloat16", "prompts.per_iteration=1",
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    """model -> the directory `solrl make-tiny` writes (tiny model, rewards, prompts, run overrides), made when first
-    asked for."""
+    """model -> the directory `solrl make-tiny` writes (tiny model, rewards, prompts, run overrides), or for the
+    embedded models their one-layer copies (tests/support/one_layer_embedded.py), made when first asked for."""
     from solrl_core.tiny_bundle import make_tiny_bundle
 
     made: dict[str, str] = {}
 
     def get(model: str) -> str:
         if model not in made:
-            made[model] = str(make_tiny_bundle(model, tmp_path_factory.mktemp(model))["dir"])
+            out = tmp_path_factory.mktemp(model)
+            made[model] = (one_layer_embedded(model, out) if model.startswith("embedded")
+                           else str(make_tiny_bundle(model, out)["dir"]))
         return made[model]
 
     return get
@@ -66,7 +70,7 @@ def tiny_models(tmp_path_factory):
 def _config(model: str, tiny_models, *overrides):
     if model.startswith("embedded"):
         world = EMBEDDED_VIDEO if model == "embedded_video" else []
-        return load_config(TINY, [*world, *SMALL, "eval.every=1", *overrides])
+        return load_config(TINY, [*world, f"model.path={tiny_models(model)}", *SMALL, "eval.every=1", *overrides])
     preset = ROOT / "configs" / "presets" / f"{model}_sol_rl_pickscore.yaml"
     return load_config(preset, [f"model.path={tiny_models(model)}", *SMALL, "eval.every=1", "train.processes=1",
                                 "train.dist_backend=gloo", *overrides])
@@ -152,7 +156,7 @@ def test_an_explore_with_full_precision_steps_runs_on_a_faked_gpu(model, tiny_mo
         model_of_steps = explore_sampler(StageContext(run, cfg, 0, False), backbone)
         on_device = {k: v.to("cuda") for k, v in cond.items()}
         syncs = len(gpu.syncs)
-        for steps in (3, 5):
+        for steps in (3, 4):
             assert sample(backbone, model_of_steps, on_device, backbone.initial_noise([1, 2]), steps).x0.is_cuda
             assert sample_sde(backbone, model_of_steps, on_device, [1, 2], steps, noise_level=0.7).x0.is_cuda
         assert gpu.syncs[syncs:] == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from one_layer_embedded import one_layer_embedded
 from repo_paths import TINY
 from solrl_core.config.loading import load_config
 from solrl_core.evaluate import run_eval
@@ -36,6 +37,12 @@ def _run(path, cfg) -> RunDir:
     return run
 
 
+@pytest.fixture(scope="module")
+def one_layer(tmp_path_factory) -> str:
+    """`model.path=` of the embedded model at one layer (tests/support/one_layer_embedded.py)."""
+    return f"model.path={one_layer_embedded('embedded', tmp_path_factory.mktemp('embedded'))}"
+
+
 @pytest.fixture
 def no_cached_models():
     cache.drop_models()
@@ -43,8 +50,8 @@ def no_cached_models():
     cache.drop_models()  # no fake-device model outlives the test in this process's cache
 
 
-def test_model_device_cuda0_loads_the_model_once(tmp_path, no_cached_models, one_torch_thread):
-    cfg = load_config(TINY, ["model.device=cuda:0", *SMALL])
+def test_model_device_cuda0_loads_the_model_once(tmp_path, one_layer, no_cached_models, one_torch_thread):
+    cfg = load_config(TINY, ["model.device=cuda:0", one_layer, *SMALL])
     run = _run(tmp_path / "run", cfg)
     before = cache.model_loads()
     with fake_cuda():
@@ -55,8 +62,8 @@ def test_model_device_cuda0_loads_the_model_once(tmp_path, no_cached_models, one
     assert run.manifest(0, "update")["summary"]["shards"][0]["model_loads"] == cache.model_loads()
 
 
-def test_a_torchrun_update_starts_when_this_process_holds_no_model(tmp_path, no_cached_models, monkeypatch,
-                                                                     one_torch_thread):
+def test_a_torchrun_update_starts_when_this_process_holds_no_model(tmp_path, one_layer, no_cached_models,
+                                                                     monkeypatch, one_torch_thread):
     """Two GPUs, the stages here (one after another, each on its GPU), the update's two ranks by torchrun."""
     held_at_launch = []
 
@@ -65,7 +72,7 @@ def test_a_torchrun_update_starts_when_this_process_holds_no_model(tmp_path, no_
         raise RuntimeError("torchrun is not started in this test")
 
     monkeypatch.setattr(update, "launch_update", launch)
-    cfg = load_config(TINY, ["model.device=cuda", "train.processes=2", "train.dist_backend=nccl", *SMALL])
+    cfg = load_config(TINY, ["model.device=cuda", "train.processes=2", "train.dist_backend=nccl", one_layer, *SMALL])
     run = _run(tmp_path / "run", cfg)
     with fake_cuda(device_count=2):
         for stage in STAGES[:-1]:
