@@ -29,6 +29,8 @@ from solrl_core.frames import evenly_spaced
 
 DType = Literal["float32", "float16", "bfloat16"]
 COMMON_KEYS = frozenset({"batch_size", "device", "dtype", "video_frames"})
+# a reward served by `solrl serve-reward` instead of loaded here: any reward takes them (solrl_core/rewards/remote.py)
+REMOTE_KEYS = frozenset({"url", "timeout_s", "retries", "concurrency"})
 CPU_DTYPE: DType = "float32"
 
 
@@ -52,6 +54,12 @@ class RewardModelSpec(BaseModel):
     dtype: DType | None = Field(None, description="weights/activations dtype; default: bfloat16 on a CUDA device, "
                                 "float32 on the CPU")
     allow_download: bool = Field(False, description="fetch missing files from the Hugging Face hub")
+    url: str | None = Field(None, pattern=r"^https?://\S+$", description="score through the reward server at "
+                            "this URL (`solrl serve-reward NAME`) instead of loading the reward here")
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="url: seconds one request may take")
+    retries: int = Field(4, ge=0, le=20, strict=True, description="url: tries after a failed request (connection, "
+                         "timeout, 408, 429, 5xx), with a doubling back-off")
+    concurrency: int = Field(4, ge=1, le=64, strict=True, description="url: requests in flight at once")
     video_frames: int | None = Field(
         None, ge=1, le=MAX_FRAMES, strict=True,
         description="videos: how many frames an image reward scores, evenly spaced from the first to the last, the "
@@ -77,9 +85,10 @@ def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec
                 raise SolrlError(f"reward_models.{cut(name)}: unknown key '{cut(key)}'") from None
             raise SolrlError(f"reward_models.{cut(name)}.{key}: {err['msg']} "
                              f"(got {excerpt(err.get('input'))})") from None
-    extra = sorted(k for k in spec.model_fields_set if k not in allowed | COMMON_KEYS | {"allow_download"})
+    takes = allowed | COMMON_KEYS | REMOTE_KEYS | {"allow_download"}
+    extra = sorted(k for k in spec.model_fields_set if k not in takes)
     if extra:
-        known = ", ".join(sorted(allowed | COMMON_KEYS | {"allow_download"}))
+        known = ", ".join(sorted(takes))
         raise SolrlError(f"reward_models.{name}: key '{extra[0]}' does not apply to {name} (it takes: {known})")
     return spec
 

@@ -101,8 +101,13 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
     with _lock:
         reward = _cache.get(key)
         if reward is None:
-            with plugin_code(name, "reward", "load"):  # a plug-in's load (and constructor): one line
-                reward = reward_class(name).load(spec)
+            if spec.url:  # served elsewhere: its files and model are the server's
+                from solrl_core.rewards.remote import RemoteReward
+
+                reward = RemoteReward(name, spec)
+            else:
+                with plugin_code(name, "reward", "load"):  # a plug-in's load (and constructor): one line
+                    reward = reward_class(name).load(spec)
             reward.video_frames = spec.video_frames  # every reward's, whatever its own load reads
             _cache[key] = reward
     return reward
@@ -142,7 +147,7 @@ def preflight_rewards(weights: Mapping[str, float], models: ModelsConfig | None 
     check_reward_names(weights)
     for name in weights:
         cls = reward_class(name)
-        if cls.needs_weights:
+        if cls.needs_weights and not spec_for(name, models).url:  # a served reward's files are the server's
             with plugin_code(name, "reward", "resolve"):
                 cls.resolve(spec_for(name, models))
 

@@ -78,6 +78,7 @@ S3_RUN = "tests/e2e/test_s3_rundir.py::test_one_iteration_into_s3"  # train and 
 CALIBRATE = "tests/unit/planner/test_explore_policies.py::test_calibrate_explore_writes_a_config_that_trains"
 SIBLING_DISTILL = "tests/lab/test_embedded_sibling.py::test_distill_sibling_writes_a_model_directory_to_explore_with"
 REPORT_ONLY = "tests/unit/bench/test_bench_stats.py::test_solrl_bench_quick_errors_are_one_line"  # --report-only, shipped config
+SERVE_REWARD = "tests/e2e/test_serve_reward.py::test_a_served_reward_scores_a_batch_as_in_process"
 
 HERE = "run by this file"
 CHECKED = "checked by this file, not run"  # environment commands; a benchmark of minutes: its options and files
@@ -94,6 +95,7 @@ SOLRL_SUBCOMMANDS = {
     "presets": "tests/unit/config/test_packaged_configs.py::test_presets_lists_every_packaged_config_with_model_family_objective_and_reward",
     "calibrate-explore": CALIBRATE,
     "distill-sibling": SIBLING_DISTILL,
+    "serve-reward": SERVE_REWARD,
 }
 SOLRL_CONCRETE = {
     "solrl doctor --gpu-bench": "tests/e2e/test_doctor_gpu_bench.py::test_gpu_bench_without_cuda_is_one_line_exit_2_and_imports_no_prefect",
@@ -138,6 +140,7 @@ SOLRL_CONCRETE = {
     "solrl plan flux1 --gpu h100": HERE,
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,
+    "solrl serve-reward pickscore --config flux1_sol_rl_pickscore --port 8000": SERVE_REWARD,  # a tiny reward there
     "solrl bench configs/bench.yaml --report-only": REPORT_ONLY,
     # after `make demo` (README, docs/getting-started.md): the same commands run here on a tiny run
     "solrl status --run-dir runs/demo": HERE,
