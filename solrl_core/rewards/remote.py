@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import numpy as np
 
 from solrl_core.errors import SolrlError
@@ -37,8 +38,6 @@ class RemoteReward(Reward):
     summary = "a reward scored by `solrl serve-reward` at reward_models.<name>.url"
 
     def __init__(self, name: str, spec: RewardModelSpec):
-        import httpx
-
         self.name = name
         self.url = spec.url.rstrip("/")
         self.retries = spec.retries
@@ -53,14 +52,15 @@ class RemoteReward(Reward):
         self.served_fingerprint = str(served["fingerprint"])
         self.takes_videos = bool(served.get("takes_videos", False))
         super().__init__(batch_size=spec.batch_size or int(served["batch_size"]))
+        try:
+            as_served = json.loads(self.served_fingerprint)
+        except ValueError:  # a plug-in's own form
+            as_served = self.served_fingerprint
+        # the served reward's, not this client's: where it is served from does not change its scores
+        self._fingerprint = json.dumps({"name": self.name, "served": as_served}, sort_keys=True)
 
     def fingerprint(self) -> str:
-        """The served reward's, not this client's: where it is served from does not change its scores."""
-        try:
-            served = json.loads(self.served_fingerprint)
-        except ValueError:  # a plug-in's own form
-            served = self.served_fingerprint
-        return json.dumps({"name": self.name, "served": served}, sort_keys=True)
+        return self._fingerprint
 
     def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
         images = np.asarray(images)
@@ -69,15 +69,11 @@ class RemoteReward(Reward):
         prompts = [str(p) for p in prompts]
         starts = list(range(0, len(images), self.batch_size))
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            out = list(pool.map(lambda start: self._score_batch_checked(images[start:start + self.batch_size],
-                                                                      prompts[start:start + self.batch_size]),
-                                starts))
+            out = list(pool.map(lambda start: self.score_batch(images[start:start + self.batch_size],
+                                                             prompts[start:start + self.batch_size]), starts))
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        return self._score_batch_checked(images, prompts)
-
-    def _score_batch_checked(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
         answer = self._call("POST", "/score", content=encode_request(images, prompts),
                             headers={"content-type": MEDIA_TYPE}).json()
         if answer.get("fingerprint") != self.served_fingerprint:
@@ -90,8 +86,6 @@ class RemoteReward(Reward):
 
     def _call(self, method: str, path: str, **kwargs):
         """The server's answer to one request, tried again on what passes (connection, timeout, 408/429/5xx)."""
-        import httpx
-
         cause = ""
         for attempt in range(self.retries + 1):
             wait = min(BACKOFF_S * 2 ** attempt, MAX_BACKOFF_S)

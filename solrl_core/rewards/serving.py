@@ -1,5 +1,5 @@
 """Any registered reward served over HTTP (`solrl serve-reward`), on FastAPI and uvicorn: the libraries solrl already
-runs for Prefect's server, so serving adds no dependency (LitServe, the other candidate, is not one).
+runs for Prefect's server, so serving adds no package to the install (LitServe, the other candidate, would).
 
 GET  /health  {"status": "ok", "name", "solrl" (the server's version), "fingerprint" (the loaded reward's: files,
               batch size, device, dtype), "batch_size", "takes_videos"}
@@ -26,13 +26,11 @@ from solrl_core.rewards.base import Reward
 from solrl_core.rewards.wire import decode_request
 
 
-def health(reward: Reward) -> dict:
-    return {"status": "ok", "name": reward.name, "solrl": __version__, "fingerprint": reward.fingerprint(),
-            "batch_size": reward.batch_size, "takes_videos": reward.takes_videos}
-
-
 def build_app(reward: Reward, token: str | None = None):
     """The FastAPI app serving `reward`."""
+    fingerprint = reward.fingerprint()  # the loaded reward's, fixed while it is served
+    health = {"status": "ok", "name": reward.name, "solrl": __version__, "fingerprint": fingerprint,
+              "batch_size": reward.batch_size, "takes_videos": reward.takes_videos}
     app = FastAPI(title=f"solrl reward {reward.name}", version=__version__, docs_url=None, redoc_url=None)
     lock = threading.Lock()
 
@@ -46,7 +44,7 @@ def build_app(reward: Reward, token: str | None = None):
 
     @app.get("/health", dependencies=[Depends(authorised)])
     def get_health() -> dict:
-        return health(reward)
+        return health
 
     def score(body: bytes) -> dict:
         try:
@@ -60,7 +58,7 @@ def build_app(reward: Reward, token: str | None = None):
                 raise HTTPException(status_code=422, detail=one_line(str(exc))) from None
             except Exception as exc:  # noqa: BLE001 - the client gets the reward's failure in one line
                 raise HTTPException(status_code=500, detail=one_line(f"{type(exc).__name__}: {exc}")) from None
-        return {"scores": [float(s) for s in scores], "fingerprint": reward.fingerprint()}
+        return {"scores": [float(s) for s in scores], "fingerprint": fingerprint}
 
     @app.post("/score", dependencies=[Depends(authorised)])
     async def post_score(request: Request) -> dict:

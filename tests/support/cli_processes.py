@@ -85,15 +85,10 @@ SMALLER_EVAL = [a for s in ("eval.num_prompts=2", "eval.seeds_per_prompt=2", "ev
 
 def smaller_sections() -> dict:
     """SMALLER_SETS as config sections ({"explore": {"seeds_per_prompt": 4, ...}, ...}), for a config file that
-    extends the tiny run."""
-    import yaml
+    extends the tiny run (read as `--set` reads them)."""
+    from solrl_core.config.schema import apply_overrides
 
-    sections: dict = {}
-    for item in SMALLER_SETS:
-        key, value = item.split("=", 1)
-        section, name = key.split(".")
-        sections.setdefault(section, {})[name] = yaml.safe_load(value)
-    return sections
+    return apply_overrides({}, SMALLER_SETS)
 
 
 def wait_for_path(path: Path, proc: subprocess.Popen, seconds: float = 600) -> None:
