@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import cut, excerpt
@@ -56,15 +56,51 @@ class RewardModelSpec(BaseModel):
     allow_download: bool = Field(False, description="fetch missing files from the Hugging Face hub")
     url: str | None = Field(None, pattern=r"^https?://\S+$", description="score through the reward server at "
                             "this URL (`solrl serve-reward NAME`) instead of loading the reward here")
-    timeout_s: float = Field(120.0, gt=0, le=3600, description="url: seconds one request may take")
-    retries: int = Field(4, ge=0, le=20, strict=True, description="url: tries after a failed request (connection, "
-                         "timeout, 408, 429, 5xx), with a doubling back-off")
-    concurrency: int = Field(4, ge=1, le=64, strict=True, description="url: requests in flight at once")
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="url, endpoint: seconds one request may take")
+    retries: int = Field(4, ge=0, le=20, strict=True, description="url, endpoint: tries after a failed request "
+                         "(connection, timeout, 408, 429, 5xx), with a doubling back-off")
+    concurrency: int = Field(4, ge=1, le=64, strict=True, description="url, endpoint: requests in flight at once")
+    # chat_judge: a VLM through an OpenAI-compatible chat endpoint (solrl_core/rewards/chat_judge.py)
+    endpoint: str | None = Field(None, pattern=r"^https?://\S+$", description="chat_judge: the chat server's base "
+                                 "URL (vLLM, SGLang: http://HOST:8000/v1)")
+    model: str | None = Field(None, description="chat_judge: the served model to ask; default: the endpoint's only one")
+    template: str | None = Field(None, description="chat_judge: the question sent with each image, {prompt} standing "
+                                 "for its prompt; default: a 1-10 rating of prompt match and quality")
+    parser: str = Field("number", description="chat_judge: number | yes_no | regex:PATTERN (one group: the score)")
+    score_range: tuple[float, float] | None = Field(None, description="chat_judge: [low, high] of the answer's "
+                                                    "scale, mapped onto 0..1 (answers outside are unparsable); "
+                                                    "default [1, 10]")
+    temperature: float = Field(0.0, ge=0, le=2, description="chat_judge: sampling temperature of the first ask")
+    max_tokens: int = Field(16, ge=1, le=32768, strict=True, description="chat_judge: tokens an answer may take")
+    image_size: int | None = Field(None, ge=16, le=8192, strict=True, description="chat_judge: the longer side "
+                                   "images are sent at (resized); default: as generated")
+    api_key_env: str = Field("SOLRL_JUDGE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="chat_judge: "
+                             "the environment variable holding the endpoint's API key (never the key itself)")
+    answer_retries: int = Field(2, ge=0, le=10, strict=True, description="chat_judge: times an answer without a "
+                                "score (a refusal, or one the parser cannot read) is asked again")
     video_frames: int | None = Field(
         None, ge=1, le=MAX_FRAMES, strict=True,
         description="videos: how many frames an image reward scores, evenly spaced from the first to the last, the "
         "video's score their mean (Flow-Factory's PickScore averages every frame, its CLIP score takes the first); "
         "null = every frame")
+
+    @field_validator("parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        from solrl_core.rewards.chat_answers import ScoreRange, answer_parser
+
+        try:
+            answer_parser(value, ScoreRange(0.0, 1.0))
+        except SolrlError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("score_range")
+    @classmethod
+    def _increasing(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] < value[1]:
+            raise ValueError("needs [low, high] with low < high")
+        return value
 
 
 def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec:
@@ -83,7 +119,8 @@ def parse_spec(name: str, data: Any, allowed: frozenset[str]) -> RewardModelSpec
             key = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
                 raise SolrlError(f"reward_models.{cut(name)}: unknown key '{cut(key)}'") from None
-            raise SolrlError(f"reward_models.{cut(name)}.{key}: {err['msg']} "
+            message = err["msg"].removeprefix("Value error, ")  # a validator's own words, as it wrote them
+            raise SolrlError(f"reward_models.{cut(name)}.{key}: {message} "
                              f"(got {excerpt(err.get('input'))})") from None
     takes = allowed | COMMON_KEYS | REMOTE_KEYS | {"allow_download"}
     extra = sorted(k for k in spec.model_fields_set if k not in takes)
@@ -126,6 +163,7 @@ class Reward:
     needs: ClassVar[str] = "nothing"  # what files it needs, for `solrl rewards list`
     source: ClassVar[str] = ""  # where to get them
     needs_weights: ClassVar[bool] = False
+    needs_server: ClassVar[bool] = False  # asks a server it does not start (loading it asks the server)
     spec_keys: ClassVar[frozenset[str]] = frozenset()  # spec keys besides batch_size/device/dtype/allow_download
     default_batch_size: ClassVar[int] = 64
     uses_torch: ClassVar[bool] = False

@@ -22,6 +22,7 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward, RewardModelSpec, check_finite, parse_spec
+from solrl_core.rewards.chat_judge import ChatJudge
 from solrl_core.plugins import import_plugin, is_plugin, plugin_code
 from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
 from solrl_core.rewards.hps import HPSv2
@@ -37,7 +38,7 @@ REWARDS: dict[str, type[Reward]] = {
     cls.name: cls
     for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward,
                 LearnedEmbeddedReward, TemporalConsistency, EmbeddedMotionReward, EmbeddedMotionAppearance,
-                EmbeddedMotionMove)
+                EmbeddedMotionMove, ChatJudge)
 }
 
 _configured: dict[str, RewardModelSpec] = {}

@@ -6,15 +6,10 @@ one; a server beyond loopback needs its token."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import threading
-import time
 
 import numpy as np
 import pytest
-import uvicorn
 
 from solrl.cli.main import main
 from solrl_core.errors import SolrlError
@@ -25,27 +20,8 @@ from solrl_core.rewards.tiny import sample_batch
 from solrl_core.rewards.wire import TOKEN_VARIABLE, encode_request
 from solrl_core.worlds import motion
 
+from local_servers import serving
 from reward_helpers import mixed_batch
-
-
-@contextlib.contextmanager
-def serving(app):
-    """`app` on uvicorn at 127.0.0.1 (a port of its own) in a thread; yields its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the reward server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @pytest.fixture(autouse=True)
