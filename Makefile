@@ -13,7 +13,7 @@ help:
 	@echo "make test-fast - set up, then run the unit tests that start no process or server and are not slow (pytest -m 'not e2e and not slow', one worker per core)"
 	@echo "make bench  - set up, then the baseline against sol_rl over 5 seeds (about an hour on 2 cores) -> runs/bench/report.md"
 	@echo "make setup  - create $(VENV) and install solrl with pinned dependencies (constraints.txt)"
-	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on $(SERVER_HOST) (SERVER_HOST=...: docs/security.md)"
+	@echo "make server - Prefect (PREFECT_PORT=$(PREFECT_PORT)) and MLflow (MLFLOW_PORT=$(MLFLOW_PORT)) servers on $(SERVER_HOST) (SERVER_HOST=...: docs/security.md; SERVER_DATABASE=postgresql://USER@HOST:PORT: docs/operations.md)"
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,12 +48,16 @@ bench: setup
 # flows/servers.py starts Prefect so that its UI calls the API on PREFECT_PORT.
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
-MLFLOW_STORE ?= sqlite:///$(CURDIR)/mlruns.db
+# A team's servers on PostgreSQL: SERVER_DATABASE=postgresql://USER@HOST:PORT gives Prefect its database `prefect`
+# and MLflow its database `mlflow` there (create both first; the password from PGPASSWORD or ~/.pgpass; MLflow needs
+# the solrl[postgres] extra): docs/operations.md. Unset: SQLite files of this checkout.
+SERVER_DATABASE ?=
+MLFLOW_STORE ?= $(if $(SERVER_DATABASE),$(SERVER_DATABASE)/mlflow,sqlite:///$(CURDIR)/mlruns.db)
 MLFLOW_ARTIFACTS ?= $(CURDIR)/mlartifacts
 # Prefect's database of `make server`: a file of this checkout, not ~/.prefect/prefect.db, which Prefect's temporary
-# servers (a `solrl` command without PREFECT_API_URL) and other checkouts use. PREFECT_DB=FILE for another file; a
-# database URL in PREFECT_SERVER_DATABASE_CONNECTION_URL (e.g. PostgreSQL) wins over both.
-PREFECT_DB ?= $(CURDIR)/.prefect/prefect.db
+# servers (a `solrl` command without PREFECT_API_URL) and other checkouts use. PREFECT_DB=FILE for another file (or a
+# PostgreSQL URL); a database URL in PREFECT_SERVER_DATABASE_CONNECTION_URL wins over both.
+PREFECT_DB ?= $(if $(SERVER_DATABASE),$(SERVER_DATABASE)/prefect,$(CURDIR)/.prefect/prefect.db)
 # The address both servers bind: loopback unless told. Beyond it each requires authentication (Prefect:
 # PREFECT_SERVER_API_AUTH_STRING=user:password; MLflow: MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, the
 # solrl[server-auth] extra) or refuses to start; SERVER_FLAGS=--insecure starts them anyway (docs/security.md).
@@ -78,7 +82,7 @@ server: setup
 	echo "MLflow UI : http://$(SERVER_ADDR):$(MLFLOW_PORT)/#/experiments?workflowType=machine_learning"; \
 	echo "Point solrl at them (in each terminal that runs solrl or a Prefect worker):"; \
 	echo "  export PREFECT_API_URL=http://$(SERVER_ADDR):$(PREFECT_PORT)/api MLFLOW_TRACKING_URI=http://$(SERVER_ADDR):$(MLFLOW_PORT)"; \
-	echo "In this folder solrl logs through this MLflow server even without MLFLOW_TRACKING_URI: it serves $(MLFLOW_STORE)."; \
+	$(if $(SERVER_DATABASE),,echo "In this folder solrl logs through this MLflow server even without MLFLOW_TRACKING_URI: it serves $(MLFLOW_STORE).";) \
 	echo "Existing servers instead: export PREFECT_API_URL=<their API URL> MLFLOW_TRACKING_URI=<their MLflow URI>."; \
 	echo "Ctrl-C stops both servers."; \
 	wait

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from solrl.flows.server_database import is_database_url, require_database
 from solrl.flows.servers import HOST, exposure_allowed
 from solrl_core.exposure import WILDCARDS, local_address
 from solrl_core.mlflow_links import health_failure, record_server, server_record
@@ -133,6 +134,8 @@ def main(argv: list[str]) -> None:
     exposure_allowed(args.host, "MLflow server", WHAT_A_CALLER_CAN_DO, authenticated(),
                      f"set {USER} and {PASSWORD} (its basic-auth app; the same two variables let solrl and MLflow's "
                      "clients in)", args.insecure)
+    if is_database_url(args.store):
+        require_database(args.store, "the MLflow server")  # one line now, not MLflow's traceback later
     sys.exit(serve(args.port, args.store, args.artifacts, args.host))
 
 

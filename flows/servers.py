@@ -21,6 +21,9 @@ import os
 import sys
 from pathlib import Path
 
+from solrl.flows.server_database import is_database_url, prefect_database_url, require_database
+from solrl_core.redaction import redact
+
 HOST = "127.0.0.1"
 
 
@@ -57,9 +60,10 @@ def exposure_allowed(host: str, server: str, lets_a_caller: str, authenticated: 
         say(f"solrl: {warning}")
 
 
-def prefect_server_env(port: int, database: Path | None = None, environ=os.environ, host: str = HOST) -> dict[str, str]:
-    """Settings for a Prefect server on `host`:`port` whose UI calls that same API; its database the SQLite file
-    `database` (None: Prefect's default) unless `environ` names a database already."""
+def prefect_server_env(port: int, database: Path | str | None = None, environ=os.environ, host: str = HOST
+                       ) -> dict[str, str]:
+    """Settings for a Prefect server on `host`:`port` whose UI calls that same API; its database the SQLite file or
+    PostgreSQL URL `database` (None: Prefect's default) unless `environ` names a database already."""
     env = {
         "PREFECT_SERVER_API_HOST": host,
         "PREFECT_SERVER_API_PORT": str(port),
@@ -67,7 +71,8 @@ def prefect_server_env(port: int, database: Path | None = None, environ=os.envir
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
     if database is not None and not any(environ.get(name) for name in DATABASE_URL_SETTINGS):
-        env[DATABASE_URL] = f"sqlite+aiosqlite:///{Path(database).absolute()}"
+        env[DATABASE_URL] = (prefect_database_url(str(database)) if is_database_url(str(database))
+                             else f"sqlite+aiosqlite:///{Path(database).absolute()}")
     return env
 
 
@@ -83,7 +88,7 @@ def prefect_server_argv(port: int, host: str = HOST) -> list[str]:
 
 
 def start_prefect(env: dict[str, str], port: int, log: Path, cwd: Path, timeout_s: float = 180,
-                  database: Path | None = None):
+                  database: Path | str | None = None):
     """`python -m solrl.flows.servers prefect PORT [--database FILE]` in a session of its own, returned once its API
     answers; None when it exits or does not answer within `timeout_s` (then see `log`)."""
     import subprocess
@@ -112,7 +117,8 @@ def _arguments(argv: list[str]):
     parser = argparse.ArgumentParser(prog="python -m solrl.flows.servers", description="The Prefect server of make server")
     parser.add_argument("server", choices=["prefect"])
     parser.add_argument("port", type=int)
-    parser.add_argument("--database", type=Path, help="its SQLite database file")
+    parser.add_argument("--database", help="its SQLite database file, or a PostgreSQL database's URL "
+                        "(postgresql://USER@HOST:PORT/NAME; the password from PGPASSWORD or ~/.pgpass)")
     parser.add_argument("--host", default=HOST, help=f"the address to bind (default {HOST}); beyond loopback it "
                         f"needs {AUTH_SETTING}=user:password")
     parser.add_argument("--insecure", action="store_true", help="bind beyond loopback without authentication")
@@ -124,9 +130,12 @@ def main(argv: list[str]) -> None:
     exposure_allowed(args.host, "Prefect server", WHAT_A_CALLER_CAN_DO, bool(os.environ.get(AUTH_SETTING)),
                      f"set {AUTH_SETTING}=user:password (its clients then set PREFECT_API_AUTH_STRING)", args.insecure)
     env = prefect_server_env(args.port, args.database, host=args.host)
-    if DATABASE_URL in env:
-        args.database.absolute().parent.mkdir(parents=True, exist_ok=True)
-        print(f"Prefect database: {args.database.absolute()}", file=sys.stderr, flush=True)
+    if DATABASE_URL in env and is_database_url(args.database):
+        require_database(args.database, "the Prefect server")  # one line now, not Prefect's traceback later
+        print(f"Prefect database: {redact(args.database)}", file=sys.stderr, flush=True)
+    elif DATABASE_URL in env:
+        Path(args.database).absolute().parent.mkdir(parents=True, exist_ok=True)
+        print(f"Prefect database: {Path(args.database).absolute()}", file=sys.stderr, flush=True)
     # exec: the caller's process id is the server's (make server stops it by that id)
     os.execve(sys.executable, prefect_server_argv(args.port, args.host), {**os.environ, **env})
 

@@ -37,3 +37,14 @@ def test_make_servers_database_is_its_own_not_the_temporary_servers(monkeypatch,
     for name in DATABASE_URL_SETTINGS:
         assert DATABASE_URL not in prefect_server_env(4310, database, environ={name: "postgresql+asyncpg://db/p"})
     assert DATABASE_URL not in prefect_server_env(4310)
+
+
+def test_a_postgresql_database_is_given_to_prefect_through_asyncpg(monkeypatch, tmp_path):
+    from solrl.flows.server_database import is_database_url, sync_database_url
+
+    url = "postgresql://solrl@127.0.0.1:5432/prefect"
+    served = prefect_server_env(4310, url, environ={})
+    assert served[DATABASE_URL] == "postgresql+asyncpg://solrl@127.0.0.1:5432/prefect"
+    assert _database(monkeypatch, {"PREFECT_HOME": str(tmp_path), **served}) == served[DATABASE_URL]
+    assert is_database_url(url) and is_database_url("postgresql+psycopg2://h/db") and not is_database_url("/x/p.db")
+    assert sync_database_url("postgresql+asyncpg://u@h:1/db") == "postgresql://u@h:1/db"
