@@ -71,6 +71,7 @@ from solrl_core.models.model_configs import config_dir
 from solrl_core.planner.explore_copy import ExploreCopy, explore_copy_bytes, merged_bytes, targeted_linears
 from solrl_core.planner.flops import VAE_DECODERS, example_inputs, get_model
 from solrl_core.models.meta_models import build_meta_model
+from solrl_core.models.blocks import transformer_blocks
 
 # the backbones with a full-size model (their specs: official LoRA targets, micro-batch, text encoders, title)
 SPECS: dict[str, BackboneSpec] = {s.key: s for s in backbone_specs() if s.config_file}
@@ -262,12 +263,6 @@ def _attach_meta_lora(module: nn.Module, targets: tuple[str, ...], rank: int) ->
         inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(targets)), module)
 
 
-def _blocks(module: nn.Module) -> dict[str, nn.Module]:
-    """The transformer blocks (children of the top-level ModuleLists): the units diffusers checkpoints."""
-    return {f"{name}.{i}": block for name, child in module.named_children() if isinstance(child, nn.ModuleList)
-            for i, block in enumerate(child)}
-
-
 @dataclass(frozen=True)
 class ActivationBytes:
     """Bytes saved for the backward by one training forward of one (sample, time) pair."""
@@ -422,7 +417,7 @@ def _activation_bytes(model: str, image_tokens: int, text_tokens: int, reuse_blo
         current[0] = None
 
     handles = []
-    for name, block in _blocks(module).items():
+    for name, block in transformer_blocks(module).items():
         handles.append(block.register_forward_pre_hook(enter(name), with_kwargs=True))
         handles.append(block.register_forward_hook(leave))
         if reuse is not None:
@@ -433,7 +428,7 @@ def _activation_bytes(model: str, image_tokens: int, text_tokens: int, reuse_blo
     finally:
         for h in handles:
             h.remove()
-        for block in _blocks(module).values():
+        for block in transformer_blocks(module).values():
             block.__dict__.pop("forward", None)  # the class's forward again (the module is cached)
     inside = {k: v for k, v in per_block.items() if k is not None}
     return ActivationBytes(

@@ -290,6 +290,11 @@ class EmaWeights:
             self._shadow[key].mul_(decay).add_(p.detach().float(), alpha=1 - decay)
         return decay
 
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The live float32 EMA tensors by key (shards, under a sharded full policy: solrl_core/rl/full_policy.py)."""
+        return self._shadow
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Same keys as `LoraPolicy.adapter_state_dict`; contiguous CPU float32 copies."""
         return {k: v.to("cpu", copy=True).contiguous() for k, v in self._shadow.items()}

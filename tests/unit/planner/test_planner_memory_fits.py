@@ -275,7 +275,7 @@ def test_reusing_identical_blocks_measures_what_the_whole_forward_does():
     spec = memory.get_model("flux1").spec  # two kinds of blocks; a single block returns two views of one storage
     reused = memory._activation_bytes("flux1", spec.image_tokens, spec.text_tokens, True)
     assert reused == memory._activation_bytes("flux1", spec.image_tokens, spec.text_tokens, False)
-    assert not any("forward" in vars(b) for b in memory._blocks(memory._training_module("flux1")).values())
+    assert not any("forward" in vars(b) for b in memory.transformer_blocks(memory._training_module("flux1")).values())
 
 
 def test_the_preflight_refuses_before_the_model_loads(monkeypatch):
