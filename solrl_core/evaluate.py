@@ -25,9 +25,10 @@ from solrl_core.run.rundir import start_attempt, write_json_atomic
 from solrl_core.run.lineage import lineage
 from solrl_core.run.staleness import eval_dependencies, eval_stale_cause, input_ids
 from solrl_core.models.backbones.cache import load_backbone
-from solrl_core.stages.checkpoints import EMA_FILE, attach_policy, initial_checkpoint, load_adapters
+from solrl_core.stages.checkpoints import (EMA_FILE, attach_policy, full_weights, has_ema, initial_checkpoint, is_full,
+                                          load_adapters)
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.transformer_copies import merged_transformer
+from solrl_core.stages.transformer_copies import lora_weights, merged_transformer
 from solrl_core.stages.pool_scoring import PoolScoring, pool_scoring
 from solrl_core.stages.sampling import PoolSampling
 from solrl_core.stages.shards import sample_pool, split_or_whole
@@ -49,6 +50,10 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
     """W0 + θ (or its EMA when the checkpoint has one) merged into a full-precision transformer that shares every
     other weight with the loaded W0 (`merged_transformer`)."""
     backbone = load_backbone(cfg)
+    if is_full(cfg):  # θ's or the EMA's every weight; the initial checkpoint's θ is W0
+        ema_used = use_ema and has_ema(checkpoint)
+        return merged_transformer(backbone, full_weights(backbone, checkpoint, "ema" if ema_used else "default")), \
+            ema_used
     policy = attach_policy(cfg, backbone)
     load_adapters(policy, checkpoint)
     ema_used = use_ema and (checkpoint / EMA_FILE).is_file()
@@ -60,7 +65,7 @@ def policy_transformer(cfg: RunConfig, checkpoint: Path, use_ema: bool = True) -
     else:
         merged = policy.merged_weights("default")
     del policy  # its module tree (W0 itself is shared with the cached backbone)
-    return merged_transformer(backbone, merged), ema_used
+    return merged_transformer(backbone, lora_weights(merged)), ema_used
 
 
 def sample_grid(images: np.ndarray, reward: np.ndarray, prompt_index: np.ndarray, prompts: list[str]) -> np.ndarray:
@@ -133,7 +138,7 @@ def run_eval(run, cfg: RunConfig, step: int, progress: bool = False) -> dict:
         return done
     started = time.perf_counter()
     ctx = StageContext(run, cfg, step, progress)
-    ema_used = (_checkpoint(ctx) / EMA_FILE).is_file()  # also writes the initial adapters before any shard starts
+    ema_used = has_ema(_checkpoint(ctx))  # also writes the initial adapters before any shard starts
     verify_checkpoint(run, step - 1)
     partial = _partial(ctx)
     inputs = input_ids(run, eval_dependencies(step))

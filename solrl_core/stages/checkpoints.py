@@ -1,8 +1,15 @@
-"""The LoRA policy's state: θ and θ_old attached to W0, their adapter files, and the initial checkpoint."""
+"""The policy's state: θ and θ_old attached to W0 (LoRA adapters, or under `train.adapter: full` whole copies,
+solrl_core/rl/full_policy.py), their files, and the initial checkpoint.
+
+A LoRA checkpoint holds adapters.safetensors (θ as `default.*`, θ_old as `old.*`), ema.safetensors and
+optimizer.safetensors. A full fine-tuning checkpoint holds the folder `policy/` (torch.distributed.checkpoint: θ,
+θ_old, the EMA and AdamW's state by parameter name); its initial checkpoint holds none (θ = θ_old = W0)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import torch
 
 from solrl_core.models.backbones.base import Backbone
 from solrl_core.models.backbones.cache import load_backbone
@@ -22,12 +29,24 @@ ADAPTERS_FILE, EMA_FILE, OPTIMIZER_FILE, STATE_FILE = (
     "optimizer.safetensors",
     "state.json",
 )
+POLICY_DIR = "policy"  # full fine-tuning's state (torch.distributed.checkpoint)
+
+
+def is_full(cfg: RunConfig) -> bool:
+    """`train.adapter: full`: every weight of the transformer trained, not LoRA adapters."""
+    return cfg.train.adapter == "full"
 
 
 def attach_policy(cfg: RunConfig, backbone: Backbone):
     """θ and θ_old (LoRA, deterministic init from the run seed) on the base weights W0, shared with the cached
-    backbone rather than copied: a training process holds the transformer's weights once."""
+    backbone rather than copied: a training process holds the transformer's weights once. Under full fine-tuning
+    θ and θ_old are copies of W0 (`FullPolicy`)."""
     from solrl_core.rl.policy import LoraPolicy
+
+    if is_full(cfg):
+        from solrl_core.rl.full_policy import FullPolicy
+
+        return FullPolicy.build(weight_sharing_transformer(backbone))
 
     targets = cfg.train.lora_targets or backbone.defaults.lora_targets
     return LoraPolicy.attach(
@@ -47,6 +66,11 @@ def save_adapters(policy, directory: Path) -> None:
 
 
 def load_adapters(policy, directory: Path) -> None:
+    """θ and θ_old of the checkpoint `directory` into `policy` (a full policy's initial checkpoint: W0 already)."""
+    if is_full_policy(policy):
+        if (directory / POLICY_DIR).is_dir():
+            policy.load_state(directory / POLICY_DIR)
+        return
     path = directory / ADAPTERS_FILE
     if not path.is_file():
         raise SolrlError(f"adapter checkpoint missing: {path}")
@@ -57,15 +81,15 @@ def load_adapters(policy, directory: Path) -> None:
 
 
 def ensure_initial_checkpoint(ctx: StageContext) -> Path:
-    """Write the initial adapters (θ = θ_old, deterministic from the run seed) if absent; return the directory."""
+    """Write the initial adapters (θ = θ_old, deterministic from the run seed) if absent; return the directory.
+    Under full fine-tuning θ = θ_old = W0: no weights to write."""
     init = ctx.run.init_dir
     if (init / STATE_FILE).is_file():
         return init
-    backbone = load_backbone(ctx.cfg)
-    policy = attach_policy(ctx.cfg, backbone)
     tmp = init.with_name("init.partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    save_adapters(policy, tmp)
+    if not is_full(ctx.cfg):
+        save_adapters(attach_policy(ctx.cfg, load_backbone(ctx.cfg)), tmp)
     # state.json, written last, lists the adapters' files for the consumers to check (solrl_core/run/integrity.py)
     write_json_atomic(tmp / STATE_FILE, {"step": 0, "iteration": -1, FILES_KEY: inventory(tmp)})
     remove_tree(init)
@@ -95,3 +119,63 @@ def previous_checkpoint(ctx: StageContext) -> Path:
     if ctx.iteration == 0:
         return ensure_initial_checkpoint(ctx)
     return ctx.run.checkpoint_dir(ctx.iteration - 1)
+
+
+def is_full_policy(policy) -> bool:
+    from solrl_core.rl.full_policy import FullPolicy
+
+    return isinstance(policy, FullPolicy)
+
+
+def save_training_state(policy, ema, optimizer, directory: Path) -> dict:
+    """θ, θ_old, the EMA and AdamW's state into the checkpoint `directory`; returns what state.json records of
+    them."""
+    from solrl_core.rl.optim_state import optimizer_to_tensors
+
+    if is_full_policy(policy):
+        policy.save_state(directory / POLICY_DIR, ema, optimizer)
+        return {"adapter": "full"}
+    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
+    save_adapters(policy, directory)
+    save_tensors(ema.state_dict(), directory / EMA_FILE)
+    save_tensors(opt_tensors, directory / OPTIMIZER_FILE)
+    return {"optimizer": opt_meta}
+
+
+def load_training_state(policy, ema, optimizer, directory: Path) -> int:
+    """What `save_training_state` wrote (θ, θ_old, and the EMA and AdamW's state where the checkpoint has them) into
+    `policy`, `ema` and `optimizer`; returns the checkpoint's optimizer step."""
+    import json
+
+    from solrl_core.rl.optim_state import optimizer_from_tensors
+
+    state = json.loads((directory / STATE_FILE).read_text())
+    if is_full_policy(policy):
+        if (directory / POLICY_DIR).is_dir():
+            policy.load_state(directory / POLICY_DIR, ema, optimizer)
+        return int(state["step"])
+    load_adapters(policy, directory)
+    if (directory / OPTIMIZER_FILE).is_file():
+        optimizer_from_tensors(optimizer, load_tensors(directory / OPTIMIZER_FILE), state["optimizer"])
+    if (directory / EMA_FILE).is_file():
+        ema.load_state_dict(load_tensors(directory / EMA_FILE))
+    return int(state["step"])
+
+
+def full_weights(backbone: Backbone, directory: Path, key: str) -> dict[str, torch.Tensor]:
+    """Under full fine-tuning: parameter name → tensor (in W0's dtype, on W0's device) of θ ("default"), θ_old
+    ("old") or the EMA ("ema") in the checkpoint `directory`, for `merged_transformer`; {} for the initial
+    checkpoint (W0 itself). Read without a process group, whatever number of ranks wrote it."""
+    import torch.distributed.checkpoint as dcp
+
+    if not (directory / POLICY_DIR).is_dir():
+        return {}
+    base = dict(backbone.transformer.named_parameters())
+    state = {key: {name: torch.empty(p.shape, dtype=torch.float32) for name, p in base.items()}}
+    dcp.load(state, checkpoint_id=str(directory / POLICY_DIR), no_dist=True)
+    return {name: value.to(device=base[name].device, dtype=base[name].dtype) for name, value in state[key].items()}
+
+
+def has_ema(directory: Path) -> bool:
+    """Whether the checkpoint `directory` holds an EMA of θ (every checkpoint an update wrote does)."""
+    return (directory / EMA_FILE).is_file() or (directory / POLICY_DIR).is_dir()

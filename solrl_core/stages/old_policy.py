@@ -12,14 +12,18 @@ from __future__ import annotations
 import torch
 
 from solrl_core.models.backbones.base import Backbone
-from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.checkpoints import attach_policy, full_weights, is_full, load_adapters, previous_checkpoint
+from solrl_core.stages.transformer_copies import merged_transformer
 from solrl_core.stages.context import StageContext
 
 
 def old_policy_transformer(ctx: StageContext, backbone: Backbone) -> torch.nn.Module:
-    """W0 with θ_old (the previous checkpoint's ``old`` adapter) as an active, unmerged LoRA branch."""
+    """W0 with θ_old (the previous checkpoint's ``old`` adapter) as an active, unmerged LoRA branch; under full
+    fine-tuning a transformer holding θ_old's weights (W0's memory again, at the base's dtype)."""
     from solrl_core.rl.policy import OLD
 
+    if is_full(ctx.cfg):
+        return merged_transformer(backbone, full_weights(backbone, previous_checkpoint(ctx), OLD))
     policy = attach_policy(ctx.cfg, backbone)
     load_adapters(policy, previous_checkpoint(ctx))
     return policy.use(OLD)

@@ -31,16 +31,16 @@ from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.cache import load_backbone, load_sibling
 from solrl_core.models.step_cache import enable_step_cache
 from solrl_core.prompts import CALIBRATION_PROMPT
-from solrl_core.stages.checkpoints import attach_policy, load_adapters, previous_checkpoint
+from solrl_core.stages.checkpoints import attach_policy, full_weights, is_full, load_adapters, previous_checkpoint
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.explore_setting import explore_setting
 from solrl_core.stages.shards import OnePiece, split_or_whole
-from solrl_core.stages.transformer_copies import merged_transformer
+from solrl_core.stages.transformer_copies import lora_weights, merged_transformer
 
 
 def build_explore_copy(ctx: StageContext, backbone, merged: dict[str, torch.Tensor] | None):
-    """The explore copy: W0 with `merged` (module name → W0 + ΔW of θ_old, `LoraPolicy.merged_weights`; None = W0
-    alone, the lora_branch base) and its eligible Linear layers in the iteration's explore precision.
+    """The explore copy: W0 with `merged` (parameter name → θ_old's weight, `old_policy_merged`; None = W0 alone, the
+    lora_branch base) and its eligible Linear layers in the iteration's explore precision.
 
     Returns (model, report, setting). Quantizing is deterministic, so every process builds the same copy."""
     from solrl_core.models.quant.backends import apply_backend
@@ -70,15 +70,18 @@ def setting_info(setting) -> dict:
 
 
 def old_policy_merged(ctx: StageContext, backbone, onto: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
-    """W0 + ΔW(θ_old) of the LoRA-targeted layers, θ_old from the previous checkpoint; with `onto` (an explore
-    sibling's transformer) W + ΔW(θ_old) of its layers."""
+    """Parameter name → weight of θ_old where it differs from W0 (`merged_transformer`), θ_old from the previous
+    checkpoint: W0 + ΔW(θ_old) of the LoRA-targeted layers, with `onto` (an explore sibling's transformer) W +
+    ΔW(θ_old) of its layers; under full fine-tuning every weight of θ_old."""
     from solrl_core.rl.policy import OLD
 
+    if is_full(ctx.cfg):  # the config refuses a sibling's delta under full fine-tuning
+        return full_weights(backbone, previous_checkpoint(ctx), OLD)
     policy = attach_policy(ctx.cfg, backbone)
     load_adapters(policy, previous_checkpoint(ctx))
     if onto is not None:
         check_sibling_layers(ctx, onto, policy.lora_factors(OLD))
-    return policy.merged_weights(OLD, onto=onto)
+    return lora_weights(policy.merged_weights(OLD, onto=onto))
 
 
 def check_sibling_layers(ctx: StageContext, sibling: torch.nn.Module, factors: dict) -> None:

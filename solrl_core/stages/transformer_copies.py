@@ -31,12 +31,20 @@ def weight_sharing_transformer(backbone: Backbone) -> torch.nn.Module:
     return own_method_caches(copy.deepcopy(base, memo=shared).eval())
 
 
-def merged_transformer(backbone: Backbone, merged: dict[str, torch.Tensor]) -> torch.nn.Module:
-    """A `weight_sharing_transformer` whose layers named in `merged` (module name → weight, e.g.
-    `LoraPolicy.merged_weights`: W0 + ΔW) hold those weights instead of W0's: it costs the memory of the merged
-    layers alone, and W0 is never written. For the explore copy (quantized next: its quantized layers are new
-    modules, so each merged weight is freed once its layer is replaced) and the evaluation's policy."""
+def merged_transformer(backbone: Backbone, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A `weight_sharing_transformer` whose parameters named in `weights` (parameter name → tensor: the LoRA policy's
+    W0 + ΔW of its targeted layers, `lora_weights`; every parameter of a fully fine-tuned θ_old or EMA,
+    `stages.checkpoints.full_weights`) hold those tensors instead of W0's: it costs the memory of the replaced
+    parameters alone, and W0 is never written. For the explore copy (quantized next: its quantized layers are new
+    modules, so each replaced weight is freed once its layer is replaced), the regenerate's θ_old under full
+    fine-tuning, and the evaluation's policy."""
     model = weight_sharing_transformer(backbone)
-    for name, weight in merged.items():
-        model.get_submodule(name).weight = torch.nn.Parameter(weight, requires_grad=False)
+    for name, tensor in weights.items():
+        module_name, _, leaf = name.rpartition(".")
+        setattr(model.get_submodule(module_name), leaf, torch.nn.Parameter(tensor, requires_grad=False))
     return model
+
+
+def lora_weights(merged: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`LoraPolicy.merged_weights` (module name → merged weight) as parameter names for `merged_transformer`."""
+    return {f"{module}.weight": weight for module, weight in merged.items()}

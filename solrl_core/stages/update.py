@@ -11,7 +11,6 @@ optimizer step), so a resumed run repeats it exactly without saved RNG state.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 
@@ -23,22 +22,18 @@ from solrl_core.run.pool import column_names, read_table
 from solrl_core.rl.distributed import GradientSync, process_group
 from solrl_core.rl.objective_base import TrainingData
 from solrl_core.rl.objectives import objective_for
-from solrl_core.rl.optim_state import optimizer_from_tensors, optimizer_to_tensors
 from solrl_core.rl.policy import EmaWeights, LoraPolicy
 from solrl_core.run.rundir import write_json_atomic
 from solrl_core.seeds import derived_generator
-from solrl_core.run.storage import load_tensors, save_tensors
 from solrl_core.models.backbones.base import module_device
 from solrl_core.models.backbones.cache import drop_models, load_backbone
 from solrl_core.placement import resolve_devices
 from solrl_core.stages.checkpoints import (
-    EMA_FILE,
-    OPTIMIZER_FILE,
     STATE_FILE,
     attach_policy,
-    load_adapters,
+    load_training_state,
     previous_checkpoint,
-    save_adapters,
+    save_training_state,
 )
 from solrl_core.stages.context import StageContext
 from solrl_core.stages.draws import PURPOSE_TRAIN_NOISE, PURPOSE_TRAIN_T
@@ -52,15 +47,6 @@ def read_back(values: dict[str, torch.Tensor]) -> dict[str, float]:
     if not keys:
         return {}
     return dict(zip(keys, torch.stack([values[k] for k in keys]).tolist()))
-
-
-def _load_optimizer_state(optimizer, ema: EmaWeights, ckpt) -> int:
-    state = json.loads((ckpt / STATE_FILE).read_text())
-    if (ckpt / OPTIMIZER_FILE).is_file():
-        optimizer_from_tensors(optimizer, load_tensors(ckpt / OPTIMIZER_FILE), state["optimizer"])
-    if (ckpt / EMA_FILE).is_file():
-        ema.load_state_dict(load_tensors(ckpt / EMA_FILE))
-    return int(state["step"])
 
 
 def enable_gradient_checkpointing(transformer: torch.nn.Module) -> None:
@@ -111,8 +97,8 @@ def velocity_under(policy: LoraPolicy, backbone, cond_all: dict, row_prompt: tor
 
     def forward(adapter: str, x_t: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         cond = {key: value[row_prompt[rows]] for key, value in cond_all.items()}
-        with policy.reference() if adapter == "reference" else policy.adapter(adapter):
-            return backbone.velocity(policy.transformer, x_t, t, cond, guidance)
+        with policy.reference() if adapter == "reference" else policy.adapter(adapter) as module:
+            return backbone.velocity(module, x_t, t, cond, guidance)
 
     return forward
 
@@ -153,13 +139,12 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         enable_gradient_checkpointing(policy.transformer)
     guidance = train_guidance(cfg, backbone)
     ckpt = previous_checkpoint(ctx)
-    load_adapters(policy, ckpt)
     params = policy.trainable_parameters()
     opt = tc.optimizer
     optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay, eps=opt.eps)
     ema = EmaWeights(policy, max_decay=tc.ema_max_decay)
     grad_clip = opt.grad_clip or backbone.defaults.grad_clip
-    step = _load_optimizer_state(optimizer, ema, ckpt)
+    step = load_training_state(policy, ema, optimizer, ckpt)
 
     device = module_device(policy.transformer)  # every tensor of the loop lives there (moved once per step)
     objective = objective_for(cfg)
@@ -220,15 +205,12 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
 
 
 def _save_checkpoint(ctx: StageContext, policy, ema: EmaWeights, optimizer, step: int, history: list[dict]) -> None:
-    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
     with ctx.run.stage_output(ctx.iteration, "update") as out:
         ckpt_out = out / "checkpoint"
         ckpt_out.mkdir()
-        save_adapters(policy, ckpt_out)
-        save_tensors(ema.state_dict(), ckpt_out / EMA_FILE)
-        save_tensors(opt_tensors, ckpt_out / OPTIMIZER_FILE)
+        recorded = save_training_state(policy, ema, optimizer, ckpt_out)
         write_json_atomic(
             ckpt_out / STATE_FILE,
-            {"step": step, "iteration": ctx.iteration, "optimizer": opt_meta, "rng": "derived from (seed, iteration)"},
+            {"step": step, "iteration": ctx.iteration, **recorded, "rng": "derived from (seed, iteration)"},
         )
         write_json_atomic(out / "metrics.json", {"steps": history})
