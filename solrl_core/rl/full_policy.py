@@ -20,6 +20,7 @@ reads.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,20 +147,42 @@ class FullPolicy:
     def save_state(self, path: Path, ema=None, optimizer=None) -> None:
         """Every rank writes its shards into the folder `path` (torch.distributed.checkpoint); on one process the
         whole tensors."""
-        import torch.distributed.checkpoint as dcp
-
-        dcp.save(self.state(ema, optimizer), checkpoint_id=str(path), no_dist=not _distributed())
+        write_state(self.state(ema, optimizer), path)
 
     def load_state(self, path: Path, ema=None, optimizer=None) -> None:
         """Read what `save_state` wrote, by any number of ranks, into this policy's shards (and the EMA's and the
         optimizer's, when given)."""
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
         state = self.state(ema, optimizer)
-        dcp.load(state, checkpoint_id=str(path), no_dist=not _distributed())
+        read_state(state, path)
         if optimizer is not None:
             set_optimizer_state_dict(self.modules[DEFAULT], optimizer, state["optimizer"])
+
+
+def write_state(state: dict, path: Path) -> None:
+    """torch.distributed.checkpoint's save of `state` into the folder `path`: every rank its shards, or one process
+    alone (without torch's notice that it assumes so)."""
+    import torch.distributed.checkpoint as dcp
+
+    with _one_process_quiet():
+        dcp.save(state, checkpoint_id=str(path), no_dist=not _distributed())
+
+
+def read_state(state: dict, path: Path) -> None:
+    """Fill `state`'s tensors in place from the folder `path`, whatever number of ranks wrote it."""
+    import torch.distributed.checkpoint as dcp
+
+    with _one_process_quiet():
+        dcp.load(state, checkpoint_id=str(path), no_dist=not _distributed())
+
+
+@contextmanager
+def _one_process_quiet() -> Iterator[None]:
+    """torch warns on every single-process save or load, even one asked for (no_dist): not the user's concern."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is (disabled|unavailable)")
+        yield
 
 
 def _distributed() -> bool:

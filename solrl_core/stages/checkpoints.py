@@ -166,13 +166,13 @@ def full_weights(backbone: Backbone, directory: Path, key: str) -> dict[str, tor
     """Under full fine-tuning: parameter name → tensor (in W0's dtype, on W0's device) of θ ("default"), θ_old
     ("old") or the EMA ("ema") in the checkpoint `directory`, for `merged_transformer`; {} for the initial
     checkpoint (W0 itself). Read without a process group, whatever number of ranks wrote it."""
-    import torch.distributed.checkpoint as dcp
+    from solrl_core.rl.full_policy import read_state
 
     if not (directory / POLICY_DIR).is_dir():
         return {}
     base = dict(backbone.transformer.named_parameters())
     state = {key: {name: torch.empty(p.shape, dtype=torch.float32) for name, p in base.items()}}
-    dcp.load(state, checkpoint_id=str(directory / POLICY_DIR), no_dist=True)
+    read_state(state, directory / POLICY_DIR)
     return {name: value.to(device=base[name].device, dtype=base[name].dtype) for name, value in state[key].items()}
 
 
