@@ -337,9 +337,9 @@ class OptimizerConfig(_Strict):
 class TrainConfig(_Strict):
     adapter: Literal["lora", "full"] = Field(
         "lora", description="what the update trains: lora = LoRA adapters θ, θ_old on the frozen W0 (the official "
-        "setting); full = every weight of the transformer (θ and θ_old whole float32 copies beside W0, saved with "
-        "torch.distributed.checkpoint; one update process for now, solrl_core/rl/full_policy.py), at a learning rate "
-        "about 10x below LoRA's")
+        "setting); full = every weight of the transformer (θ and θ_old whole float32 copies beside W0, sharded with "
+        "FSDP2 over the update's processes, saved with torch.distributed.checkpoint; solrl_core/rl/full_policy.py), "
+        "at a learning rate about 10x below LoRA's")
     lora_rank: int = _count(32, 1, MAX_RANK, "rank r of the LoRA adapters θ and θ_old (official 32)")
     lora_alpha: float = _real(
         64.0, "LoRA scale numerator: the update is (alpha / rank)·BA (official 64, so a scale of 2)", gt=0)
@@ -708,9 +708,6 @@ class RunConfig(_Strict):
 
 def _check_full_fine_tuning(cfg: RunConfig) -> None:
     """What `train.adapter: full` cannot do (yet), each refused naming its key."""
-    if cfg.train.processes > 1 or cfg.train.nodes > 1:
-        raise ValueError("train.adapter: full trains on one update process for now (its sharded update is not wired "
-                         "yet); set train.processes: 1 and train.nodes: 1, or train.adapter: lora")
     if cfg.quant.lora_branch:
         raise ValueError("quant.lora_branch: a LoRA branch beside the quantized W0 needs LoRA; under train.adapter: "
                          "full the explore copy is θ_old quantized whole; set quant.lora_branch: false")

@@ -70,6 +70,13 @@ class GradientSync:
         """Sum per-rank (already weighted) loss terms over ranks."""
         return totals
 
+    def all_reduce_max(self, value: int) -> int:
+        """The largest `value` of any rank."""
+        return value
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+
 
 class ProcessGroupSync(GradientSync):
     """Many processes in the default torch.distributed process group."""
@@ -89,6 +96,15 @@ class ProcessGroupSync(GradientSync):
         for p, g in zip(params, grads):
             p.grad = flat[offset : offset + g.numel()].view_as(g).clone()
             offset += g.numel()
+
+    def all_reduce_max(self, value: int) -> int:
+        device = "cuda" if self._dist.get_backend() == "nccl" else "cpu"
+        values = torch.tensor([value], dtype=torch.int64, device=device)
+        self._dist.all_reduce(values, op=self._dist.ReduceOp.MAX)
+        return int(values.item())
+
+    def barrier(self) -> None:
+        self._dist.barrier()
 
     def all_reduce_totals(self, totals: dict[str, float]) -> dict[str, float]:
         keys = sorted(totals)

@@ -37,16 +37,22 @@ def is_full(cfg: RunConfig) -> bool:
     return cfg.train.adapter == "full"
 
 
-def attach_policy(cfg: RunConfig, backbone: Backbone):
+def attach_policy(cfg: RunConfig, backbone: Backbone, ranks: int = 1):
     """θ and θ_old (LoRA, deterministic init from the run seed) on the base weights W0, shared with the cached
     backbone rather than copied: a training process holds the transformer's weights once. Under full fine-tuning
-    θ and θ_old are copies of W0 (`FullPolicy`)."""
+    θ and θ_old are copies of W0 (`FullPolicy`), sharded over the default process group's `ranks` when more than
+    one."""
     from solrl_core.rl.policy import LoraPolicy
 
     if is_full(cfg):
         from solrl_core.rl.full_policy import FullPolicy
 
-        return FullPolicy.build(weight_sharing_transformer(backbone))
+        mesh = None
+        if ranks > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh(torch.device(cfg.model.device).type, (ranks,))
+        return FullPolicy.build(weight_sharing_transformer(backbone), mesh)
 
     targets = cfg.train.lora_targets or backbone.defaults.lora_targets
     return LoraPolicy.attach(

@@ -31,6 +31,7 @@ from solrl_core.placement import resolve_devices
 from solrl_core.stages.checkpoints import (
     STATE_FILE,
     attach_policy,
+    is_full_policy,
     load_training_state,
     previous_checkpoint,
     save_training_state,
@@ -134,7 +135,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     identical optimizer steps everywhere; the writer rank saves the checkpoint. One process = one rank of one."""
     cfg, tc = ctx.cfg, ctx.cfg.train
     backbone = load_backbone(cfg)
-    policy = attach_policy(cfg, backbone)
+    policy = attach_policy(cfg, backbone, sync.world_size)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(policy.transformer)
     guidance = train_guidance(cfg, backbone)
@@ -163,7 +164,8 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         pairs = objective.step(data, prepared, generators, sync.shard_range)  # this rank's share of the pairs
         optimizer.zero_grad(set_to_none=True)
         totals: dict[str, torch.Tensor] = {}  # weighted loss terms, summed on the device in float64
-        chunks = range(0, len(pairs), tc.micro_batch)
+        chunks = list(range(0, len(pairs), tc.micro_batch))
+        idle = sharded_micro_batches(policy, sync, len(chunks))  # FSDP: every rank takes as many forwards
         if bar is None:
             bar = tqdm(total=tc.optimizer_steps * len(chunks), desc=f"update it{ctx.iteration}", unit="batch",
                        leave=False, disable=not ctx.progress)
@@ -175,9 +177,11 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
             for key, value in terms.items():
                 totals[key] = totals.get(key, 0.0) + value.double() * weight
             bar.update(1)
-        sync.all_reduce_gradients(params)
+        for _ in range(idle):  # the last micro-batch again at weight 0: the collectives, not the gradient
+            (pairs.loss(chunks[-1], len(pairs), forward)[0] * 0.0).backward()
+        reduce_gradients(policy, sync, params)
         totals = sync.all_reduce_totals(read_back(totals))  # the step's one read of the loss terms
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+        grad_norm = whole(torch.nn.utils.clip_grad_norm_(params, grad_clip))
         if not math.isfinite(grad_norm):
             raise FloatingPointError(f"update it{ctx.iteration}: non-finite gradient norm; nothing was saved")
         optimizer.step()
@@ -188,8 +192,7 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         history.append({**totals, "grad_norm": grad_norm, "old_eta": eta, "pairs": int(pairs.n_pairs)})
     bar.close()
 
-    if sync.is_writer:
-        _save_checkpoint(ctx, policy, ema, optimizer, step, history)
+    _save_checkpoint(ctx, policy, ema, optimizer, step, history, sync)
     last = history[-1]
     return {
         "step": step,
@@ -204,10 +207,43 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
     }
 
 
-def _save_checkpoint(ctx: StageContext, policy, ema: EmaWeights, optimizer, step: int, history: list[dict]) -> None:
+def sharded_micro_batches(policy, sync: GradientSync, chunks: int) -> int:
+    """How many more micro-batches this rank runs so that every rank of a sharded full policy runs as many (FSDP2's
+    all-gathers and reduce-scatters are collectives: ranks whose shares of the pairs differ in micro-batches would
+    wait for each other forever); 0 for LoRA and on one process."""
+    if not (is_full_policy(policy) and sync.world_size > 1):
+        return 0
+    return int(sync.all_reduce_max(chunks)) - chunks
+
+
+def reduce_gradients(policy, sync: GradientSync, params) -> None:
+    """θ's gradients summed over the ranks: FSDP2 reduce-scattered a sharded full policy's (their mean, made a sum
+    here); LoRA's are all-reduced."""
+    if is_full_policy(policy):
+        policy.sum_gradients()
+    else:
+        sync.all_reduce_gradients(params)
+
+
+def whole(value) -> float:
+    """A 0-dim tensor, or a DTensor of the sharded full policy's norm, as a float."""
+    return float(value.full_tensor() if hasattr(value, "full_tensor") else value)
+
+
+def _save_checkpoint(ctx: StageContext, policy, ema: EmaWeights, optimizer, step: int, history: list[dict],
+                     sync: GradientSync) -> None:
+    """The writer rank writes the checkpoint; under a sharded full policy every rank writes its shards into it (the
+    writer makes the folder first)."""
+    if not sync.is_writer:
+        if is_full_policy(policy) and sync.world_size > 1:
+            sync.barrier()  # the writer has made the folder
+            save_training_state(policy, ema, optimizer, ctx.run.partial_dir(ctx.iteration, "update") / "checkpoint")
+        return
     with ctx.run.stage_output(ctx.iteration, "update") as out:
         ckpt_out = out / "checkpoint"
         ckpt_out.mkdir()
+        if is_full_policy(policy) and sync.world_size > 1:
+            sync.barrier()
         recorded = save_training_state(policy, ema, optimizer, ckpt_out)
         write_json_atomic(
             ckpt_out / STATE_FILE,

@@ -11,6 +11,7 @@ import sys
 import threading
 
 import numpy as np
+import torch
 import pytest
 from safetensors.numpy import load_file
 
@@ -172,3 +173,31 @@ def test_update_node_joins_the_retry_of_a_failed_update(ready_for_update, one_pr
 # ---------------------------------------------------------------- update-node after a failed update
 
 
+
+
+@pytest.mark.e2e  # torchrun processes
+def test_full_fine_tuning_on_two_gloo_processes_gives_the_one_process_update(ready_for_update, tmp_path, monkeypatch):
+    """`train.adapter: full` sharded with FSDP2 over 2 ranks (micro-batches of 12, 12 + 12 pairs; one rank padded
+    where shares differ) against one process with the same micro-batches: the same losses and gradient norms to
+    float32 rounding at the first optimizer step (the reduce-scatter sums in another order; the second step follows
+    Adam-moved weights, which no tolerance bounds), and a sharded checkpoint that one process reads."""
+    from solrl_core.models.backbones.cache import load_backbone
+    from solrl_core.stages.checkpoints import POLICY_DIR, full_weights
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    base, cfg = ready_for_update
+    cfg = cfg.model_copy(deep=True)
+    cfg.train = type(cfg.train).model_validate({**cfg.train.model_dump(), "adapter": "full"})
+    cfg.train.optimizer.lr = 1e-5
+    one, s1 = _update(base, cfg, tmp_path / "one", 1, micro_batch=12)
+    two, s2 = _update(base, cfg, tmp_path / "two", 2, micro_batch=12)
+    first1, first2 = _history(one)[0], _history(two)[0]  # before any AdamW step: later ones follow Adam-moved θ
+    assert first1["pairs"] == first2["pairs"] == 24 and s1["step"] == s2["step"] == 2
+    for key in ("loss", "policy_loss", "kl", "grad_norm"):
+        assert first2[key] == pytest.approx(first1[key], rel=1e-5), key
+    shards = sorted(p.name for p in (two.checkpoint_dir(0) / POLICY_DIR).iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    backbone = load_backbone(cfg)
+    theta_old = full_weights(backbone, two.checkpoint_dir(0), "old")  # read by one process
+    w0 = dict(backbone.transformer.named_parameters())
+    assert theta_old.keys() == w0.keys() and any(not torch.equal(v, w0[k]) for k, v in theta_old.items())

@@ -59,7 +59,6 @@ def test_two_iterations_train_every_weight_and_leave_w0_alone(tmp_path, one_torc
 
 
 @pytest.mark.parametrize("sets, key", [
-    (["train.processes=2"], "train.adapter: full trains on one update process for now"),
     (["quant.lora_branch=true"], "quant.lora_branch: a LoRA branch beside the quantized W0 needs LoRA"),
     (["explore.sibling.path=/x", "explore.sibling.policy=delta"], "explore.sibling.policy: delta adds θ_old's"),
 ])
