@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cli_processes import SMALLER_RUN, assert_one_line_error, free_port, solrl, stop
+from cli_processes import SMALLER_RUN, free_port, solrl, stop
 from postgres_cluster import postgres_server
 from repo_paths import ROOT, TINY
 from solrl.flows.servers import DATABASE_URL_SETTINGS, start_prefect
@@ -117,13 +117,18 @@ def test_many_writers_at_once_meet_no_busy_database(team):
     assert _rows(f"{url}/prefect", "select count(*) from flow_run where name like 'writer-%'")[0][0] == 16 * 5
 
 
-@pytest.mark.parametrize("server", ["prefect", "mlflow"])
-def test_a_database_not_created_yet_is_said_before_the_server_starts(team, server, tmp_path):
+def test_a_database_not_created_yet_is_said_before_either_server_starts(team, tmp_path, capsys, monkeypatch):
+    from solrl.flows import mlflow_server, servers
+
     url, env, _ = team
-    port = str(free_port())
-    argv = (["-m", "solrl.flows.servers", "prefect", port, "--database", f"{url}/nothing_here"] if server == "prefect"
-            else ["-m", "solrl.flows.mlflow_server", port, f"{url}/nothing_here", str(tmp_path / "artifacts")])
-    proc = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=120)
-    host_port = url.split("@")[1]
-    assert_one_line_error(proc, 'database "nothing_here" does not exist; create it: createdb -h 127.0.0.1 -p '
-                          f'{host_port.split(":")[1]} -U solrl nothing_here')
+    port = url.rsplit(":", 1)[1]
+    monkeypatch.delenv("PREFECT_SERVER_DATABASE_CONNECTION_URL", raising=False)
+    for start in (lambda: servers.main(["prefect", "1", "--database", f"{url}/nothing_here"]),
+                  lambda: mlflow_server.main(["1", f"{url}/nothing_here", str(tmp_path / "artifacts")])):
+        with pytest.raises(SystemExit) as exited:
+            start()
+        assert exited.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("solrl: error: the ") and "'s database postgresql://***@127.0.0.1:" in line
+        assert line.endswith(f'database "nothing_here" does not exist; create it: createdb -h 127.0.0.1 -p {port} '
+                             "-U solrl nothing_here")
