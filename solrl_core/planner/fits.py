@@ -48,7 +48,8 @@ MARGIN_GIB = 2.0
 _PARTS = {"weights": "W0", "quantized": "quantized layers", "merged": "merged LoRA layers",
           "lora": "LoRA training state", "adapters": "LoRA adapters", "text_encoders": "text encoders", "vae": "VAE",
           "reward": "reward model", "activations": "activations", "sibling": "explore sibling",
-          "sampling": "sampling batch"}
+          "sampling": "sampling batch", "full_state": "full training state (per rank)",
+          "gathered": "gathered blocks", "policy": "θ_old's whole copy"}
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ def _estimate(cfg, model: str, explore: ExploreCopy, **changes):
                     samples_bytes=update_samples_bytes(cfg, full_size_latent(model, cfg.model.resolution,
                                                                                 cfg.model.frames)))
     settings["sampling_batches"] = sampling_batches(cfg, model)
+    settings.update(adapter=cfg.train.adapter, processes=cfg.train.processes * cfg.train.nodes)
     settings.update(changes)
     targets = tuple(cfg.train.lora_targets) if cfg.train.lora_targets else None
     return memory_estimate(model, lora_rank=cfg.train.lora_rank, lora_targets=targets, image_tokens=image,
@@ -268,8 +270,12 @@ def _remedy(cfg, model: str, copies: list[ExploreCopy], stage: str, limit_gib: f
         return next(s.gib for s in _stages(cfg, model, copies, **changes) if s.stage == stage)
 
     options: list[tuple[str, dict]] = []
-    if stage == "explore" and not cfg.quant.lora_branch:
+    if stage == "explore" and not cfg.quant.lora_branch and cfg.train.adapter == "lora":
         options.append(("quant.lora_branch: true", dict(lora_branch=True)))
+    ranks = cfg.train.processes * cfg.train.nodes
+    if stage == "update" and cfg.train.adapter == "full" and ranks < 8:
+        options.append(("train.processes: 8 (the full training state sharded over 8 GPUs)",
+                        dict(processes=8 * cfg.train.nodes)))
     if stage == "update" and not cfg.model.gradient_checkpointing:
         options.append(("model.gradient_checkpointing: true", dict(gradient_checkpointing=True)))
     if stage == "update" and cfg.train.micro_batch > 1:

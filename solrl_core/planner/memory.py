@@ -37,6 +37,19 @@ The other stages (``MemoryEstimate.stage_parts``), each with the text encoders, 
 * evaluation  — W0 + the merged EMA policy's targeted layers (``evaluate.policy_transformer``: a new tensor per
                 targeted layer, the rest shared), with θ, θ_old, the EMA and θ's copy (fp32) alive while it merges.
 
+Under full fine-tuning (``adapter="full"``, ``train.adapter: full``) the update holds, instead of ``lora``:
+
+* ``full_state``    — every transformer parameter in fp32 as θ, its gradient, AdamW's two moments, θ_old and the EMA
+                      (``FULL_BYTES_PER_PARAM``), sharded over the update's ``processes`` by FSDP2
+                      (``solrl_core.rl.full_policy``);
+* ``gathered``      — with more than one process, the largest block all-gathered for its forward (twice: the next one
+                      is prefetched) in the model's dtype, and its fp32 gradient before the reduce-scatter;
+
+and W0 stays whole on every rank (the objectives' reference and the sampling stages' base). The sampling stages
+hold a whole copy of θ_old (explore, regenerate, audit) or the EMA (evaluation) at the model's dtype beside W0
+(``policy``), read one block at a time from the checkpoint (``stages.checkpoints.full_weights``); the explore copy's
+quantized layers are made from that copy and replace its layers as they are made, so the peak is the copy's.
+
 The update also holds the iteration's samples on every rank (``samples``: what ``memory_estimate`` is given, from
 the run config; a Flow-GRPO trajectory of 1,152 FLUX.1 samples at 512 px is about 3 GiB).
 
@@ -48,7 +61,8 @@ Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the low-pre
 FP8 layer's input codes, chunked: ``quant.fp8.CHUNK_ELEMENTS``), text embeddings of the iteration's samples, and
 the no-grad forwards of v_old and v_ref (their activations are freed as they go).
 
-    python -m solrl_core.planner.memory        # the table, as in docs/backbones.md
+    python -m solrl_core.planner.memory             # the table, as in docs/backbones.md
+    python -m solrl_core.planner.memory --full 8    # full fine-tuning over 8 update ranks (docs/planner.md)
 """
 
 from __future__ import annotations
@@ -79,6 +93,7 @@ MODELS = tuple(SPECS)
 GIB = 2**30
 BF16 = 2
 LORA_BYTES_PER_PARAM = 6 * 4  # fp32: θ, its gradient, AdamW m and v, θ_old, EMA
+FULL_BYTES_PER_PARAM = 6 * 4  # the same six fp32 values for every weight of the transformer (sharded by FSDP2)
 ADAPTER_BYTES_PER_PARAM = 2 * 4  # fp32: θ and θ_old, the adapters a sampling process attaches (no training state)
 # fp32: θ, θ_old, the EMA and the copy of θ that `EmaWeights.swapped_in` keeps while the evaluation merges the EMA
 EVALUATION_ADAPTER_BYTES_PER_PARAM = 4 * 4
@@ -490,6 +505,9 @@ class MemoryEstimate:
     explore_gib: dict[str, float] | None = None  # what the explore copy adds to W0: quantized and merged layers
     merged_gib: float = 0.0  # the targeted layers' W0 + ΔW, as the evaluation's policy holds them
     sampling_gib: dict[str, float] | None = None  # stage -> its sampling batch's activations (None: not counted)
+    adapter: str = "lora"  # train.adapter: lora, or full (every weight trained; `policy_gib` in the sampling stages)
+    processes: int = 1  # the update's ranks (FSDP2 shards the full training state over them)
+    policy_gib: float = 0.0  # full: the whole θ_old (or EMA) copy at the model's dtype a sampling stage holds
 
     @property
     def total_gib(self) -> float:
@@ -515,6 +533,14 @@ class MemoryEstimate:
         while it merges."""
         g = self.gib
         beside = {"text_encoders": g["text_encoders"], "vae": g["vae"], "reward": g["reward"]}
+        if self.adapter == "full":  # a whole θ_old / EMA copy beside W0 (the module docstring)
+            copy = {"policy": self.policy_gib}
+            stages = {stage: {"weights": g["weights"], **copy, **beside}
+                      for stage in ("explore", "regenerate", "evaluation", "audit")}
+            stages["update"] = dict(g)
+            for stage, gib in (self.sampling_gib or {}).items():
+                stages[stage] = {**stages[stage], "sampling": gib}
+            return stages
         adapters = self.lora_params * ADAPTER_BYTES_PER_PARAM / GIB
         copy = self.explore_gib or {"quantized": 0.0, "merged": 0.0}
         explore_adapters = adapters if self.lora_branch else max(0.0, adapters - copy["quantized"])
@@ -577,7 +603,8 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
                     gradient_checkpointing: bool = True, image_tokens: int | None = None,
                     text_tokens: int | None = None, dtype: str = "bfloat16",
                     explore: ExploreCopy | None = None, samples_bytes: int = 0,
-                    sampling_batches: dict[str, int] | None = None) -> MemoryEstimate:
+                    sampling_batches: dict[str, int] | None = None, adapter: str = "lora",
+                    processes: int = 1) -> MemoryEstimate:
     """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted), by default
     as the model's presets run it; the keywords describe another run: the rank (None: ``official_rank``) and
     targets of θ and θ_old, the update without gradient checkpointing, one sample's image and text tokens (another
@@ -587,7 +614,8 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     rank (``planner.disk.update_samples_bytes``: the latents, a Flow-GRPO trajectory; 0 in the official table), and
     the samples per forward of each sampling stage (``sampling_batches``: stage -> samples, twice the batch under
     classifier-free guidance), whose activations (``sampling_bytes`` each) join those stages (none in the official
-    table). The activations are measured with the official targets at the official rank, at any rank or targets."""
+    table). The activations are measured with the official targets at the official rank, at any rank or targets.
+    ``adapter="full"`` prices full fine-tuning over ``processes`` update ranks (the module docstring)."""
     m = get_model(model)
     key = m.key
     if key not in SPECS:
@@ -617,6 +645,13 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         "activations": micro_batch * per_pair * (weight_bytes / BF16) / GIB,
         "samples": samples_bytes / GIB,
     }
+    full = adapter == "full"
+    if full:
+        del gib["lora"]
+        gib["full_state"] = params * FULL_BYTES_PER_PARAM / processes / GIB
+        block = max((sum(p.numel() for p in b.parameters()) for b in transformer_blocks(plain_transformer(key)).values()),
+                    default=0)
+        gib["gathered"] = block * (2 * weight_bytes + 4) / GIB if processes > 1 else 0.0
     return MemoryEstimate(
         model=key, title=spec.title, transformer_params=params, lora_params=lora, text_encoder_params=text,
         vae_params=vae, reward_params=reward, micro_batch=micro_batch, activation_per_pair=act.checkpointed,
@@ -624,6 +659,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
         gradient_checkpointing=gradient_checkpointing, explore_copy=explore.backend.describe(),
         lora_branch=explore.lora_branch, explore_gib={k: v / GIB for k, v in copy.items()}, merged_gib=merged / GIB,
         sampling_gib=_sampling_gib(key, sampling_batches, image_tokens, text_tokens, weight_bytes),
+        adapter=adapter, processes=processes, policy_gib=params * weight_bytes / GIB if full else 0.0,
     )
 
 
@@ -659,12 +695,35 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
     return "\n".join(lines)
 
 
+def format_full_markdown(rows: list[MemoryEstimate], gpu_gib: float = 80.0) -> str:
+    """Full fine-tuning's estimate as a markdown table (GiB per GPU): each stage's peak, and whether the largest
+    fits a GPU of `gpu_gib` less the fit check's margin."""
+    from solrl_core.planner.fits import MARGIN_GIB
+
+    lines = [f"| model | update ranks | GiB: W0 | full training state (per rank) | gathered blocks | activations | "
+             f"**update** | explore / regenerate / evaluation | fits {gpu_gib:.0f} GB |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for r in rows:
+        g, parts = r.gib, r.stage_parts()
+        peak = max(sum(p.values()) for p in parts.values())
+        lines.append(f"| {r.title} | {r.processes} | {g['weights']:.1f} | {g['full_state']:.1f} | {g['gathered']:.1f} "
+                     f"| {g['activations']:.1f} | **{r.total_gib:.0f}** | {r.inference_gib:.0f} | "
+                     f"{'yes' if peak <= gpu_gib - MARGIN_GIB else 'no'} ({peak:.0f}) |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m solrl_core.planner.memory",
                                      description="Parameter counts and a rough per-GPU training memory estimate.")
     parser.add_argument("models", nargs="*", default=list(MODELS))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--full", type=int, metavar="RANKS", default=None,
+                        help="price full fine-tuning (train.adapter: full) sharded over RANKS update processes")
     args = parser.parse_args(argv)
+    if args.full is not None:
+        rows = [memory_estimate(name, adapter="full", processes=args.full) for name in args.models]
+        print(json.dumps([r.to_dict() for r in rows], indent=2) if args.json else format_full_markdown(rows))
+        return 0
     rows = [memory_estimate(name) for name in args.models]
     print(json.dumps([r.to_dict() for r in rows], indent=2) if args.json else format_markdown(rows))
     return 0

@@ -171,15 +171,25 @@ def load_training_state(policy, ema, optimizer, directory: Path) -> int:
 def full_weights(backbone: Backbone, directory: Path, key: str) -> dict[str, torch.Tensor]:
     """Under full fine-tuning: parameter name → tensor (in W0's dtype, on W0's device) of θ ("default"), θ_old
     ("old") or the EMA ("ema") in the checkpoint `directory`, for `merged_transformer`; {} for the initial
-    checkpoint (W0 itself). Read without a process group, whatever number of ranks wrote it."""
+    checkpoint (W0 itself). Read without a process group, whatever number of ranks wrote it, one transformer block
+    at a time: the float32 values of one block are alive at once beside the copy, never the whole model's."""
+    from solrl_core.models.blocks import transformer_blocks
     from solrl_core.rl.full_policy import read_state
 
     if not (directory / POLICY_DIR).is_dir():
         return {}
     base = dict(backbone.transformer.named_parameters())
-    state = {key: {name: torch.empty(p.shape, dtype=torch.float32) for name, p in base.items()}}
-    read_state(state, directory / POLICY_DIR)
-    return {name: value.to(device=base[name].device, dtype=base[name].dtype) for name, value in state[key].items()}
+    groups: dict[str, list[str]] = {}
+    blocks = tuple(f"{name}." for name in transformer_blocks(backbone.transformer))
+    for name in base:
+        groups.setdefault(next((b for b in blocks if name.startswith(b)), ""), []).append(name)
+    out = {}
+    for names in groups.values():
+        state = {key: {name: torch.empty(base[name].shape, dtype=torch.float32) for name in names}}
+        read_state(state, directory / POLICY_DIR)
+        out.update({name: value.to(device=base[name].device, dtype=base[name].dtype)
+                    for name, value in state[key].items()})
+    return out
 
 
 def has_ema(directory: Path) -> bool:
