@@ -1,7 +1,7 @@
 """The trained policy under full fine-tuning (`train.adapter: full`, issue #47): θ and θ_old are whole copies of the
 transformer's parameters in MASTER_DTYPE, the reference is the frozen base W0 itself.
 
-On one process θ and θ_old are plain copies. Over a process group they are sharded with PyTorch's FSDP2
+On one process θ and θ_old are plain copies, their forwards under autocast to the model's dtype. Over a process group they are sharded with PyTorch's FSDP2
 (`fully_shard` on every transformer block, then on the root, over a 1-D mesh of the group's ranks): each rank keeps
 1/N of θ, of its gradients and AdamW moments, of θ_old and of the EMA; a block's parameters are all-gathered for its
 forward in the model's dtype (`MixedPrecisionPolicy(param_dtype=...)`) and its gradients reduce-scattered in float32
@@ -47,9 +47,11 @@ def shard(module: nn.Module, mesh, param_dtype: torch.dtype) -> nn.Module:
 class FullPolicy:
     """θ, θ_old (whole transformers, trainable and frozen) and the reference W0. Build with `FullPolicy.build`."""
 
-    def __init__(self, reference: nn.Module, theta: nn.Module, theta_old: nn.Module, ranks: int = 1):
+    def __init__(self, reference: nn.Module, theta: nn.Module, theta_old: nn.Module, ranks: int = 1,
+                 compute_dtype: torch.dtype = MASTER_DTYPE):
         self.reference_module = reference
         self.ranks = ranks  # over which θ is sharded (1: not sharded)
+        self.compute_dtype = compute_dtype  # θ's and θ_old's forwards on one process (sharded: FSDP2's param_dtype)
         self.modules = {DEFAULT: theta, OLD: theta_old}
         self._active: str | None = DEFAULT
         self._params = {name: dict(module.named_parameters()) for name, module in self.modules.items()}
@@ -69,7 +71,7 @@ class FullPolicy:
         theta, theta_old = copies
         theta.requires_grad_(True)
         theta_old.requires_grad_(False)
-        return cls(transformer, theta, theta_old, ranks=1 if mesh is None else mesh.size())
+        return cls(transformer, theta, theta_old, ranks=1 if mesh is None else mesh.size(), compute_dtype=param_dtype)
 
     # ---- what the update uses ----------------------------------------------------------------------------------
     @property
@@ -94,9 +96,17 @@ class FullPolicy:
 
     @contextmanager
     def adapter(self, adapter_name: str) -> Iterator[nn.Module]:
+        """Forwards inside run θ or θ_old: in the model's dtype, as FSDP2 runs them sharded (on one process under
+        autocast, the float32 master weights cast as each op reads them)."""
         previous, self._active = self._active, _checked(adapter_name)
+        module = self.transformer
         try:
-            yield self.transformer
+            if self.ranks == 1 and self.compute_dtype != MASTER_DTYPE:
+                device = next(module.parameters()).device.type
+                with torch.autocast(device, dtype=self.compute_dtype):
+                    yield module
+            else:
+                yield module
         finally:
             self._active = previous
 

@@ -75,3 +75,16 @@ def test_the_state_is_read_back_exactly_into_a_fresh_policy(tmp_path):
         s, t = optimizer.state[p], fresh_optimizer.state[q]
         assert torch.equal(s["exp_avg"], t["exp_avg"]) and torch.equal(s["exp_avg_sq"], t["exp_avg_sq"])
         assert float(s["step"]) == float(t["step"]) == 2
+
+
+def test_on_one_process_a_bfloat16_model_trains_fp32_weights_in_bfloat16_forwards():
+    base = tiny_transformer().to(torch.bfloat16)
+    policy = FullPolicy.build(base)
+    assert all(p.dtype == MASTER_DTYPE for p in policy.trainable_parameters())
+    with policy.adapter(DEFAULT) as theta:
+        out = theta(hidden_states=torch.randn(1, 3, 32, 32), timestep=torch.tensor([500.0]),
+                    encoder_hidden_states=torch.randn(1, 6, 64), pooled_projections=torch.randn(1, 64),
+                    return_dict=False)[0]
+    assert out.dtype == torch.bfloat16  # computed as the model's dtype, as FSDP2's param_dtype does sharded
+    out.float().pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.dtype == MASTER_DTYPE for p in policy.trainable_parameters()[:4])
