@@ -695,20 +695,17 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
     return "\n".join(lines)
 
 
-def format_full_markdown(rows: list[MemoryEstimate], gpu_gib: float = 80.0) -> str:
-    """Full fine-tuning's estimate as a markdown table (GiB per GPU): each stage's peak, and whether the largest
-    fits a GPU of `gpu_gib` less the fit check's margin."""
-    from solrl_core.planner.fits import MARGIN_GIB
-
-    lines = [f"| model | update ranks | GiB: W0 | full training state (per rank) | gathered blocks | activations | "
-             f"**update** | explore / regenerate / evaluation | fits {gpu_gib:.0f} GB |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+def format_full_markdown(rows: list[MemoryEstimate]) -> str:
+    """Full fine-tuning's estimate as a markdown table (GiB per GPU): the update's parts, the sampling stages' peak,
+    and the largest stage (what `solrl plan` checks against a card, less its margin)."""
+    lines = ["| model | update ranks | GiB: W0 | full training state (per rank) | gathered blocks | activations | "
+             "**update** | explore / regenerate / evaluation | largest stage |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
-        g, parts = r.gib, r.stage_parts()
-        peak = max(sum(p.values()) for p in parts.values())
+        g = r.gib
+        peak = max(sum(p.values()) for p in r.stage_parts().values())
         lines.append(f"| {r.title} | {r.processes} | {g['weights']:.1f} | {g['full_state']:.1f} | {g['gathered']:.1f} "
-                     f"| {g['activations']:.1f} | **{r.total_gib:.0f}** | {r.inference_gib:.0f} | "
-                     f"{'yes' if peak <= gpu_gib - MARGIN_GIB else 'no'} ({peak:.0f}) |")
+                     f"| {g['activations']:.1f} | **{r.total_gib:.0f}** | {r.inference_gib:.0f} | {peak:.0f} |")
     return "\n".join(lines)
 
 

@@ -73,12 +73,16 @@ def test_failed_forced_update_leaves_the_old_checkpoint_and_manifest(trained, tm
     update_dir, manifest_path = run.stage_dir(1, "update"), run.manifest_path(1, "update")
     before, manifest_before = _digests(update_dir), manifest_path.read_bytes()
 
-    def disk_failure(*args, **kwargs):
-        raise OSError("No space left on device")
+    import solrl_core.stages.checkpoints as checkpoints
 
-    import solrl_core.stages.update as update
+    written = checkpoints.save_tensors
 
-    monkeypatch.setattr(update, "save_tensors", disk_failure)  # the adapters are written, then the EMA fails
+    def disk_failure(tensors, path, *args, **kwargs):
+        if path.name == checkpoints.EMA_FILE:
+            raise OSError("No space left on device")
+        return written(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints, "save_tensors", disk_failure)  # the adapters are written, then the EMA fails
     with pytest.raises(OSError, match="No space left"):
         run_stage(run, cfg, 1, "update", force=True, progress=False)
     assert (run.partial_dir(1, "update") / "checkpoint" / "adapters.safetensors").is_file()  # it failed midway
