@@ -175,8 +175,23 @@ def write_state(state: dict, path: Path) -> None:
     alone (without torch's notice that it assumes so)."""
     import torch.distributed.checkpoint as dcp
 
+    if _distributed():
+        with _one_process_quiet():
+            dcp.save(state, checkpoint_id=str(path))
+        return
+    # one process: its tensors staged on the host first, as DCP stages a rank's shards, then written in order (no
+    # copy-ahead on device streams: there is nothing left on the device to copy)
     with _one_process_quiet():
-        dcp.save(state, checkpoint_id=str(path), no_dist=not _distributed())
+        dcp.save(_on_host(state), storage_writer=dcp.FileSystemWriter(str(path), per_thread_copy_ahead=0),
+                 no_dist=True)
+
+
+def _on_host(value):
+    if isinstance(value, dict):
+        return {key: _on_host(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_host(item) for item in value)
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
 def read_state(state: dict, path: Path) -> None:

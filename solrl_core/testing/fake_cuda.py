@@ -9,7 +9,8 @@ What it catches:
 
 * **a CPU tensor meeting a CUDA one** (`FakeTensorDeviceMismatchError`, as a real GPU raises `Expected all tensors
   to be on the same device`), except the 0-dim CPU scalars CUDA accepts too;
-* **floating inputs of different dtypes** in a matrix product or convolution (a bf16 weight given fp32 input);
+* **floating inputs of different dtypes** in a matrix product or convolution (a bf16 weight given fp32 input), unless
+  CUDA autocast is on (it casts them, as on a GPU);
 * **host syncs**: `.item()`, `float()`, `bool()`, `.tolist()` of a device tensor, and reading its bytes (`.numpy()`
   after `.cpu()`) are counted in `FakeCuda.syncs` with the line that asked, instead of failing: a caller compares
   the count of two runs that differ only in their number of steps, and a sync inside a per-step loop shows as a
@@ -195,7 +196,7 @@ class _Router(TorchFunctionMode):
             return self._owner._read(func, args[0])
         if func is torch.Tensor.backward and fake:
             return _placeholder_backward(args[0])
-        if func in _SAME_DTYPE and fake:
+        if func in _SAME_DTYPE and fake and not torch.is_autocast_enabled("cuda"):  # autocast casts them, as on a GPU
             dtypes = {t.dtype for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()}
             if len(dtypes) > 1:
                 names = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))

@@ -122,6 +122,23 @@ def test_the_other_objectives_iterations_run_on_a_faked_gpu(objective, model, ti
     assert run.manifest(0, "update")["summary"]["objective"] == objective
 
 
+@pytest.mark.parametrize("model", ["embedded", "flux1"])
+def test_full_fine_tuning_iterations_run_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+    """`train.adapter: full` over two iterations and the evaluation: the update's bf16 forwards over fp32 master
+    weights, its torch.distributed.checkpoint save, the next iteration's explore copy and regenerate built from θ_old
+    read back onto the device, the evaluation's EMA; no CPU/CUDA mix."""
+    cfg = _config(model, tiny_models, "train.adapter=full", "train.optimizer.lr=1e-5", "quant.lora_branch=false")
+    run = _run(tmp_path / "run", cfg)
+    with fake_cuda():
+        for iteration in (0, 1):
+            for stage in STAGES:
+                run_stage(run, cfg, iteration, stage, progress=False)
+        evaluation = run_eval(run, cfg, 2)
+    assert all(run.is_complete(i, stage) for i in (0, 1) for stage in STAGES)
+    assert evaluation["samples"] == 2 and evaluation["ema"]
+    assert json.loads((run.checkpoint_dir(1) / "state.json").read_text())["adapter"] == "full"
+
+
 def test_an_explore_sibling_runs_on_a_faked_gpu(tiny_models, tmp_path, one_torch_thread):
     """explore.sibling on the device: the sibling's transformer is loaded onto the model's device in its dtype, its
     conditioning probe, θ_old's update added to it and its explore all run there."""
