@@ -13,8 +13,8 @@ forward and the sampling stages use is never written.
 It offers the interface the update stage uses of `LoraPolicy` (solrl_core/rl/policy.py): `adapter(name)` and
 `reference()` yield the module a forward runs, `trainable_parameters`, `named_adapter_parameters`, `soft_update_old`;
 `EmaWeights` works on it unchanged (its float32 clones of DTensor shards are shards too). Its state is saved and
-loaded with torch.distributed.checkpoint (`save_state`, `load_state`): sharded files a run of any number of ranks
-reads.
+loaded with torch.distributed.checkpoint (`save_state`, `load_state`) in safetensors files (`write_state`: no pickle,
+which DCP's default format writes its metadata with) that a run of any number of ranks reads.
 """
 
 from __future__ import annotations
@@ -150,8 +150,8 @@ class FullPolicy:
         state = {name: dict(self._params[name]) for name in ADAPTERS}
         if ema is not None:
             state["ema"] = ema.tensors
-        if optimizer is not None:
-            state["optimizer"] = get_optimizer_state_dict(self.modules[DEFAULT], optimizer)
+        if optimizer is not None:  # its tensors; the parameter groups (lr, betas) are the run config's
+            state["optimizer"] = {"state": get_optimizer_state_dict(self.modules[DEFAULT], optimizer)["state"]}
         return state
 
     def save_state(self, path: Path, ema=None, optimizer=None) -> None:
@@ -162,28 +162,37 @@ class FullPolicy:
     def load_state(self, path: Path, ema=None, optimizer=None) -> None:
         """Read what `save_state` wrote, by any number of ranks, into this policy's shards (and the EMA's and the
         optimizer's, when given)."""
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
         state = self.state(ema, optimizer)
         read_state(state, path)
         if optimizer is not None:
-            set_optimizer_state_dict(self.modules[DEFAULT], optimizer, state["optimizer"])
+            groups = get_optimizer_state_dict(self.modules[DEFAULT], optimizer)["param_groups"]
+            set_optimizer_state_dict(self.modules[DEFAULT], optimizer,
+                                     {"state": state["optimizer"]["state"], "param_groups": groups})
 
 
 def write_state(state: dict, path: Path) -> None:
-    """torch.distributed.checkpoint's save of `state` into the folder `path`: every rank its shards, or one process
-    alone (without torch's notice that it assumes so)."""
+    """torch.distributed.checkpoint's save of `state` (tensors only) into the folder `path` as safetensors files
+    (torch's Hugging Face storage: each rank its own shards with their offsets in the file's JSON header, no pickle
+    anywhere), by every rank of the group, or by one process alone."""
     import torch.distributed.checkpoint as dcp
 
-    if _distributed():
-        with _one_process_quiet():
-            dcp.save(state, checkpoint_id=str(path))
-        return
-    # one process: its tensors staged on the host first, as DCP stages a rank's shards, then written in order (no
-    # copy-ahead on device streams: there is nothing left on the device to copy)
+    distributed = _distributed()
+    writer = dcp.HuggingFaceStorageWriter(str(path), save_distributed=distributed)
+    if not distributed:  # its tensors staged on the host first, as DCP stages a rank's shards, then written in order
+        state = _on_host(state)  # (no copy-ahead on device streams: nothing is left on the device to copy)
+        writer.per_thread_copy_ahead = 0
     with _one_process_quiet():
-        dcp.save(_on_host(state), storage_writer=dcp.FileSystemWriter(str(path), per_thread_copy_ahead=0),
-                 no_dist=True)
+        dcp.save(state, storage_writer=writer, no_dist=not distributed)
+
+
+def read_state(state: dict, path: Path) -> None:
+    """Fill `state`'s tensors in place from the folder `path`, whatever number of ranks wrote it."""
+    import torch.distributed.checkpoint as dcp
+
+    with _one_process_quiet():
+        dcp.load(state, storage_reader=dcp.HuggingFaceStorageReader(str(path)), no_dist=not _distributed())
 
 
 def _on_host(value):
@@ -192,14 +201,6 @@ def _on_host(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_on_host(item) for item in value)
     return value.detach().cpu() if isinstance(value, torch.Tensor) else value
-
-
-def read_state(state: dict, path: Path) -> None:
-    """Fill `state`'s tensors in place from the folder `path`, whatever number of ranks wrote it."""
-    import torch.distributed.checkpoint as dcp
-
-    with _one_process_quiet():
-        dcp.load(state, checkpoint_id=str(path), no_dist=not _distributed())
 
 
 @contextmanager

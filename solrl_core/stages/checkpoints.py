@@ -2,8 +2,9 @@
 solrl_core/rl/full_policy.py), their files, and the initial checkpoint.
 
 A LoRA checkpoint holds adapters.safetensors (θ as `default.*`, θ_old as `old.*`), ema.safetensors and
-optimizer.safetensors. A full fine-tuning checkpoint holds the folder `policy/` (torch.distributed.checkpoint: θ,
-θ_old, the EMA and AdamW's state by parameter name); its initial checkpoint holds none (θ = θ_old = W0)."""
+optimizer.safetensors. A full fine-tuning checkpoint holds the folder `policy/` (torch.distributed.checkpoint in
+safetensors files and a JSON index: θ, θ_old, the EMA and AdamW's moments by parameter name); its initial checkpoint
+holds none (θ = θ_old = W0)."""
 
 from __future__ import annotations
 

@@ -195,8 +195,8 @@ def test_full_fine_tuning_on_two_gloo_processes_gives_the_one_process_update(rea
     assert first1["pairs"] == first2["pairs"] == 24 and s1["step"] == s2["step"] == 2
     for key in ("loss", "policy_loss", "kl", "grad_norm"):
         assert first2[key] == pytest.approx(first1[key], rel=1e-5), key
-    shards = sorted(p.name for p in (two.checkpoint_dir(0) / POLICY_DIR).iterdir())
-    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    shards = sorted(p.name for p in (two.checkpoint_dir(0) / POLICY_DIR).iterdir())  # each rank its own: no pickle
+    assert len(shards) == 2 and all(name.endswith(".safetensors") for name in shards), shards
     backbone = load_backbone(cfg)
     theta_old = full_weights(backbone, two.checkpoint_dir(0), "old")  # read by one process
     w0 = dict(backbone.transformer.named_parameters())

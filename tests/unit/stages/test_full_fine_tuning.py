@@ -40,7 +40,8 @@ def test_two_iterations_train_every_weight_and_leave_w0_alone(tmp_path, one_torc
             run_stage(run, cfg, iteration, stage, progress=False)
     assert not (run.init_dir / POLICY_DIR).exists()
     first, second = (run.checkpoint_dir(i) for i in (0, 1))
-    assert (first / POLICY_DIR / ".metadata").is_file()
+    written = sorted(p.name for p in (first / POLICY_DIR).iterdir())  # safetensors and a JSON index: no pickle
+    assert written == ["model-00001-of-00001.safetensors", "model.safetensors.index.json"]
     state = json.loads((second / STATE_FILE).read_text())
     assert state["adapter"] == "full" and state["step"] == 2 * cfg.train.optimizer_steps  # AdamW resumed
     assert all(torch.equal(v, w0[k]) for k, v in load_backbone(cfg).transformer.state_dict().items())
