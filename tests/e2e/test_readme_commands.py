@@ -458,7 +458,8 @@ def check_tool(command: str) -> str:
 
 def _check_variable(command: str, name: str) -> None:
     """A variable a command sets is one its program reads: Prefect's settings, MLflow's variables, botocore's (the
-    credentials and endpoint s3fs uses for s3:// run directories), or CUDA's device list."""
+    credentials and endpoint s3fs uses for s3:// run directories), PostgreSQL's client ones, or CUDA's device
+    list."""
     if name.startswith("PREFECT_"):
         import prefect.settings
 
@@ -475,6 +476,12 @@ def _check_variable(command: str, name: str) -> None:
 
         source = inspect.getsource(botocore.configprovider) + inspect.getsource(botocore.credentials)
         assert f"'{name}'" in source or f'"{name}"' in source, f"`{command}`: botocore reads no {name}"
+    elif name.startswith("PG"):  # PostgreSQL's client variables: asyncpg (Prefect's driver) reads them as libpq does
+        import inspect
+
+        import asyncpg.connect_utils
+
+        assert f"'{name}'" in inspect.getsource(asyncpg.connect_utils), f"`{command}`: asyncpg reads no {name}"
     else:
         assert name == "CUDA_VISIBLE_DEVICES", f"`{command}`: unknown variable {name}: check it here"
 
