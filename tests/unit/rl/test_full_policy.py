@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import torch
 
+import pytest
+
 from full_policy_case import BATCH, batch_loss, tiny_transformer
 from solrl_core.rl.full_policy import FullPolicy
 from solrl_core.rl.policy import DEFAULT, MASTER_DTYPE, OLD, EmaWeights
+
+pytestmark = pytest.mark.slow  # trains whole (two-layer) models: `make test` runs it, `make test-fast` not
 
 
 def _trained(policy: FullPolicy, steps: int = 2):
