@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from solrl.flows.service_checks import check_database_driver
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import one_line
 from solrl_core.redaction import redact
@@ -39,9 +38,12 @@ def sync_database_url(url: str) -> str:
 def check_database(url: str, server: str) -> None:
     """SolrlError in one line, naming `server`, the URL (redacted) and what to do, when the PostgreSQL database at
     `url` does not answer (no server there, a wrong password, a database not created yet)."""
+    from sqlalchemy import create_engine, text
+
+    from solrl.flows.service_checks import check_database_driver
+
     plain = sync_database_url(url)
     check_database_driver(plain, f"{server}'s database")
-    from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
     engine = create_engine(plain, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})

@@ -73,11 +73,8 @@ def save_adapters(policy, directory: Path) -> None:
 
 
 def load_adapters(policy, directory: Path) -> None:
-    """θ and θ_old of the checkpoint `directory` into `policy` (a full policy's initial checkpoint: W0 already)."""
-    if is_full_policy(policy):
-        if (directory / POLICY_DIR).is_dir():
-            policy.load_state(directory / POLICY_DIR)
-        return
+    """The LoRA adapters θ and θ_old of the checkpoint `directory` into `policy` (a full policy's weights:
+    `load_training_state`, `full_weights`)."""
     path = directory / ADAPTERS_FILE
     if not path.is_file():
         raise SolrlError(f"adapter checkpoint missing: {path}")

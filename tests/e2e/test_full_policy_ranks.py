@@ -14,7 +14,10 @@ import torch
 from safetensors.torch import load_file
 
 from cli_processes import free_port
+from full_policy_case import tiny_transformer
 from repo_paths import ROOT, SUPPORT
+from solrl_core.rl.full_policy import FullPolicy
+from solrl_core.rl.policy import DEFAULT, OLD, EmaWeights
 
 pytestmark = pytest.mark.e2e
 
@@ -41,11 +44,6 @@ def test_two_sharded_ranks_take_the_step_of_one_process_and_one_process_reads_th
     for key in [k for k in one if k.startswith("grad.")]:  # not AdamW-moved weights: no tolerance holds for those
         assert torch.allclose(one[key], two[key], rtol=1e-4, atol=1e-7), key
     assert not torch.equal(one["grad.proj_out.weight"], torch.zeros_like(one["grad.proj_out.weight"]))
-
-    sys.path.insert(0, str(SUPPORT))
-    from full_policy_case import tiny_transformer
-    from solrl_core.rl.full_policy import FullPolicy
-    from solrl_core.rl.policy import DEFAULT, OLD, EmaWeights
 
     policy = FullPolicy.build(tiny_transformer())
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-3)
