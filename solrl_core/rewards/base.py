@@ -170,6 +170,10 @@ class Reward:
     cuda_dtype: ClassVar[DType] = "bfloat16"  # what a torch reward runs in on a CUDA device when its spec names none
     takes_videos: ClassVar[bool] = False  # scores whole videos (B, frames, H, W, 3), and only them
     video_frames: int | None = None  # an image reward on videos: the frames it scores (RewardModelSpec.video_frames)
+    # the shortest edge its preprocessing first resizes images to, where that first step is resize_shortest_pil
+    # (solrl_core/rewards/preprocess.py): a served reward's clients send images at that size, its scores unchanged bit
+    # for bit (resizing again is the identity); None: images are sent as generated
+    input_size: int | None = None
 
     def __init__(self, batch_size: int | None = None, device: str = "cpu", dtype: DType | None = None):
         self.batch_size = int(batch_size or self.default_batch_size)

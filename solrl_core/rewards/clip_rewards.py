@@ -102,6 +102,9 @@ class _CLIPReward(ModelReward):
             from transformers import CLIPImageProcessorPil
 
             self.image_processor = CLIPImageProcessorPil(**{k: v for k, v in proc_cfg.items() if k in _PIL_KEYS})
+            edge = _shortest_edge(proc_cfg.get("size", self.image_size))
+            if proc_cfg.get("do_resize", True) and proc_cfg.get("resample", 3) == 3 and isinstance(edge, int):
+                self.input_size = edge  # the processor begins with resize_shortest_pil (PIL's 3 is bicubic)
         else:
             self.resize = _shortest_edge(proc_cfg.get("size", self.image_size))
             crop = proc_cfg.get("crop_size", self.image_size)

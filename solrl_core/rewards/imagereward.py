@@ -40,7 +40,7 @@ import numpy as np
 from solrl_core.errors import SolrlError
 from solrl_core.rewards import model_files
 from solrl_core.rewards.base import ModelReward, RewardModelSpec, host_scores, torch_dtype
-from solrl_core.rewards.preprocess import unit_tensor
+from solrl_core.rewards.preprocess import resize_shortest_pil, unit_tensor
 
 SCORE_MEAN = 0.16717362830052426
 SCORE_STD = 1.0333394966054072
@@ -139,18 +139,6 @@ def load_bert_tokenizer(path: Path):
     return tokenizer
 
 
-def _resize_shortest_pil(image, size: int):
-    """torchvision's Resize(size) on a PIL image: shortest edge to `size`, the other by int(size * long / short)."""
-    from PIL import Image
-
-    w, h = image.size
-    if w <= h:
-        new = (size, int(size * h / w))
-    else:
-        new = (int(size * w / h), size)
-    return image if new == (w, h) else image.resize(new, Image.Resampling.BICUBIC)
-
-
 def _centre_crop(array: np.ndarray, size: int) -> np.ndarray:
     """torchvision's CenterCrop (top/left = round((dim - size) / 2)) for images at least `size` on each side."""
     h, w = array.shape[:2]
@@ -227,6 +215,7 @@ class ImageReward(ModelReward):
         self.text = text.to(self.torch_device, dtype=dtype_t).eval()
         self.head = torch.nn.Sequential(*layers).to(self.torch_device).eval()  # float32, as the reference's .float()
         self.image_size = vision_cfg.image_size
+        self.input_size = self.image_size  # its transform begins with resize_shortest_pil
         self.tokenizer = load_bert_tokenizer(files["tokenizer"])
         if len(self.tokenizer) != text_cfg.vocab_size:
             raise SolrlError(
@@ -236,13 +225,9 @@ class ImageReward(ModelReward):
 
     def pixels(self, images: np.ndarray):
         """The reference transform: PIL bicubic resize of the shortest edge, centre crop, to [0, 1], normalise."""
-        from PIL import Image
         from torchvision.transforms import functional as F
 
-        batch = []
-        for img in images:
-            resized = np.asarray(_resize_shortest_pil(Image.fromarray(img), self.image_size))
-            batch.append(_centre_crop(resized, self.image_size))
+        batch = [_centre_crop(resize_shortest_pil(img, self.image_size), self.image_size) for img in images]
         x = F.normalize(unit_tensor(np.stack(batch)), list(IMAGE_MEAN), list(IMAGE_STD))
         return x.to(self.torch_device, dtype=self.vision.dtype)
 

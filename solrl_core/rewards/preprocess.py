@@ -10,6 +10,19 @@ from typing import Literal
 import numpy as np
 
 
+def resize_shortest_pil(image: np.ndarray, size: int) -> np.ndarray:
+    """torchvision's Resize(size) on a PIL image, which transformers' CLIP image processor and ImageReward's transform
+    both begin with: the shortest edge bicubically to `size`, the other to int(size * long / short); unchanged when it
+    already is (Pillow returns a copy), so resizing twice gives the pixels of resizing once."""
+    from PIL import Image
+
+    h, w = image.shape[:2]
+    new = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
+    if new == (w, h):
+        return image
+    return np.asarray(Image.fromarray(image).resize(new, Image.Resampling.BICUBIC))
+
+
 def unit_tensor(images: np.ndarray):
     """uint8 images (B, H, W, 3) as a float32 tensor (B, 3, H, W) in [0, 1]."""
     import torch

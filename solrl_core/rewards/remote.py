@@ -4,7 +4,9 @@ what `reward_models.<name>.url` asks for, for any registered or plug-in reward.
 At load the server's /health is asked for its reward's name and fingerprint: the name must be the config's, and the
 fingerprint (the server's reward: files, batch size, device, dtype) becomes this reward's, so a stage's committed
 scores are kept on resume only while the same scorer answers (solrl_core/stages/pool_scoring.py), and a scorer that
-changes behind the URL mid-stage stops the stage. Scoring sends `batch_size` images a request (the server's own batch
+changes behind the URL mid-stage stops the stage. Images larger than the served reward's input size (the shortest edge
+its own preprocessing first resizes to, /health's "input_size") are resized to it here, as that step would, so the
+server receives and decodes less and scores the same bits. Scoring sends `batch_size` images a request (the server's own batch
 size unless the spec sets one), at most `concurrency` requests at a time, each within `timeout_s`; a connection error,
 a timeout, or a 408, 429 or 5xx answer is tried again after a back-off (doubling from BACKOFF_S, or the server's
 Retry-After) up to `retries` more times, then the stage stops with one line naming the URL and the cause. Never a
@@ -25,6 +27,7 @@ import numpy as np
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import cut, one_line
 from solrl_core.rewards.base import Reward, RewardModelSpec
+from solrl_core.rewards.preprocess import resize_shortest_pil
 from solrl_core.rewards.wire import MEDIA_TYPE, TOKEN_VARIABLE, encode_request
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -51,6 +54,7 @@ class RemoteReward(Reward):
                              f"{name!r}; point it at a `solrl serve-reward {name}`")
         self.served_fingerprint = str(served["fingerprint"])
         self.takes_videos = bool(served.get("takes_videos", False))
+        self.input_size = served.get("input_size")
         super().__init__(batch_size=spec.batch_size or int(served["batch_size"]))
         try:
             as_served = json.loads(self.served_fingerprint)
@@ -74,7 +78,7 @@ class RemoteReward(Reward):
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
     def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        answer = self._call("POST", "/score", content=encode_request(images, prompts),
+        answer = self._call("POST", "/score", content=encode_request(self.sent(images), prompts),
                             headers={"content-type": MEDIA_TYPE}).json()
         if answer.get("fingerprint") != self.served_fingerprint:
             raise SolrlError(f"reward {self.name} at {self.url}: the served reward changed while scoring (its "
@@ -83,6 +87,14 @@ class RemoteReward(Reward):
         if scores.shape != (len(images),):
             raise SolrlError(f"reward {self.name} at {self.url}: {scores.size} scores for {len(images)} images")
         return scores
+
+    def sent(self, images: np.ndarray) -> np.ndarray:
+        """`images` as they are sent: at the served reward's input size where they are larger (a smaller image is
+        sent as it is: the reward enlarges it itself)."""
+        size = self.input_size
+        if size is None or images.ndim != 4 or min(images.shape[1:3]) <= size:
+            return images
+        return np.stack([resize_shortest_pil(image, int(size)) for image in images])
 
     def _call(self, method: str, path: str, **kwargs):
         """The server's answer to one request, tried again on what passes (connection, timeout, 408/429/5xx)."""

@@ -2,7 +2,8 @@
 runs for Prefect's server, so serving adds no package to the install (LitServe, the other candidate, would).
 
 GET  /health  {"status": "ok", "name", "solrl" (the server's version), "fingerprint" (the loaded reward's: files,
-              batch size, device, dtype), "batch_size", "takes_videos"}
+              batch size, device, dtype), "batch_size", "takes_videos", "input_size" (the shortest edge clients
+              downsize images to, where that is the reward's own first step: Reward.input_size; else null)}
 POST /score   a safetensors body (solrl_core/rewards/wire.py) -> {"scores", "fingerprint"}
 
 The reward scores a request in its own batches (`Reward.scores`), one request at a time (a lock: one model on one
@@ -30,7 +31,7 @@ def build_app(reward: Reward, token: str | None = None):
     """The FastAPI app serving `reward`."""
     fingerprint = reward.fingerprint()  # the loaded reward's, fixed while it is served
     health = {"status": "ok", "name": reward.name, "solrl": __version__, "fingerprint": fingerprint,
-              "batch_size": reward.batch_size, "takes_videos": reward.takes_videos}
+              "batch_size": reward.batch_size, "takes_videos": reward.takes_videos, "input_size": reward.input_size}
     app = FastAPI(title=f"solrl reward {reward.name}", version=__version__, docs_url=None, redoc_url=None)
     lock = threading.Lock()
 

@@ -16,7 +16,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.rewards import remote
 from solrl_core.rewards.registry import clear_reward_cache, get_reward, score_images
 from solrl_core.rewards.serving import build_app
-from solrl_core.rewards.tiny import sample_batch
+from solrl_core.rewards.tiny import sample_batch, write_tiny_checkpoints
 from solrl_core.rewards.wire import TOKEN_VARIABLE, encode_request
 from solrl_core.worlds import motion
 
@@ -43,6 +43,39 @@ def test_served_scores_equal_in_process_scores_bit_for_bit(name):
     expected = here(images, prompts)
     assert per[name].tobytes() == expected.tobytes() and total.tobytes() == expected.tobytes()
     assert json.loads(served.fingerprint()) == {"name": name, "served": json.loads(here.fingerprint())}
+
+
+@pytest.fixture(scope="module")
+def tiny_reward_files(tmp_path_factory):
+    return write_tiny_checkpoints(tmp_path_factory.mktemp("tiny_rewards"))
+
+
+@pytest.mark.parametrize("name", ["imagereward", "pickscore", "clipscore"])
+def test_images_are_sent_at_the_rewards_input_size_and_score_the_same_bits(tiny_reward_files, name):
+    """ImageReward and PickScore begin by resizing the shortest edge with PIL's bicubic (32 px for the tiny models):
+    the client does it, the server receives 32 px images, the scores are in-process's bit for bit. CLIPScore resizes
+    float tensors instead: it gets the images as generated."""
+    squares, prompts = sample_batch(3, 64)
+    wide = np.random.default_rng(5).integers(0, 256, (2, 64, 80, 3), dtype=np.uint8)
+    batches = [(squares, prompts), (wide, ["a cat", "a red circle"])]
+    here = get_reward(name, {name: tiny_reward_files[name]})
+    expected = [here(images, texts) for images, texts in batches]
+    received = []
+    scores = here.scores
+
+    def recording(batch, batch_prompts, progress=None):
+        received.extend(image.shape for image in batch)
+        return scores(batch, batch_prompts, progress)
+
+    here.scores = recording
+    with serving(build_app(here)) as url:
+        for (images, texts), want in zip(batches, expected, strict=True):
+            _, per = score_images(images, texts, {name: 1.0}, models={name: {"url": url}})  # the same batches
+            assert per[name].tobytes() == want.tobytes()
+    if name == "clipscore":
+        assert here.input_size is None and received == [(64, 64, 3)] * 3 + [(64, 80, 3)] * 2
+    else:
+        assert here.input_size == 32 and received == [(32, 32, 3)] * 3 + [(32, 40, 3)] * 2
 
 
 def test_a_served_video_reward_scores_videos_as_in_process():
