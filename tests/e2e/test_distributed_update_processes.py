@@ -1,16 +1,20 @@
 """The update stage on 2 gloo processes (torchrun), on two loopback machines (`solrl update-node`), and a node
 joining the retry of a failed update: the same update as one process, on the same data (the sharding and the
-node's logic in process: tests/unit/rl/test_distributed_update.py)."""
+node's logic in process: tests/unit/rl/test_distributed_update.py). Full fine-tuning on 2 ranks: against one
+process, and killed in its sharded save then run again."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
+import psutil
 import torch
 import pytest
 from safetensors.numpy import load_file
@@ -175,8 +179,22 @@ def test_update_node_joins_the_retry_of_a_failed_update(ready_for_update, one_pr
 
 
 
+@pytest.fixture(scope="module")
+def full_on_two(ready_for_update, tmp_path_factory):
+    """`train.adapter: full` (lr 1e-5, micro-batches of 12) and its update on 2 ranks: (config, run, summary)."""
+    base, cfg = ready_for_update
+    cfg = cfg.model_copy(deep=True)
+    cfg.train = type(cfg.train).model_validate({**cfg.train.model_dump(), "adapter": "full", "micro_batch": 12})
+    cfg.train.optimizer.lr = 1e-5
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        run, summary = _update(base, cfg, tmp_path_factory.mktemp("full"), 2)
+    return cfg, run, summary
+
+
 @pytest.mark.e2e  # torchrun processes
-def test_full_fine_tuning_on_two_gloo_processes_gives_the_one_process_update(ready_for_update, tmp_path, monkeypatch):
+def test_full_fine_tuning_on_two_gloo_processes_gives_the_one_process_update(ready_for_update, full_on_two, tmp_path,
+                                                                             monkeypatch):
     """`train.adapter: full` sharded with FSDP2 over 2 ranks (micro-batches of 12, 12 + 12 pairs; one rank padded
     where shares differ) against one process with the same micro-batches: the same losses and gradient norms to
     float32 rounding at the first optimizer step (the reduce-scatter sums in another order; the second step follows
@@ -185,12 +203,9 @@ def test_full_fine_tuning_on_two_gloo_processes_gives_the_one_process_update(rea
     from solrl_core.stages.checkpoints import POLICY_DIR, full_weights
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    base, cfg = ready_for_update
-    cfg = cfg.model_copy(deep=True)
-    cfg.train = type(cfg.train).model_validate({**cfg.train.model_dump(), "adapter": "full"})
-    cfg.train.optimizer.lr = 1e-5
+    base, _ = ready_for_update
+    cfg, two, s2 = full_on_two
     one, s1 = _update(base, cfg, tmp_path / "one", 1, micro_batch=12)
-    two, s2 = _update(base, cfg, tmp_path / "two", 2, micro_batch=12)
     first1, first2 = _history(one)[0], _history(two)[0]  # before any AdamW step: later ones follow Adam-moved θ
     assert first1["pairs"] == first2["pairs"] == 24 and s1["step"] == s2["step"] == 2
     for key in ("loss", "policy_loss", "kl", "grad_norm"):
@@ -201,3 +216,64 @@ def test_full_fine_tuning_on_two_gloo_processes_gives_the_one_process_update(rea
     theta_old = full_weights(backbone, two.checkpoint_dir(0), "old")  # read by one process
     w0 = dict(backbone.transformer.named_parameters())
     assert theta_old.keys() == w0.keys() and any(not torch.equal(v, w0[k]) for k, v in theta_old.items())
+
+
+@pytest.mark.e2e  # torchrun processes
+def test_full_fine_tuning_killed_in_its_sharded_save_resumes_to_the_same_update(ready_for_update, full_on_two,
+                                                                               session_env, tmp_path, monkeypatch):
+    """`solrl stage update` of a full fine-tuning run on 2 ranks, SIGKILLed once both ranks have written their shards
+    of the checkpoint and before the save returns (rank 0 kills the command and every process it started:
+    tests/support/killed_in_save/sitecustomize.py): the
+    stage is left unfinished with the shards in its partial folder, no process is left, and the stage run again (in
+    this process, as the command runs it) gives the uninterrupted update bit for bit (its summary, every optimizer
+    step's metrics, every shard's tensors, state.json)."""
+    from solrl_core.stages.checkpoints import POLICY_DIR
+
+    base, _ = ready_for_update
+    cfg, reference, reference_summary = full_on_two
+    run, cfg = copy_for_update(base, cfg, tmp_path / "killed", processes=2)
+    write_text_atomic(run.config_path, dump_config(cfg))  # the run was started with these settings
+    mark = str(os.getpgid(0))  # spared by the kill; on every process the command starts
+    env = {**session_env, "OMP_NUM_THREADS": "1", "SOLRL_TEST_KILLED_SAVE": mark,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(SUPPORT / "killed_in_save"), str(ROOT),
+                                                       session_env.get("PYTHONPATH")]))}
+    command = ["stage", "update", "--run-dir", str(run.root), "--iteration", "0", "--quiet"]
+    killed = subprocess.run([sys.executable, "-m", "solrl", *command], env=env, cwd=ROOT, capture_output=True,
+                            text=True, timeout=600, start_new_session=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not run.is_complete(0, "update")
+    written = sorted(p.name for p in (run.partial_dir(0, "update") / "checkpoint" / POLICY_DIR).iterdir())
+    assert len(written) == 2 and all(name.endswith(".safetensors") for name in written), written
+    assert _left_running(mark) == []  # the other rank found its peer gone and stopped
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    summary = run_stage(run, cfg, 0, "update", progress=False)["summary"]  # what `solrl stage update` runs again
+    assert run.is_complete(0, "update")
+    assert {k: v for k, v in summary.items() if k not in ("seconds", "shards")} == {
+        k: v for k, v in reference_summary.items() if k not in ("seconds", "shards")}
+    assert _history(run) == _history(reference)
+    for name in ("state.json", *(f"{POLICY_DIR}/{shard}" for shard in written)):
+        mine, theirs = run.checkpoint_dir(0) / name, reference.checkpoint_dir(0) / name
+        if name.endswith(".json"):
+            assert json.loads(mine.read_text()) == json.loads(theirs.read_text())
+            continue
+        a, b = load_file(str(mine)), load_file(str(theirs))
+        assert a.keys() == b.keys() and a
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name} {key}")
+
+
+def _left_running(mark: str, seconds: float = 120) -> list[str]:
+    """Command lines of the processes whose environment carries `mark`, still alive after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("SOLRL_TEST_KILLED_SAVE") == mark:
+                    left.append(" ".join(proc.cmdline())[:200])
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)

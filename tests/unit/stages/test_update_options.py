@@ -1,4 +1,5 @@
-"""The update's memory and guidance options: W0 shared with the policy, model.gradient_checkpointing, guidance.train."""
+"""The update's memory and guidance options: W0 shared with the policy, model.gradient_checkpointing (LoRA and full
+fine-tuning), guidance.train."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
 from solrl_core.run.rundir import RunDir
 from solrl_core.models.backbones.cache import load_backbone
-from solrl_core.stages.checkpoints import attach_policy
+from solrl_core.stages.checkpoints import POLICY_DIR, attach_policy
 from solrl_core.stages.runner import run_stage
 from solrl_core.stages.update import enable_gradient_checkpointing
 from repo_paths import TINY
@@ -38,10 +39,14 @@ def prepared(tmp_path_factory):
 
 
 def _update(prepared: Path, tmp_path: Path, name: str, *overrides: str) -> dict[str, torch.Tensor]:
+    """The update's checkpoint tensors: the adapters' file, or under full fine-tuning every file of its policy
+    folder (θ, θ_old, the EMA, AdamW's moments)."""
     root = tmp_path / name
     shutil.copytree(prepared, root)
     run_stage(RunDir(root), load_config(TINY, [*FAST, *overrides]), 0, "update", progress=False)
-    return load_file(str(root / "iter_0000" / "update" / "checkpoint" / "adapters.safetensors"))
+    checkpoint = root / "iter_0000" / "update" / "checkpoint"
+    files = sorted((checkpoint / POLICY_DIR).glob("*.safetensors")) or [checkpoint / "adapters.safetensors"]
+    return {f"{path.name}:{key}": value for path in files for key, value in load_file(str(path)).items()}
 
 
 def test_policy_trains_on_the_cached_w0_without_copying_or_changing_it(prepared, tmp_path, one_torch_thread):
@@ -62,7 +67,9 @@ def test_policy_trains_on_the_cached_w0_without_copying_or_changing_it(prepared,
     assert after.keys() == w0.keys() and all(torch.equal(after[k], w0[k]) for k in w0)
 
 
-def test_gradient_checkpointing_recomputes_and_trains_the_same(prepared, tmp_path, monkeypatch, one_torch_thread):
+@pytest.mark.parametrize("adapter", ["lora", "full"])
+def test_gradient_checkpointing_recomputes_and_trains_the_same(prepared, tmp_path, monkeypatch, one_torch_thread,
+                                                               adapter):
     calls = []
     original = torch.utils.checkpoint.checkpoint
 
@@ -71,16 +78,21 @@ def test_gradient_checkpointing_recomputes_and_trains_the_same(prepared, tmp_pat
         return original(*args, **kwargs)
 
     monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", counting)
-    plain = _update(prepared, tmp_path, "plain")
+    lr = ["train.optimizer.lr=1e-5"] if adapter == "full" else []  # the whole transformer moves
+    plain = _update(prepared, tmp_path, "plain", f"train.adapter={adapter}", *lr)
     assert calls == []
-    checkpointed = _update(prepared, tmp_path, "checkpointed", "model.gradient_checkpointing=true")
+    checkpointed = _update(prepared, tmp_path, "checkpointed", f"train.adapter={adapter}", *lr,
+                           "model.gradient_checkpointing=true")
     assert len(calls) > 0  # the transformer blocks ran under torch.utils.checkpoint
     assert plain.keys() == checkpointed.keys()
     # Adam-moved weights, compared exactly: the same micro-batches and the same forward recomputed, so the same
     # arithmetic bit for bit (a tolerance would only hide a change of it, and Adam amplifies any such change)
     for key in plain:
         torch.testing.assert_close(checkpointed[key], plain[key], rtol=0, atol=0)
-    assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in plain.items() if "lora_B" in k)
+    if adapter == "lora":
+        assert any(not torch.equal(v, torch.zeros_like(v)) for k, v in plain.items() if "lora_B" in k)
+    else:  # θ moved from θ_old's start: AdamW's second moments are not all zero
+        assert any(torch.count_nonzero(v) for k, v in plain.items() if "exp_avg_sq" in k)
 
 
 def test_gradient_checkpointing_needs_a_model_that_supports_it():
