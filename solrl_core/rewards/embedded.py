@@ -123,14 +123,7 @@ def _score_one(image_u8: np.ndarray, prompt: str) -> dict[str, float]:
         scores["shape"] = 0.0
 
     if scene.position is not None:
-        mass = alpha.sum()
-        if mass < 1e-6:
-            scores["position"] = 0.0
-        else:
-            cy = (alpha.sum(axis=1) * (np.arange(h) + 0.5)).sum() / mass / h
-            cx = (alpha.sum(axis=0) * (np.arange(w) + 0.5)).sum() / mass / w
-            past = {"left": 1 - cx, "right": cx, "top": 1 - cy, "bottom": cy}[scene.position]
-            scores["position"] = float(1 / (1 + np.exp(-(past - (1 - _POS_MID)) / _POS_SCALE)))
+        scores["position"] = _position_score(alpha, scene.position)
 
     objects_mask = np.isin(labels, [c[0] for c in kept]) if kept else np.zeros_like(alpha, dtype=bool)
     away = ~ndimage.binary_dilation(objects_mask, structure=_STRUCT8, iterations=1)
@@ -146,6 +139,24 @@ def _score_one(image_u8: np.ndarray, prompt: str) -> dict[str, float]:
     return scores
 
 
+def _position_score(alpha: np.ndarray, position: str) -> float:
+    """The sigmoid of how far the foreground's centroid is past the image's middle towards the `position` edge."""
+    mass = alpha.sum()
+    if mass < 1e-6:
+        return 0.0
+    h, w = alpha.shape
+    cy = (alpha.sum(axis=1) * (np.arange(h) + 0.5)).sum() / mass / h
+    cx = (alpha.sum(axis=0) * (np.arange(w) + 0.5)).sum() / mass / w
+    past = {"left": 1 - cx, "right": cx, "top": 1 - cy, "bottom": cy}[position]
+    return float(1 / (1 + np.exp(-(past - (1 - _POS_MID)) / _POS_SCALE)))
+
+
+def position_score(image_u8: np.ndarray, position: str) -> float:
+    """The prompt-match reward's position component of a uint8 image (H, W, 3) for "left", "right", "top" or
+    "bottom"."""
+    return _position_score(_alpha(image_u8.astype(np.float32) / 255.0), position)
+
+
 def foreground_centroid(image_u8: np.ndarray) -> tuple[float, float] | None:
     """(x, y) in pixels of the foreground's alpha-weighted centroid of a uint8 image (H, W, 3); None if it is empty."""
     alpha = _alpha(image_u8.astype(np.float32) / 255.0)
@@ -155,6 +166,15 @@ def foreground_centroid(image_u8: np.ndarray) -> tuple[float, float] | None:
     h, w = alpha.shape
     return (float((alpha.sum(axis=0) * (np.arange(w) + 0.5)).sum() / mass),
             float((alpha.sum(axis=1) * (np.arange(h) + 0.5)).sum() / mass))
+
+
+def foreground_box(image_u8: np.ndarray) -> tuple[float, float, float, float] | None:
+    """(left, top, right, bottom) in pixels of the pixels more than half covered by the foreground of a uint8 image
+    (H, W, 3) (the box of every object together); None if there are none."""
+    rows, cols = np.nonzero(_alpha(image_u8.astype(np.float32) / 255.0) > _HARD)
+    if len(rows) == 0:
+        return None
+    return float(cols.min()), float(rows.min()), float(cols.max() + 1), float(rows.max() + 1)
 
 
 def prompt_match_reward(images: np.ndarray, prompts: Sequence[str]) -> dict[str, np.ndarray]:

@@ -1,0 +1,180 @@
+"""The embedded editing world: a source scene of the shapes world (solrl_core/worlds/shapes.py), an instruction that
+changes one of its attributes, and the target scene the instruction asks for, whose render is the edit's answer.
+
+Instructions, one per (source, change):
+
+    colour    "make it blue" | "make them blue"                    (count 1 | 2 or 3)
+    shape     "turn it into a square" | "turn them into squares"
+    count     "make it one" | "make it two" | "make it three"     (a positioned source loses its position: a count
+                                                                   above one has none)
+    position  "move it to the left" | "... to the right" | "... to the top" | "... to the bottom"  (from the
+              opposite edge: one object placed at an edge; from anywhere else it may already be there)
+
+An edit keeps what its instruction does not name: the colour, shape and count of every edit but the one it changes,
+and for colour and shape edits the layout too (every object where it was, at its size: the target is drawn from the
+source's random draws). `render_pair` draws both images from one generator state, so the target of a colour or shape
+edit differs from its source only in the changed attribute's pixels. `edit_match_reward` scores an edited image:
+the target's prompt match (solrl_core/rewards/embedded.py) and, for the edits that keep the layout, how much of the
+source's layout it kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from solrl_core.errors import SolrlError
+from solrl_core.worlds.shapes import COLOURS, COUNTS, SHAPES, Scene, all_scenes, parse_prompt, render_scene
+
+KINDS = ("colour", "shape", "count", "position")
+_OPPOSITE = {"left": "right", "right": "left", "top": "bottom", "bottom": "top"}
+_COUNT_WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A source scene and the one attribute an instruction changes (`kind`) to `value`."""
+
+    source: Scene
+    kind: str
+    value: str | int | None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise SolrlError(f"unknown edit kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        if self.kind == "position" and _OPPOSITE.get(self.source.position) != self.value:
+            raise SolrlError(f"a position edit moves one object from an edge to the opposite one; not {self.source.prompt!r} "
+                             f"to {self.value!r}")
+        before = {"colour": self.source.colour, "shape": self.source.shape, "count": self.source.count,
+                  "position": self.source.position}[self.kind]
+        if self.value == before:
+            raise SolrlError(f"the edit {self.instruction!r} changes nothing in {self.source.prompt!r}")
+        self.target  # noqa: B018 - a value outside the world raises here
+
+    @property
+    def target(self) -> Scene:
+        if self.kind == "count":
+            return replace(self.source, count=int(self.value), position=self.source.position if self.value == 1
+                           else None)
+        return replace(self.source, **{self.kind: self.value})
+
+    @property
+    def instruction(self) -> str:
+        many = self.source.count > 1
+        if self.kind == "colour":
+            return f"make {'them' if many else 'it'} {self.value}"
+        if self.kind == "shape":
+            return f"turn them into {self.value}s" if many else f"turn it into a {self.value}"
+        if self.kind == "count":
+            return f"make it {_COUNT_WORDS[int(self.value)]}"
+        return f"move it to the {self.value}"
+
+    @property
+    def keeps_layout(self) -> bool:
+        """Whether every object stays where it was, at its size (colour and shape edits)."""
+        return self.kind in ("colour", "shape")
+
+
+def edits_of(source: Scene) -> list[Edit]:
+    """Every edit of `source`: each other colour, shape and count, and (one object at an edge) the opposite edge."""
+    values = {"colour": list(COLOURS), "shape": list(SHAPES), "count": list(COUNTS),
+              "position": [_OPPOSITE[source.position]] if source.position else []}
+    current = {"colour": source.colour, "shape": source.shape, "count": source.count, "position": source.position}
+    return [Edit(source, kind, value) for kind in KINDS for value in values[kind] if value != current[kind]]
+
+
+@lru_cache(maxsize=1)
+def all_edits() -> tuple[Edit, ...]:
+    return tuple(edit for scene in all_scenes() for edit in edits_of(scene))
+
+
+def parse_edit(source_prompt: str, instruction: str) -> Edit:
+    """The edit `instruction` makes of the scene `source_prompt`; SolrlError in one line outside the grammar."""
+    source = parse_prompt(source_prompt)
+    wanted = " ".join(str(instruction).lower().split())
+    for edit in edits_of(source):
+        if edit.instruction == wanted:
+            return edit
+    raise SolrlError(f"instruction {instruction!r} is not an edit of {source.prompt!r} in the embedded editing world "
+                     "(e.g. 'make it blue', 'turn it into a square', 'make it two', 'move it to the left')")
+
+
+def _is_held_out(edit: Edit) -> bool:
+    """A deterministic ~20% of the edits, spread over sources and kinds."""
+    index = all_edits().index(edit)
+    return (index * 7 + KINDS.index(edit.kind)) % 5 == 0
+
+
+def train_edits() -> list[Edit]:
+    return [edit for edit in all_edits() if not _is_held_out(edit)]
+
+
+def test_edits() -> list[Edit]:
+    return [edit for edit in all_edits() if _is_held_out(edit)]
+
+
+def render_pair(edit: Edit, rng: np.random.Generator, resolution: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) uint8 images (resolution, resolution, 3), drawn from the same state of `rng` (which then
+    stands where the source's draws left it): a colour or shape edit's target keeps the source's layout."""
+    state = rng.bit_generator.state
+    source = render_scene(edit.source, rng, resolution)
+    after = rng.bit_generator.state
+    rng.bit_generator.state = state
+    target = render_scene(edit.target, rng, resolution)
+    rng.bit_generator.state = after
+    return source, target
+
+
+def render_pairs(edits: Sequence[Edit], rng: np.random.Generator,
+                 resolution: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """(sources, targets) uint8 (B, resolution, resolution, 3) for `edits`, in order."""
+    pairs = [render_pair(edit, rng, resolution) for edit in edits]
+    return np.stack([s for s, _ in pairs]), np.stack([t for _, t in pairs])
+
+
+# ---------------------------------------------------------------------------------------------------- the reward
+
+LAYOUT_WEIGHT = 0.3  # of the layout kept, in the reward's weighted geometric mean (the target's match: the rest)
+_EDGE_SCALE = 0.05  # the mean move of the foreground box's edges, as a fraction of the side, that costs a factor e
+FLOOR = 1e-4
+
+
+def layout_kept(source: np.ndarray, edited: np.ndarray) -> float:
+    """How much of the source's layout the edited image keeps, in [0, 1]: exp(-the mean move of the foreground
+    box's four edges / (0.05 x side)). Every shape of the world fills the same box at the same place and size, so a
+    shape edit that keeps the layout keeps the box."""
+    from solrl_core.rewards.embedded import foreground_box
+
+    before, after = foreground_box(source), foreground_box(edited)
+    if before is None or after is None:
+        return 0.0
+    moved = float(np.mean(np.abs(np.subtract(after, before)))) / source.shape[0]
+    return float(np.exp(-moved / _EDGE_SCALE))
+
+
+def layout_score(source: np.ndarray, edited: np.ndarray, edit: Edit) -> float:
+    """Where the objects are: kept (colour and shape edits: `layout_kept`), moved as asked (position edits:
+    the prompt-match reward's position component, at full weight here), or free (count edits: 1)."""
+    from solrl_core.rewards.embedded import position_score
+
+    if edit.keeps_layout:
+        return layout_kept(source, edited)
+    return position_score(edited, edit.value) if edit.kind == "position" else 1.0
+
+
+def edit_match_reward(sources: np.ndarray, edited: np.ndarray, edits: Sequence[Edit]) -> dict[str, np.ndarray]:
+    """Reward of edited uint8 images (B, H, W, 3) given their sources and edits: {"reward", "follow" (the target
+    scene's prompt match), "layout" (`layout_score`)}, each (B,) in [0, 1]. reward = follow^0.7 x layout^0.3 (each
+    floored at 1e-4): an image that is not the edit (the source unchanged, say) scores low on one or the other."""
+    from solrl_core.rewards.embedded import prompt_match_reward
+
+    if not (len(sources) == len(edited) == len(edits)):
+        raise ValueError(f"{len(sources)} sources, {len(edited)} edited images and {len(edits)} edits")
+    follow = prompt_match_reward(edited, [edit.target.prompt for edit in edits])["reward"]
+    layout = np.array([layout_score(s, e, edit) for s, e, edit in zip(sources, edited, edits)], dtype=np.float64)
+    reward = np.exp((1 - LAYOUT_WEIGHT) * np.log(np.maximum(follow, FLOOR))
+                    + LAYOUT_WEIGHT * np.log(np.maximum(layout, FLOOR)))
+    return {"reward": reward, "follow": follow, "layout": layout}
