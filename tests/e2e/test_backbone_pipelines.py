@@ -31,7 +31,7 @@ def table(run_dir, stage: str, name: str, cols=None):
 
 @pytest.mark.parametrize("model,reward", CASES)
 def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, session_env, tmp_path, model, reward,
-                                                                    one_torch_thread):
+                                                                    one_torch_thread, capsys):
     tiny, run_dir = tmp_path / f"tiny-{model}", tmp_path / "run"
     assert main(["make-tiny", model, str(tiny)]) == 0  # in process: the CLI's code path without a second start-up
     preset = ROOT / "configs" / "presets" / f"{model}_sol_rl_{reward}.yaml"
@@ -42,7 +42,9 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     cfg = load_config(run_dir / "config.yaml")  # the frozen config: the preset with the tiny overrides
     assert (cfg.model.path, cfg.family, cfg.rewards) == (str(tiny), "sol_rl", {reward: 1.0})
     assert cfg.model.gradient_checkpointing  # the official value, kept by the tiny overrides
-    status = json.loads(run_cli("status", "--run-dir", str(run_dir), "--json").stdout)
+    capsys.readouterr()
+    assert main(["status", "--run-dir", str(run_dir), "--json"]) == 0  # in process: no second start-up
+    status = json.loads(capsys.readouterr().out)
     assert [it["stages"] for it in status["iterations"]] == [{s: "complete" for s in STAGES}]
 
     p, n, k = cfg.prompts.per_iteration, cfg.explore.seeds_per_prompt, cfg.select.k

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sharded_runs import STAGES, assert_same_results, copy_quantized
+from sharded_runs import STAGES, UPDATE_THREADS, assert_same_results, copy_quantized
 from sharded_runs import reference  # noqa: F401 - a fixture: the one-device run
+from solrl_core.torch_threads import intra_op_threads
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import CandidateWriter, read_table
 from solrl_core.stages.shards import plan_shards
@@ -127,8 +128,9 @@ def test_sharded_stage_left_unfinished_resumes_to_the_same_pool(tmp_path, refere
             return reports
 
     with use_shard_runner(Resumed()):
-        for stage in STAGES:
-            run_stage(two, cfg, 0, stage, progress=False)
+        for stage in STAGES:  # the update with the reference's threads: another count sums in another order
+            with intra_op_threads(UPDATE_THREADS if stage == "update" else None):
+                run_stage(two, cfg, 0, stage, progress=False)
     sampled = [r["sampled"] for r in ran if "sampled" in r]
     # explore: shard 0 sampled its 4 batches, shard 1 one; on resume only shard 1's 3 missing ones; regenerate 1 + 1
     assert sampled == [4, 1, 0, 3, 1, 1] and not any(r["left"] for r in ran if "left" in r)
