@@ -21,7 +21,8 @@ from solrl_core.stages.pool_scoring import SCORES, InlineScorer, ScoreStore
 from solrl_core.stages.draws import iteration_prompts
 from solrl_core.stages.runner import run_stage
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
+              pytest.mark.slow]  # the explore stage sampled again and again: make test runs it, make test-fast not
 
 N_ROWS, SAMPLE_BATCH = 11, 2
 

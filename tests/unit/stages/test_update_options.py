@@ -67,7 +67,7 @@ def test_policy_trains_on_the_cached_w0_without_copying_or_changing_it(prepared,
     assert after.keys() == w0.keys() and all(torch.equal(after[k], w0[k]) for k in w0)
 
 
-@pytest.mark.parametrize("adapter", ["lora", "full"])
+@pytest.mark.parametrize("adapter", ["lora", pytest.param("full", marks=pytest.mark.slow)])  # full: a whole model
 def test_gradient_checkpointing_recomputes_and_trains_the_same(prepared, tmp_path, monkeypatch, one_torch_thread,
                                                                adapter):
     calls = []

@@ -17,6 +17,8 @@ from solrl_core.run.rundir import STAGES, RunDir
 from solrl_core.run_config import prepare_run
 from solrl_core.stages.runner import run_stage
 
+pytestmark = pytest.mark.slow  # whole iterations: make test runs it, make test-fast does not
+
 FRAMES, SIDE = 5, 64
 REWARDS = {"jpeg": 1.0, "temporal_consistency": 0.5}
 
