@@ -6,7 +6,9 @@ A prompt set is named by a spec string (config keys `prompts.train` and `eval.pr
   `builtin:motion-train`, `builtin:motion-test`: the embedded video model's (solrl_core/worlds/motion.py);
 * a `.jsonl` file: one JSON object per line with a required "prompt" string; every other key is kept as the
   prompt's metadata (e.g. GenEval's "tag" and "include"). A "split" key assigns the line to a split, chosen by
-  `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line;
+  `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line. An edit's line names
+  its source image(s) under "images" (a list of paths, relative to the file's folder unless absolute): each is
+  checked at load (it exists and decodes as an image) and kept as an absolute path;
 * any other file: plain text, one prompt per line; blank lines and lines starting with `#` are skipped.
 
 Blank lines are skipped in JSONL files too. Mistakes end with one line naming the file (and line) to fix.
@@ -24,6 +26,7 @@ from solrl_core.userfiles import read_text
 
 BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test", "builtin:motion-train", "builtin:motion-test")
 CALIBRATION_PROMPT = "a red circle"  # the quantize stage's fixed calibration forward
+SOURCE_IMAGES_KEY = "images"  # an edit prompt's source images, in a JSONL line
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,35 @@ def _read_jsonl(path: Path, key: str) -> list[tuple[str, dict]]:
         prompt = item.pop("prompt", None)
         if not isinstance(prompt, str) or not prompt.strip():
             raise SolrlError(f"{key}: {path} line {number} has no \"prompt\" string")
+        if SOURCE_IMAGES_KEY in item:
+            item[SOURCE_IMAGES_KEY] = _source_images(item[SOURCE_IMAGES_KEY], path, number, key)
         rows.append((prompt.strip(), item))
     return rows
+
+
+def _source_images(value, path: Path, number: int, key: str) -> list[str]:
+    """The line's source image paths, absolute, each checked to decode as an image; one line naming the first bad."""
+    from PIL import Image, UnidentifiedImageError
+
+    where = f"{key}: {path} line {number}"
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise SolrlError(f"{where}: \"{SOURCE_IMAGES_KEY}\" must be an image path or a non-empty list of them")
+    found = []
+    for name in value:
+        image = Path(name).expanduser()
+        image = image if image.is_absolute() else path.parent / image
+        if not image.is_file():
+            raise SolrlError(f"{where}: source image not found: {image}")
+        try:
+            with Image.open(image) as opened:
+                opened.verify()  # the header and the data's integrity, without decoding the pixels
+        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+            raise SolrlError(f"{where}: source image {image} is not an image Pillow reads "
+                             f"({type(exc).__name__}: {exc})") from None
+        found.append(str(image.resolve()))
+    return found
 
 
 def prompt_set(spec: str, key: str, split: str | None = None) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from solrl_core.config.schema import ConfigError
@@ -106,3 +107,38 @@ def test_iteration_prompts_are_drawn_from_the_train_set():
 
     cfg = load_config(TINY)
     assert set(iteration_prompts(cfg, 0)) <= set(train_prompt_set(cfg))
+
+
+def _edit_set(tmp_path: Path, images) -> Path:
+    from PIL import Image
+
+    from solrl_core.worlds import edits
+
+    edit = edits.parse_edit("a red circle on the left", "make it blue")
+    source, _ = edits.render_pair(edit, np.random.default_rng(0))
+    (tmp_path / "sources").mkdir(exist_ok=True)
+    Image.fromarray(source).save(tmp_path / "sources" / "red.png")
+    return _jsonl(tmp_path / "edits.jsonl", [{"prompt": edit.instruction, "images": images}])
+
+
+def test_an_edit_line_keeps_its_source_images_checked_and_absolute(tmp_path):
+    path = _edit_set(tmp_path, ["sources/red.png", str(tmp_path / "sources" / "red.png")])
+    edit_set = load_prompt_set(str(path), "prompts.train")
+    assert edit_set.prompts == ("make it blue",)
+    assert edit_set.metadata[0]["images"] == [str((tmp_path / "sources" / "red.png").resolve())] * 2
+    (tmp_path / "one").mkdir()
+    one = load_prompt_set(str(_edit_set(tmp_path / "one", "sources/red.png")), "k")  # one path, not a list
+    assert one.metadata[0]["images"] == [str((tmp_path / "one" / "sources" / "red.png").resolve())]
+
+
+@pytest.mark.parametrize("images, needle", [
+    (["sources/missing.png"], r"prompts.train: .*edits.jsonl line 1: source image not found: .*missing.png"),
+    (["sources/not-an-image.png"], r"line 1: source image .*not-an-image.png is not an image Pillow reads"),
+    ([], r"line 1: \"images\" must be an image path or a non-empty list of them"),
+    ([3], r"line 1: \"images\" must be an image path"),
+])
+def test_a_bad_source_image_is_one_line_naming_the_file_and_line(tmp_path, images, needle):
+    path = _edit_set(tmp_path, images)
+    (tmp_path / "sources" / "not-an-image.png").write_text("a red circle\n")
+    with pytest.raises(SolrlError, match=needle):
+        load_prompt_set(str(path), "prompts.train")
