@@ -38,7 +38,7 @@ def cmd_matrix(args) -> int:
     if args.status and Path(args.status).is_dir():
         raise SolrlError(f"--status {args.status} is a directory; give the YAML file to write")
     command = " ".join(["solrl", "matrix", str(args.config), *(["--quick"] if args.quick else []),
-                        *[f"--set {o}" for o in overrides]])
+                        *[f"--set {o}" for o in overrides], *[f"--cell '{c}'" for c in args.cell or []]])
     if not args.report_only:
         root.check_writable()
         client_env()

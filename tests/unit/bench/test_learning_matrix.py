@@ -153,14 +153,20 @@ def test_the_learning_status_names_a_configs_cell_and_says_when_it_is_experiment
 
 
 def test_the_shipped_status_agrees_with_the_committed_report():
-    """configs/measured/learning_status.yaml is what `solrl matrix ... --status` writes from the committed report:
-    each cell's verdict recomputes from that report's per-seed rises."""
+    """configs/measured/learning_status.yaml is what `solrl matrix ... --status` writes from the committed reports
+    (docs/learning-matrix/report.json, and a world's trained apart, docs/learning-matrix/<world>/report.json): each
+    cell's verdict recomputes from its report's per-seed rises."""
     shipped = read_status()
-    report = json.loads((ROOT / "docs" / "learning-matrix" / "report.json").read_text())
-    assert set(shipped) == set(report["cells"])
+    folder = ROOT / "docs" / "learning-matrix"
+    cells = {}
+    for path in [folder / "report.json", *sorted(folder.glob("*/report.json"))]:
+        found = json.loads(path.read_text())["cells"]
+        assert not set(found) & set(cells), path  # each cell in one report
+        cells.update(found)
+    assert set(shipped) == set(cells)
     for name, entry in shipped.items():
-        per_seed = report["cells"][name]["per_seed"]
-        key = report["cells"][name]["key"]
+        per_seed = cells[name]["per_seed"]
+        key = cells[name]["key"]
         rises = np.array([d["final"][key] - d["start"][key] for d in per_seed.values()])
         lo, hi = scipy_stats.t.interval(0.95, len(rises) - 1, loc=rises.mean(), scale=scipy_stats.sem(rises))
         assert entry["verdict"] == ("rises" if lo > 0 else "falls" if hi < 0 else "cannot tell"), name

@@ -45,8 +45,10 @@ def _update(prepared: Path, tmp_path: Path, name: str, *overrides: str) -> dict[
     shutil.copytree(prepared, root)
     run_stage(RunDir(root), load_config(TINY, [*FAST, *overrides]), 0, "update", progress=False)
     checkpoint = root / "iter_0000" / "update" / "checkpoint"
-    files = sorted((checkpoint / POLICY_DIR).glob("*.safetensors")) or [checkpoint / "adapters.safetensors"]
-    return {f"{path.name}:{key}": value for path in files for key, value in load_file(str(path)).items()}
+    if not (checkpoint / POLICY_DIR).is_dir():
+        return load_file(str(checkpoint / "adapters.safetensors"))
+    return {f"{path.name}:{key}": value for path in sorted((checkpoint / POLICY_DIR).glob("*.safetensors"))
+            for key, value in load_file(str(path)).items()}
 
 
 def test_policy_trains_on_the_cached_w0_without_copying_or_changing_it(prepared, tmp_path, one_torch_thread):

@@ -1,6 +1,7 @@
-"""The embedded editing world (solrl_core/worlds/edits.py): its instruction grammar, the held-out split, the paired
-renders (a colour or shape edit keeps the source's layout pixel for pixel outside the object) and the edit reward
-(the edit's answer scores high, the source left unchanged or another edit's answer low)."""
+"""The embedded editing world (solrl_core/worlds/edits.py) and its reward (solrl_core/rewards/embedded_edit.py): the
+instruction grammar, the held-out split, the paired renders (a colour or shape edit keeps the source's layout pixel
+for pixel outside the object) and the edit reward (the edit's answer scores high, the source left unchanged or
+another edit's answer low)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from solrl_core.errors import SolrlError
+from solrl_core.rewards import embedded_edit
 from solrl_core.rewards.embedded import prompt_match_reward
 from solrl_core.worlds import edits, shapes
 from solrl_core.worlds.shapes import Scene
@@ -71,7 +73,7 @@ def test_a_colour_or_shape_edit_keeps_the_layout_and_the_generator_moves_on_as_f
     assert not np.array_equal(source, target)
     shape_edit = edits.parse_edit("a green square at the top", "turn it into a circle")
     s, t = edits.render_pair(shape_edit, np.random.default_rng(4))
-    assert edits.layout_kept(s, t) > 0.8 and prompt_match_reward(t[None], ["a green circle at the top"])["reward"] > 0.8
+    assert embedded_edit.layout_kept(s, t) > 0.8 and prompt_match_reward(t[None], ["a green circle at the top"])["reward"] > 0.8
 
 
 def test_the_edit_reward_ranks_the_answer_above_the_unchanged_source_and_other_answers():
@@ -79,8 +81,8 @@ def test_the_edit_reward_ranks_the_answer_above_the_unchanged_source_and_other_a
     pick = np.random.default_rng(1).choice(len(edits.all_edits()), 120, replace=False)
     sample = [edits.all_edits()[i] for i in pick]
     sources, targets = edits.render_pairs(sample, rng)
-    answer = edits.edit_match_reward(sources, targets, sample)
-    unchanged = edits.edit_match_reward(sources, sources, sample)
+    answer = embedded_edit.edit_match_reward(sources, targets, sample)
+    unchanged = embedded_edit.edit_match_reward(sources, sources, sample)
     assert answer["reward"].min() > 0.8 and np.all(answer["reward"] > unchanged["reward"] + 0.2)
     assert set(answer) == {"reward", "follow", "layout"}
     assert all(np.all((v >= 0) & (v <= 1)) for v in answer.values())
@@ -89,17 +91,17 @@ def test_the_edit_reward_ranks_the_answer_above_the_unchanged_source_and_other_a
     shape = edits.parse_edit("a red square on the left", "turn it into a circle")
     s, wrong = edits.render_pair(shape, np.random.default_rng(5))
     _, right = edits.render_pair(colour, np.random.default_rng(5))
-    scores = edits.edit_match_reward(np.stack([s, s]), np.stack([right, wrong]), [colour, colour])["reward"]
+    scores = embedded_edit.edit_match_reward(np.stack([s, s]), np.stack([right, wrong]), [colour, colour])["reward"]
     assert scores[0] > 0.9 > 0.3 > scores[1]
     # a position edit's answer left where it was: its object is at the edge it was asked to leave
     moved = edits.parse_edit("a blue circle on the right", "move it to the left")
     s, t = edits.render_pair(moved, np.random.default_rng(6))
-    assert edits.edit_match_reward(s[None], s[None], [moved])["layout"][0] < 0.05 < 0.95 < \
-        edits.edit_match_reward(s[None], t[None], [moved])["layout"][0]
+    assert embedded_edit.edit_match_reward(s[None], s[None], [moved])["layout"][0] < 0.05 < 0.95 < \
+        embedded_edit.edit_match_reward(s[None], t[None], [moved])["layout"][0]
 
 
 def test_the_edit_reward_needs_one_source_and_edit_per_image():
     edit = edits.parse_edit("a red circle", "make it blue")
     s, t = edits.render_pair(edit, np.random.default_rng(0))
     with pytest.raises(ValueError, match="2 sources, 1 edited images and 1 edits"):
-        edits.edit_match_reward(np.stack([s, s]), t[None], [edit])
+        embedded_edit.edit_match_reward(np.stack([s, s]), t[None], [edit])
