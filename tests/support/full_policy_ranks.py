@@ -1,8 +1,9 @@
 """One rank of a full fine-tuning step under FSDP2 (torchrun, gloo on the CPU), for tests/e2e/test_full_policy_ranks.py:
 the one-layer embedded transformer, a fixed batch split over the ranks (each rank's loss weighted by its share), one
 backward, AdamW, the soft update of θ_old and the EMA, then the gradients and weights gathered and the state saved
-by every rank. `python -m torch.distributed.run --nproc-per-node N full_policy_ranks.py OUT [--checkpointed]`; with
-N = 1 the same step runs without sharding; --checkpointed recomputes the blocks' activations in the backward."""
+by every rank. `python -m torch.distributed.run --nproc-per-node N full_policy_ranks.py OUT [--checkpointed]
+[--model embedded|flux1]`; with N = 1 the same step runs without sharding; --checkpointed recomputes the blocks'
+activations in the backward; --model picks the case's transformer (tests/support/full_policy_case.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from solrl_core.rl.full_policy import FullPolicy
 from solrl_core.rl.policy import EmaWeights, OLD
 
 
-def main(out: Path, checkpointed: bool = False) -> None:
+def main(out: Path, checkpointed: bool = False, model: str = "embedded") -> None:
     torch.set_num_threads(1)
     sharded = int(__import__("os").environ.get("WORLD_SIZE", "1")) > 1
     if sharded:
@@ -29,14 +30,14 @@ def main(out: Path, checkpointed: bool = False) -> None:
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         mesh, rank, world = None, 0, 1
-    policy = FullPolicy.build(tiny_transformer(), mesh)
+    policy = FullPolicy.build(tiny_transformer(model), mesh)
     if checkpointed:  # model.gradient_checkpointing: diffusers recomputes each (sharded) block in the backward
         policy.transformer.enable_gradient_checkpointing()
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-3)
     ema = EmaWeights(policy)
     rows = torch.arange(BATCH).tensor_split(world)[rank]
     with policy.adapter("default") as theta:
-        loss = batch_loss(theta, rows)
+        loss = batch_loss(theta, rows, model)
     loss.backward()
     policy.sum_gradients()
     grads = {k: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
@@ -56,4 +57,6 @@ def main(out: Path, checkpointed: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), checkpointed="--checkpointed" in sys.argv[2:])
+    options = sys.argv[2:]
+    main(Path(sys.argv[1]), checkpointed="--checkpointed" in options,
+         model=options[options.index("--model") + 1] if "--model" in options else "embedded")
