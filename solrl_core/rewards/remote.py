@@ -4,13 +4,13 @@ what `reward_models.<name>.url` asks for, for any registered or plug-in reward.
 At load the server's /health is asked for its reward's name and fingerprint: the name must be the config's, and the
 fingerprint (the server's reward: files, batch size, device, dtype) becomes this reward's, so a stage's committed
 scores are kept on resume only while the same scorer answers (solrl_core/stages/pool_scoring.py), and a scorer that
-changes behind the URL mid-stage stops the stage. Images larger than the served reward's input size (the shortest edge
-its own preprocessing first resizes to, /health's "input_size") are resized to it here, as that step would, so the
-server receives and decodes less and scores the same bits. Scoring sends `batch_size` images a request (the server's own batch
-size unless the spec sets one), at most `concurrency` requests at a time, each within `timeout_s`; a connection error,
-a timeout, or a 408, 429 or 5xx answer is tried again after a back-off (doubling from BACKOFF_S, or the server's
-Retry-After) up to `retries` more times, then the stage stops with one line naming the URL and the cause. Never a
-zero, a NaN or a partial batch in place of a score.
+changes behind the URL mid-stage stops the stage. Images larger than the served reward's input size (the shortest
+edge its own preprocessing first resizes to, /health's "input_size") are resized to it here, as that step would, so
+the server receives and decodes less and scores the same bits. Scoring sends `batch_size` images a request (the
+server's own batch size unless the spec sets one), at most `concurrency` requests at a time, each within `timeout_s`;
+a connection error, a timeout, or a 408, 429 or 5xx answer is tried again after a back-off (doubling from BACKOFF_S,
+or the server's Retry-After) up to `retries` more times, then the stage stops with one line naming the URL and the
+cause. Never a zero, a NaN or a partial batch in place of a score.
 """
 
 from __future__ import annotations

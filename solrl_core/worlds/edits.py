@@ -45,8 +45,8 @@ class Edit:
         if self.kind not in KINDS:
             raise SolrlError(f"unknown edit kind {self.kind!r}; expected one of {', '.join(KINDS)}")
         if self.kind == "position" and _OPPOSITE.get(self.source.position) != self.value:
-            raise SolrlError(f"a position edit moves one object from an edge to the opposite one; not {self.source.prompt!r} "
-                             f"to {self.value!r}")
+            raise SolrlError(f"a position edit moves one object from an edge to the opposite one; not "
+                             f"{self.source.prompt!r} to {self.value!r}")
         before = {"colour": self.source.colour, "shape": self.source.shape, "count": self.source.count,
                   "position": self.source.position}[self.kind]
         if self.value == before:
