@@ -101,18 +101,19 @@ def parse_edit(source_prompt: str, instruction: str) -> Edit:
                      "(e.g. 'make it blue', 'turn it into a square', 'make it two', 'move it to the left')")
 
 
-def _is_held_out(edit: Edit) -> bool:
-    """A deterministic ~20% of the edits, spread over sources and kinds."""
-    index = all_edits().index(edit)
-    return (index * 7 + KINDS.index(edit.kind)) % 5 == 0
+@lru_cache(maxsize=1)
+def _held_out() -> tuple[bool, ...]:
+    """Per edit of `all_edits`, in order: whether it is held out (a deterministic ~20%, spread over sources and
+    kinds)."""
+    return tuple((index * 7 + KINDS.index(edit.kind)) % 5 == 0 for index, edit in enumerate(all_edits()))
 
 
 def train_edits() -> list[Edit]:
-    return [edit for edit in all_edits() if not _is_held_out(edit)]
+    return [edit for edit, held in zip(all_edits(), _held_out()) if not held]
 
 
 def test_edits() -> list[Edit]:
-    return [edit for edit in all_edits() if _is_held_out(edit)]
+    return [edit for edit, held in zip(all_edits(), _held_out()) if held]
 
 
 def render_pair(edit: Edit, rng: np.random.Generator, resolution: int = 32) -> tuple[np.ndarray, np.ndarray]:
