@@ -58,6 +58,11 @@ class Backbone(ABC):
     name: str
     transformer: torch.nn.Module
     defaults: BackboneDefaults
+    # An editing model: a prompt may come with source images, which `encode_prompts(prompts, sources)` (per prompt,
+    # a list of PIL images) encodes into the prompt's conditioning with its text (FLUX.1 Kontext). Any other
+    # backbone's prompts have no sources.
+    edits: bool = False
+    max_sources: int = 0  # source images a prompt may have
 
     @classmethod
     @abstractmethod

@@ -85,15 +85,23 @@ class FluxBackbone(DiffusersPipelineBackbone):
         dtype, device = transformer.dtype, module_device(transformer)
         text = cond["encoder_hidden_states"].to(device=device, dtype=dtype)
         distilled = transformer.config.guidance_embeds
+        tokens, ids = self.image_tokens(pipe._pack_latents(x_t.to(device=device, dtype=dtype), b, c, h, w),
+                                        self._image_ids(h // 2, w // 2, device, dtype), cond)
         out = transformer(
-            hidden_states=pipe._pack_latents(x_t.to(device=device, dtype=dtype), b, c, h, w),
+            hidden_states=tokens,
             timestep=sigma.to(device=device, dtype=dtype).reshape(-1).expand(b),
             guidance=torch.full((b,), float(guidance), device=device, dtype=torch.float32) if distilled else None,
             pooled_projections=cond["pooled_projections"].to(device=device, dtype=dtype),
             encoder_hidden_states=text,
             txt_ids=torch.zeros(text.shape[1], 3, device=device, dtype=dtype),
-            img_ids=self._image_ids(h // 2, w // 2, device, dtype),
+            img_ids=ids,
             return_dict=False,
-        )[0]
+        )[0][:, : (h // 2) * (w // 2)]  # the generated image's tokens (an editing model's source tokens follow)
         scale = self.pipe.vae_scale_factor
         return pipe._unpack_latents(out, h * scale, w * scale, scale).to(x_t.dtype)
+
+    def image_tokens(self, packed: torch.Tensor, ids: torch.Tensor, cond: Conditioning
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The image token sequence the transformer reads and its position ids, from the packed latents and their ids
+        (FLUX.1: those; an editing model appends its source's)."""
+        return packed, ids

@@ -1,6 +1,7 @@
 """A tiny random-weight FLUX.1 diffusers directory: the FLUX.1-dev architecture with toy widths, written offline.
 
-`make_tiny_flux(out_dir)` saves a `FluxPipeline` (model_index.json, transformer/, vae/, text_encoder/, tokenizer/,
+`make_tiny_flux(out_dir)` saves a `FluxPipeline` (`make_tiny_flux_kontext`: the same components as a
+`FluxKontextPipeline`, FLUX.1 Kontext's) (model_index.json, transformer/, vae/, text_encoder/, tokenizer/,
 text_encoder_2/, tokenizer_2/, scheduler/) that `model.path` can point at (`model.kind: flux1`).
 
 | part | real FLUX.1-dev | here |
@@ -60,13 +61,15 @@ def tiny_transformer(seed: int = SEED):
         ).eval()
 
 
-def make_tiny_flux(out_dir: str | Path) -> Path:
-    """Write the tiny FLUX.1 diffusers directory into `out_dir` and return it."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+def make_tiny_flux(out_dir: str | Path, pipeline_class: str = "FluxPipeline") -> Path:
+    """Write the tiny FLUX.1 diffusers directory (a `pipeline_class` of the FLUX.1 components) into `out_dir` and
+    return it."""
+    import diffusers
+    from diffusers import FlowMatchEulerDiscreteScheduler
 
     out = Path(out_dir)
     clip_tok, t5_tok = text.clip_tokenizer(), text.t5_tokenizer()
-    pipe = FluxPipeline(
+    pipe = getattr(diffusers, pipeline_class)(
         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG),
         vae=autoencoder_kl(VAE_SCALING_FACTOR, VAE_SHIFT_FACTOR, seed=SEED + 1),
         text_encoder=text.clip_text_encoder(clip_tok, CLIP_WIDTH, seed=SEED + 2),
@@ -78,3 +81,8 @@ def make_tiny_flux(out_dir: str | Path) -> Path:
     with quiet_hf():
         pipe.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def make_tiny_flux_kontext(out_dir: str | Path) -> Path:
+    """The tiny FLUX.1 as a FluxKontextPipeline (FLUX.1 Kontext's components are FLUX.1-dev's)."""
+    return make_tiny_flux(out_dir, "FluxKontextPipeline")
