@@ -19,7 +19,7 @@ from solrl_core.config.schema import RunConfig
 from solrl_core.eval_metrics import evaluation_metrics, seed_blocks
 from solrl_core.grids import Tile, labelled_grid, rank_captions
 from solrl_core.run.integrity import FILES_KEY, inventory, sealed, verify_checkpoint
-from solrl_core.prompts import eval_prompt_set
+from solrl_core.prompts import eval_prompt_set, eval_sources
 from solrl_core.rl.policy import EmaWeights
 from solrl_core.run.rundir import start_attempt, write_json_atomic
 from solrl_core.run.lineage import lineage
@@ -114,6 +114,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         model=_policy,
         guidance=cfg.guidance.eval,
         sde=False,  # the ODE, whatever the objective's rollouts (flow_grpo evaluates with noise level 0 too)
+        sources=eval_sources(cfg),
     )
 
 

@@ -34,6 +34,13 @@ class PromptSet:
     prompts: tuple[str, ...]
     metadata: tuple[dict, ...]  # per prompt: the JSONL line's other keys ({} for text and builtin sets)
 
+    @property
+    def sources(self) -> tuple[tuple[str, ...], ...] | None:
+        """Per prompt, its source images' absolute paths (an edit prompt set), or None (a text-to-image set)."""
+        if not self.metadata or SOURCE_IMAGES_KEY not in self.metadata[0]:
+            return None
+        return tuple(tuple(m[SOURCE_IMAGES_KEY]) for m in self.metadata)
+
 
 # The prompt files of the official presets (solrl_core/config/presets.py), which solrl does not ship
 OFFICIAL_PROMPT_FILES = ("data/pickscore/train.txt", "data/pickscore/test.txt")
@@ -98,7 +105,7 @@ def _read_text(path: Path, key: str) -> list[tuple[str, dict]]:
 
 
 def _read_jsonl(path: Path, key: str) -> list[tuple[str, dict]]:
-    rows = []
+    rows, numbers = [], []
     for number, line in enumerate(read_text(path, key).splitlines(), start=1):
         if not line.strip():
             continue
@@ -114,6 +121,13 @@ def _read_jsonl(path: Path, key: str) -> list[tuple[str, dict]]:
         if SOURCE_IMAGES_KEY in item:
             item[SOURCE_IMAGES_KEY] = _source_images(item[SOURCE_IMAGES_KEY], path, number, key)
         rows.append((prompt.strip(), item))
+        numbers.append(number)
+    with_sources = [SOURCE_IMAGES_KEY in item for _, item in rows]
+    if any(with_sources) and not all(with_sources):
+        odd = numbers[with_sources.index(not with_sources[0])]
+        raise SolrlError(f"{key}: {path} line {odd} {'has no' if with_sources[0] else 'has'} \"{SOURCE_IMAGES_KEY}\" "
+                         f"but line {numbers[0]} {'has' if with_sources[0] else 'has none'}: an edit prompt set gives "
+                         "every line its source images")
     return rows
 
 
@@ -150,6 +164,17 @@ def prompt_set(spec: str, key: str, split: str | None = None) -> list[str]:
 def train_prompt_set(cfg) -> list[str]:
     """The training prompts: `prompts.train`, split `prompts.split`."""
     return prompt_set(cfg.prompts.train, "prompts.train", cfg.prompts.split)
+
+
+def train_sources(cfg) -> tuple[tuple[str, ...], ...] | None:
+    """The training prompts' source images (`PromptSet.sources`), in `train_prompt_set`'s order."""
+    return load_prompt_set(cfg.prompts.train, "prompts.train", cfg.prompts.split).sources
+
+
+def eval_sources(cfg) -> tuple[tuple[str, ...], ...] | None:
+    """The evaluated prompts' source images, in `eval_prompt_set`'s order."""
+    found = load_prompt_set(cfg.eval.prompts, "eval.prompts", cfg.eval.split).sources
+    return None if found is None else found[: cfg.eval.num_prompts]
 
 
 def check_train_prompts(cfg) -> list[str]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from solrl_core.models.backbones.base import sibling_errors
 from solrl_core.models.backbones.cache import load_backbone, load_sibling
-from solrl_core.models.backbones.registry import check_backbone_files
+from solrl_core.models.backbones.registry import adapter_class, check_backbone_files
 from solrl_core.config.schema import RunConfig
 from solrl_core.placement import check_devices, splits_over_devices
 from solrl_core.planner.fits import check_memory_fits
-from solrl_core.prompts import check_train_prompts
+from solrl_core.errors import SolrlError
+from solrl_core.prompts import check_train_prompts, eval_sources, train_sources
 from solrl_core.models.quant.backends import resolve_backend
 from solrl_core.models.step_cache import cache_config
 from solrl_core.rewards.registry import preflight_rewards
@@ -26,6 +27,7 @@ def preflight(cfg: RunConfig) -> None:
     resolve_backend(cfg.explore.precision, cfg.model.device)
     cache_config(cfg.explore.cache.kind, cfg.explore.cache.options)  # its options, before anything is sampled
     check_train_prompts(cfg)
+    check_edit_prompts(cfg)
     check_memory_fits(cfg)
     sibling = cfg.explore.sibling.path
     if splits_over_devices(cfg):
@@ -38,3 +40,21 @@ def preflight(cfg: RunConfig) -> None:
         if sibling is not None:
             with sibling_errors():
                 load_sibling(cfg, sibling)
+
+
+def check_edit_prompts(cfg: RunConfig) -> None:
+    """An edit prompt set (lines with source images) needs an editing model, with at most as many sources a prompt as
+    it reads; a SolrlError naming the key otherwise."""
+    backbone = adapter_class(cfg.model.kind)
+    sets = [("prompts.train", train_sources(cfg))] + ([("eval.prompts", eval_sources(cfg))] if cfg.eval.every else [])
+    for key, sources in sets:
+        if sources is None:
+            continue
+        if not backbone.edits:
+            raise SolrlError(f"{key} is an edit prompt set (its lines have source \"images\") but model.kind "
+                             f"{cfg.model.kind} does not edit images: use an editing model (e.g. flux1-kontext) or "
+                             "prompts without images")
+        most = max(len(s) for s in sources)
+        if most > backbone.max_sources:
+            raise SolrlError(f"{key}: a prompt has {most} source images, but model.kind {cfg.model.kind} edits with "
+                             f"at most {backbone.max_sources}")

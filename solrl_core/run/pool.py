@@ -60,10 +60,12 @@ class CandidateWriter:
         batch_size: int = 1,
         create: bool = True,
         row_arrays: dict[str, tuple[tuple[int, ...], str]] | None = None,
+        prompt_arrays: dict[str, np.ndarray] | None = None,
     ) -> CandidateWriter:
         """Open the pool at `path` to continue it, or create it when absent or made for other shapes or batches.
 
         `row_arrays`: more per-row arrays, name -> (shape of one row, dtype), one chunk per row (an SDE trajectory).
+        `prompt_arrays`: arrays of the pool's prompts written whole when the pool is created (edit sources).
         `create=False` (a shard joining a pool made for it): a missing or different pool is an error instead.
         """
         if path.exists():
@@ -78,6 +80,8 @@ class CandidateWriter:
                     and all(name in group for name in (extra_dtypes or {}))
                     and all(name in group and tuple(group[name].shape[1:]) == tuple(shape)
                             for name, (shape, _) in (row_arrays or {}).items())
+                    and all(name in group and group[name].shape == values.shape
+                            for name, values in (prompt_arrays or {}).items())
                 )
                 if same:
                     return cls(group)
@@ -98,6 +102,9 @@ class CandidateWriter:
             create_array(group, "latent", shape=(n_rows, *latent_shape), dtype="float32", chunks=(1, *latent_shape))
         for name, (shape, dtype) in (row_arrays or {}).items():
             create_array(group, name, shape=(n_rows, *shape), dtype=dtype, chunks=(1, *shape))
+        for name, values in (prompt_arrays or {}).items():  # before the done flags: a pool without them is remade
+            array = create_array(group, name, shape=values.shape, dtype=values.dtype, chunks=(1, *values.shape[1:]))
+            array[...] = values
         create_array(group, DONE, shape=(batch_count(n_rows, batch_size),), dtype="uint8", chunks=(1,), fill_value=0)
         return cls(group)
 

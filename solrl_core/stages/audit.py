@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from solrl_core.edit_sources import pool_sources
 from solrl_core.config.schema import RunConfig
 from solrl_core.run.pool import read_table, write_table
 from solrl_core.run.rundir import write_json_atomic
@@ -113,6 +114,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         desc=f"audit it{ctx.iteration} (fp32, {steps} steps, whole pool)",
         model=old_policy_transformer,
         extra_columns={"candidate_index": np.arange(len(pool["seed"]), dtype=np.int64)},
+        sources=pool_sources(pool_attrs),
     )
 
 

@@ -26,6 +26,7 @@ class StageContext:
     def artifact(self, stage: str, name: str) -> Path:
         return self.run.stage_dir(self.iteration, stage) / name
 
-    def encode(self, prompts) -> dict[str, torch.Tensor]:
-        """Batch-first conditioning of `prompts` from the run's text-embedding cache (solrl_core/models/text_cache.py)."""
-        return run_text_cache(self.run, self.cfg, progress=self.progress).get(prompts)
+    def encode(self, prompts, sources=None) -> dict[str, torch.Tensor]:
+        """Batch-first conditioning of `prompts` (an edit prompt with its `sources`, per prompt) from the run's
+        text-embedding cache (solrl_core/models/text_cache.py)."""
+        return run_text_cache(self.run, self.cfg, progress=self.progress).get(prompts, sources)

@@ -6,7 +6,7 @@ import torch
 
 from solrl_core.config.limits import MAX_ITERATIONS, MAX_PROMPTS, MAX_SEEDS, MAX_SEED
 from solrl_core.config.schema import RunConfig
-from solrl_core.prompts import check_train_prompts
+from solrl_core.prompts import check_train_prompts, train_prompt_set, train_sources
 from solrl_core.seeds import derived_generator
 
 # Purposes for derived random generators: each random choice has its own stream.
@@ -14,13 +14,26 @@ from solrl_core.seeds import derived_generator
  PURPOSE_SDE_WINDOW) = range(6)
 
 
-def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
-    """The prompts of one iteration: a seeded draw without replacement. A SolrlError when the set has fewer prompts than
-    an iteration draws (`check_train_prompts`, also checked before a run starts: here for a stage run on its own)."""
+def iteration_order(cfg: RunConfig, iteration: int) -> list[int]:
+    """The positions in the training set of one iteration's prompts: a seeded draw without replacement. A SolrlError
+    when the set has fewer prompts than an iteration draws (`check_train_prompts`, also checked before a run starts:
+    here for a stage run on its own)."""
     prompts = check_train_prompts(cfg)
     gen = derived_generator(cfg.seed, iteration, PURPOSE_PROMPTS)
-    order = torch.randperm(len(prompts), generator=gen)[: cfg.prompts.per_iteration].tolist()
-    return [prompts[i] for i in order]
+    return torch.randperm(len(prompts), generator=gen)[: cfg.prompts.per_iteration].tolist()
+
+
+def iteration_prompts(cfg: RunConfig, iteration: int) -> list[str]:
+    """The prompts of one iteration (`iteration_order`)."""
+    prompts = train_prompt_set(cfg)
+    return [prompts[i] for i in iteration_order(cfg, iteration)]
+
+
+def iteration_sources(cfg: RunConfig, iteration: int) -> list[tuple[str, ...]] | None:
+    """The source images of one iteration's prompts (an edit prompt set), in `iteration_prompts`' order; None for a
+    text-to-image set."""
+    sources = train_sources(cfg)
+    return None if sources is None else [sources[i] for i in iteration_order(cfg, iteration)]
 
 
 # A run's candidate seeds lie in a block of this many (every iteration x prompt slot x candidate a run may have);

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from solrl_core.stages.context import StageContext
-from solrl_core.stages.draws import candidate_seed, iteration_prompts
+from solrl_core.stages.draws import candidate_seed, iteration_prompts, iteration_sources
 from solrl_core.stages.explore_setting import explore_setting
 from solrl_core.stages.quantize import explore_sampler, explore_source
 from solrl_core.stages.sampling import PoolSampling
@@ -42,6 +42,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         desc=f"explore it{ctx.iteration} ({setting.label()})",
         model=explore_sampler,
         sampling_backbone=explore_source,
+        sources=iteration_sources(cfg, ctx.iteration),
     )
 
 

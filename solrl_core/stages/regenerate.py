@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solrl_core.edit_sources import pool_sources
 from solrl_core.rl.objectives import objective_for
 from solrl_core.run.pool import column_names, read_rows, read_table, write_table
 from solrl_core.stages.context import StageContext
@@ -44,6 +45,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         desc=f"regenerate it{ctx.iteration} (fp32, {cfg.regenerate.steps} steps)",
         model=old_policy_transformer,
         extra_columns={"candidate_index": chosen.astype(np.int64)},
+        sources=pool_sources(pool_attrs),
     )
 
 

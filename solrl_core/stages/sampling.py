@@ -18,6 +18,7 @@ import torch
 import zarr
 from tqdm.auto import tqdm
 
+from solrl_core.edit_sources import SOURCE_ARRAY, SOURCES_ATTR, Sources, source_array
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import CandidateWriter
 from solrl_core.models.compiled import compiled_copy
@@ -73,16 +74,21 @@ def open_pool(
     guidance: float | None = None,
     sde: bool = True,
     keep_trajectory: bool = False,
+    sources: list[Sources] | None = None,
 ) -> CandidateWriter:
     """The pool `sample_into_pool` fills (created when absent or made for other shapes, unless `create` is false).
 
     With a stage context, every prompt of the pool is put in the run's text cache first, in order, so that the
-    cached conditioning does not depend on how the pool's batches are later split across processes.
+    cached conditioning does not depend on how the pool's batches are later split across processes. Edit prompts'
+    `sources` (per prompt) are kept in the pool: their paths as an attribute, the images at the generated size as an
+    array (solrl_core/edit_sources.py).
     """
     image_shape = backbone.decode(torch.zeros(1, *backbone.latent_shape)).shape[1:]
     settings = sampling_settings(ctx, backbone, guidance, sde)
+    if sources is not None and ctx is None:
+        raise SolrlError("sampling edit prompts (with source images) needs a run's stage context")
     if ctx is not None:
-        ctx.encode(list(dict.fromkeys(prompts)))
+        ctx.encode(list(dict.fromkeys(prompts)) if sources is None else prompts, sources)
     window = settings.sde_window(steps) if settings.noise_level > 0 else None
     row_arrays = {}
     if keep_trajectory:
@@ -93,6 +99,10 @@ def open_pool(
         row_arrays = dict(zip(TRAJECTORY_COLUMNS, (((width + 1, *backbone.latent_shape), "float32"),
                                                    ((width,), "float32"))))
     sde_attrs = {"noise_level": settings.noise_level, "sde_window": list(window)} if window is not None else {}
+    source_attrs, prompt_arrays = {}, None
+    if sources is not None:
+        source_attrs = {SOURCES_ATTR: [list(s) for s in sources]}
+        prompt_arrays = {SOURCE_ARRAY: source_array(sources, *image_shape[-3:-1])}
     return CandidateWriter.open(
         path,
         n_rows,
@@ -100,11 +110,12 @@ def open_pool(
         tuple(backbone.latent_shape) if keep_latents else None,
         {**attrs, "prompts": prompts, "steps": steps, "sigmas": schedule_sigmas(backbone, steps),
          "batch_size": batch_size, "sampler": "sde" if window is not None else settings.sampler,
-         "guidance": settings.guidance, **sde_attrs},
+         "guidance": settings.guidance, **sde_attrs, **source_attrs},
         extra_dtypes={name: str(values.dtype) for name, values in (extra_columns or {}).items()},
         batch_size=batch_size,
         create=create,
         row_arrays=row_arrays,
+        prompt_arrays=prompt_arrays,
     )
 
 
@@ -128,8 +139,10 @@ def sample_into_pool(
     guidance: float | None = None,
     sde: bool = True,
     keep_trajectory: bool = False,
+    sources: list[Sources] | None = None,
 ) -> CandidateWriter:
-    """Sample row i from seed `seeds[i]` with prompt `prompts[prompt_index[i]]`, batch by batch, committing each.
+    """Sample row i from seed `seeds[i]` with prompt `prompts[prompt_index[i]]` (and an edit prompt's source images
+    `sources[prompt_index[i]]`), batch by batch, committing each.
 
     Batches are aligned to multiples of `batch_size` from row 0, so a resumed run forms exactly the same batches
     as an uninterrupted one (numerics that depend on the batch, like per-tensor activation scales, then match too).
@@ -142,7 +155,8 @@ def sample_into_pool(
     evaluation); `keep_trajectory`: store the SDE window's latents and log-probabilities per row.
     """
     writer = open_pool(path, backbone, prompts, len(seeds), steps, batch_size, keep_latents, attrs, extra_columns,
-                       ctx, create=batches is None, guidance=guidance, sde=sde, keep_trajectory=keep_trajectory)
+                       ctx, create=batches is None, guidance=guidance, sde=sde, keep_trajectory=keep_trajectory,
+                       sources=sources)
     settings = sampling_settings(ctx, backbone, guidance, sde)
     todo = writer.pending(batches)
     mine = batches if batches is not None else range(writer.n_batches)
@@ -151,7 +165,10 @@ def sample_into_pool(
     for k in todo:
         rows = writer.batch_rows(k)
         batch_prompts = [prompts[i] for i in prompt_index[rows]]
-        cond = settings.encode(batch_prompts)
+        if sources is None:
+            cond = settings.encode(batch_prompts)
+        else:
+            cond = settings.encode(batch_prompts, [sources[i] for i in prompt_index[rows]])
         if settings.noise_level > 0:
             result = sample_sde(backbone, transformer, cond, seeds[rows].tolist(), steps, settings.noise_level,
                                 settings.sde_window(steps), guidance=settings.guidance, uncond=settings.uncond)
@@ -203,6 +220,7 @@ class PoolSampling:
     keep_trajectory: bool = False  # store the SDE window's latents and log-probabilities per row
     # (ctx, backbone) -> the backbone it samples on (its schedule; explore's sibling view); None = backbone
     sampling_backbone: Callable | None = None
+    sources: list[Sources] | None = None  # per prompt, an edit prompt's source images (None: text-to-image)
 
     @property
     def n_rows(self) -> int:
@@ -219,7 +237,7 @@ class PoolSampling:
     def open(self, ctx, backbone, create: bool = True) -> CandidateWriter:
         return open_pool(self.path, self.on(ctx, backbone), self.prompts, self.n_rows, self.steps, self.batch_size,
                          self.keep_latents, self.attrs, self.extra_columns, ctx, create=create, guidance=self.guidance,
-                         sde=self.sde, keep_trajectory=self.keep_trajectory)
+                         sde=self.sde, keep_trajectory=self.keep_trajectory, sources=self.sources)
 
     def sample(self, ctx, backbone, batches: range | None = None, on_commit=None, desc: str | None = None):
         """`sample_into_pool` with these settings: every batch not done yet, or those of `batches` (a shard)."""
@@ -227,7 +245,7 @@ class PoolSampling:
         return sample_into_pool(self.path, self.on(ctx, backbone), transformer, self.prompts, self.prompt_index,
                                 self.seeds, self.steps, self.batch_size, self.keep_latents, self.attrs,
                                 ctx.progress, desc or self.desc, self.extra_columns, on_commit, ctx, batches,
-                                self.guidance, self.sde, self.keep_trajectory)
+                                self.guidance, self.sde, self.keep_trajectory, sources=self.sources)
 
     # ---- split over devices (solrl_core/stages/shards.py) ------------------------------------------------------
     bar_unit = "img"

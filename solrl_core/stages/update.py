@@ -17,6 +17,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from solrl_core.edit_sources import Sources, pool_sources
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import column_names, read_table
 from solrl_core.rl.distributed import GradientSync, process_group
@@ -68,9 +69,11 @@ def train_guidance(cfg, backbone) -> float:
     return scale
 
 
-def training_data(ctx: StageContext, trajectory: bool, device: torch.device) -> tuple[TrainingData, list[str]]:
+def training_data(ctx: StageContext, trajectory: bool, device: torch.device
+                  ) -> tuple[TrainingData, list[str], list[Sources] | None]:
     """The regenerate stage's samples and score_final's rewards on `device` (with the SDE trajectories and their
-    log-probabilities when the objective trains on them), and the pool's prompts."""
+    log-probabilities when the objective trains on them), the pool's prompts and their source images (edit prompts;
+    None otherwise)."""
     names = ["latent", "prompt_index"] + (["trajectory", "log_prob"] if trajectory else [])
     path = ctx.artifact("regenerate", "samples.zarr")
     present = column_names(path)
@@ -89,7 +92,7 @@ def training_data(ctx: StageContext, trajectory: bool, device: torch.device) -> 
     data = TrainingData(latents=on_device("latent"), sigmas=list(attrs["sigmas"]), rewards=reward,
                         prompt_index=samples["prompt_index"], trajectory=on_device("trajectory"),
                         log_probs=on_device("log_prob"), window=window)
-    return data, list(attrs["prompts"])
+    return data, list(attrs["prompts"]), pool_sources(attrs)
 
 
 def velocity_under(policy: LoraPolicy, backbone, cond_all: dict, row_prompt: torch.Tensor, guidance: float):
@@ -149,10 +152,10 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
 
     device = module_device(policy.transformer)  # every tensor of the loop lives there (moved once per step)
     objective = objective_for(cfg)
-    data, prompts = training_data(ctx, objective.trajectory, device)
+    data, prompts, sources = training_data(ctx, objective.trajectory, device)
     prepared = objective.prepare(data)
     # the conditioning of the pool's prompts from the run's text cache, once; each row takes its prompt's
-    cond_all = ctx.encode(prompts)
+    cond_all = ctx.encode(prompts, sources)
     row_prompt = torch.as_tensor(data.prompt_index, dtype=torch.long).to(device)
     forward = velocity_under(policy, backbone, cond_all, row_prompt, guidance)
 

@@ -15,14 +15,16 @@ from repo_paths import ROOT
 from solrl.cli.main import main
 from solrl_core.models.backbones.registry import load_backbone
 from solrl_core.models.backbones.tiny import tiny_models
+from solrl_core.config import presets
 from solrl_core.config.loading import load_config
 from solrl_core.run.pool import read_table
 from solrl_core.run.rundir import STAGES
 from solrl_core.models.sampler import schedule_sigmas
 
-# every backbone with a tiny maker (solrl_core/models/backbones/specs/), the rewards taken in turn so that every tiny reward
-# checkpoint is exercised
-CASES = list(zip(tiny_models(), itertools.cycle(["pickscore", "hpsv2", "clipscore", "imagereward"])))
+# every backbone with a tiny maker and presets (solrl_core/models/backbones/specs/), the rewards taken in turn so that
+# every tiny reward checkpoint is exercised (an editing model's iteration: tests/e2e/test_edit_iteration.py)
+CASES = list(zip([m for m in tiny_models() if m in presets.MODELS],
+                 itertools.cycle(["pickscore", "hpsv2", "clipscore", "imagereward"])))
 
 
 def table(run_dir, stage: str, name: str, cols=None):

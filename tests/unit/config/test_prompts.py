@@ -142,3 +142,13 @@ def test_a_bad_source_image_is_one_line_naming_the_file_and_line(tmp_path, image
     (tmp_path / "sources" / "not-an-image.png").write_text("a red circle\n")
     with pytest.raises(SolrlError, match=needle):
         load_prompt_set(str(path), "prompts.train")
+
+
+def test_an_edit_set_gives_every_line_its_sources(tmp_path):
+    path = _edit_set(tmp_path, "sources/red.png")
+    assert load_prompt_set(str(path), "prompts.train").sources == ((str((tmp_path / "sources" / "red.png").resolve()),),)
+    with path.open("a") as f:
+        f.write(json.dumps({"prompt": "make it blue"}) + "\n")
+    with pytest.raises(SolrlError, match=r"line 2 has no \"images\" but line 1 has: an edit prompt set gives every"):
+        load_prompt_set(str(path), "prompts.train")
+    assert load_prompt_set(str(_jsonl(tmp_path / "plain.jsonl", [{"prompt": "a"}])), "prompts.train").sources is None

@@ -155,3 +155,48 @@ def test_stages_share_the_run_cache(tmp_path, monkeypatch, one_torch_thread):
 
 def _no_encoding(prompts):
     raise AssertionError(f"encoded {list(prompts)} outside the text cache")
+
+
+class EditingStandIn:
+    """An editing backbone's encoding in miniature: the prompt's length and each source image's mean pixel."""
+
+    defaults = None
+    edits, name = True, "stand-in"
+
+    def __init__(self):
+        self.encoded: list[tuple[str, float]] = []
+
+    def encode_prompts(self, prompts, sources=None):
+        import numpy as np
+
+        means = [float(np.asarray(images[0]).mean()) for images in sources]
+        self.encoded += list(zip(prompts, means))
+        return {"text": torch.tensor([[float(len(p))] for p in prompts]), "source": torch.tensor(means)[:, None]}
+
+
+def _image(path, value: int):
+    from PIL import Image
+
+    Image.new("RGB", (8, 8), (value, value, value)).save(path)
+    return str(path)
+
+
+def test_an_edit_prompt_is_cached_with_its_sources_bytes(tmp_path):
+    backbone = EditingStandIn()
+    cache = TextCache(tmp_path / "cache", backbone, ModelConfig())
+    dark, light = _image(tmp_path / "dark.png", 10), _image(tmp_path / "light.png", 200)
+    cond = cache.get(["make it blue", "make it blue"], [(dark,), (light,)])  # one instruction, two sources
+    assert cond["source"][:, 0].tolist() == [10.0, 200.0] and len(backbone.encoded) == 2
+    moved = tmp_path / "moved.png"
+    (tmp_path / "light.png").rename(moved)  # the same bytes elsewhere: the same entry, not encoded again
+    assert cache.get(["make it blue"], [(str(moved),)])["source"].item() == 200.0 and len(backbone.encoded) == 2
+    _image(moved, 90)  # the file changed: encoded again
+    assert cache.get(["make it blue"], [(str(moved),)])["source"].item() == 90.0 and len(backbone.encoded) == 3
+    assert TextCache(tmp_path / "cache", EditingStandIn(), ModelConfig()).get(
+        ["make it blue"], [(dark,)])["source"].item() == 10.0  # read back from disk by another process's cache
+
+
+def test_sources_for_a_model_that_does_not_edit_are_refused(tmp_path, counting):
+    counting.edits, counting.name = False, "embedded"
+    with pytest.raises(SolrlError, match="model.kind embedded does not edit images"):
+        TextCache(tmp_path, counting, ModelConfig()).get(["make it blue"], [(_image(tmp_path / "a.png", 1),)])

@@ -1,0 +1,91 @@
+"""An editing model's iteration: edit prompts (a JSONL with source images) through explore, regenerate, the update and
+the evaluation of a tiny FLUX.1 Kontext, each pool keeping its prompts' sources, each prompt's conditioning holding
+its own source's encoding; an edit prompt set given to a text-to-image model is refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from PIL import Image
+from safetensors.numpy import load_file
+
+from cli_processes import tracking_set
+from repo_paths import ROOT
+from solrl.cli.main import main
+from solrl_core.config.loading import load_config
+from solrl_core.edit_sources import SOURCE_ARRAY, SOURCES_ATTR
+from solrl_core.models.backbones.registry import load_backbone
+from solrl_core.models.text_cache import TextCache, model_key
+
+PRESET = ROOT / "configs" / "presets" / "flux1_sol_rl_clipscore.yaml"  # FLUX.1-dev's settings, Kontext's too
+INSTRUCTIONS = ["make it blue", "make it blue", "turn it into a square"]  # one instruction with two sources
+
+
+@pytest.fixture(scope="module")
+def edit_set(tmp_path_factory):
+    """Three edit prompts, each with its own random source image (64 px, the tiny model's size), in a JSONL."""
+    folder = tmp_path_factory.mktemp("edits")
+    rng = np.random.default_rng(0)
+    lines = []
+    for i, instruction in enumerate(INSTRUCTIONS):
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / f"source{i}.png")
+        lines.append(json.dumps({"prompt": instruction, "images": f"source{i}.png"}))
+    (folder / "edits.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _pool(path):
+    return zarr.open_group(str(path), mode="r")
+
+
+def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_cli, session_env, tmp_path, edit_set,
+                                                                           one_torch_thread):
+    tiny, run_dir, edits = tmp_path / "tiny", tmp_path / "run", edit_set / "edits.jsonl"
+    assert main(["make-tiny", "flux1-kontext", str(tiny)]) == 0
+    settings = ["model.kind=flux1-kontext", f"model.path={tiny}", f"prompts.train={edits}", f"eval.prompts={edits}",
+                "eval.num_prompts=3", "eval.every=1"]
+    run_cli("train", str(PRESET), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
+            *(arg for setting in settings for arg in ("--set", setting)), *tracking_set(session_env))
+    sources = {f"{edit_set / f'source{i}.png'}": np.asarray(Image.open(edit_set / f"source{i}.png"))
+               for i in range(len(INSTRUCTIONS))}
+
+    explore = _pool(run_dir / "iter_0000" / "explore" / "pool.zarr")
+    regen = _pool(run_dir / "iter_0000" / "regenerate" / "samples.zarr")
+    evaluation = _pool(run_dir / "eval" / "step_0001" / "pool.zarr")
+    for pool in (explore, regen, evaluation):
+        paths = [tuple(s) for s in pool.attrs[SOURCES_ATTR]]
+        assert len(paths) == len(pool.attrs["prompts"]) and all(len(p) == 1 for p in paths)
+        for p, (path,) in enumerate(paths):  # each prompt's source beside its candidates, at the generated size
+            assert INSTRUCTIONS[int(path[-5])] == pool.attrs["prompts"][p]
+            np.testing.assert_array_equal(pool[SOURCE_ARRAY][p, 0], sources[path])
+    assert regen.attrs[SOURCES_ATTR] == explore.attrs[SOURCES_ATTR]
+    assert len(evaluation.attrs[SOURCES_ATTR]) == 3
+
+    # the same instruction with two sources: two conditionings, each with its own source's latents
+    cfg = load_config(run_dir / "config.yaml")
+    cache = TextCache(run_dir / "text_cache", load_backbone(cfg.model), cfg.model)
+    first, second = (load_file(str(cache.path("make it blue", (str(edit_set / f"source{i}.png"),)))) for i in (0, 1))
+    np.testing.assert_array_equal(first["encoder_hidden_states"], second["encoder_hidden_states"])
+    assert not np.allclose(first["image_latents"], second["image_latents"])
+    assert (run_dir / "text_cache" / model_key(cfg.model)).is_dir()
+
+    after = load_file(str(run_dir / "iter_0000" / "update" / "checkpoint" / "adapters.safetensors"))
+    init = load_file(str(run_dir / "init" / "adapters.safetensors"))
+    assert any(not np.array_equal(after[k], init[k]) for k in init), "the update changed nothing"
+    assert torch.isfinite(torch.from_numpy(np.stack([after[k].sum() for k in after]))).all()
+
+
+def test_an_edit_prompt_set_for_a_text_to_image_model_is_refused_in_one_line(tmp_path, edit_set, capsys):
+    tiny = tmp_path / "tiny"
+    assert main(["make-tiny", "flux1", str(tiny)]) == 0
+    capsys.readouterr()
+    code = main(["train", str(PRESET), "--iterations", "1", "--run-dir", str(tmp_path / "run"), "--set",
+                 f"model.path={tiny}", "--set", f"prompts.train={edit_set / 'edits.jsonl'}"])  # before any flow
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and error.startswith("solrl: error: prompts.train is an edit prompt set"), error
+    assert "model.kind flux1 does not edit images" in error
+    assert not (tmp_path / "run" / "iter_0000").exists()
