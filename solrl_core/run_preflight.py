@@ -13,7 +13,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.prompts import check_train_prompts, eval_sources, train_sources
 from solrl_core.models.quant.backends import resolve_backend
 from solrl_core.models.step_cache import cache_config
-from solrl_core.rewards.registry import preflight_rewards
+from solrl_core.rewards.registry import preflight_rewards, reward_class
 
 
 def preflight(cfg: RunConfig) -> None:
@@ -44,10 +44,20 @@ def preflight(cfg: RunConfig) -> None:
 
 def check_edit_prompts(cfg: RunConfig) -> None:
     """An edit prompt set (lines with source images) needs an editing model, with at most as many sources a prompt as
-    it reads; a SolrlError naming the key otherwise."""
+    it reads; a reward that scores edits needs an edit prompt set (and is scored here, not served); a SolrlError
+    naming the key otherwise."""
     backbone = adapter_class(cfg.model.kind)
-    sets = [("prompts.train", train_sources(cfg))] + ([("eval.prompts", eval_sources(cfg))] if cfg.eval.every else [])
-    for key, sources in sets:
+    sets = [("prompts.train", train_sources(cfg), cfg.rewards)]
+    if cfg.eval.every:
+        sets.append(("eval.prompts", eval_sources(cfg), cfg.evaluation_rewards()))
+    for key, sources, rewards in sets:
+        for name in rewards:
+            if reward_class(name).edits and sources is None:
+                raise SolrlError(f"reward {name} scores edits, but {key} has no source images: give an edit prompt "
+                                 "set (a JSONL whose lines have \"images\")")
+            if reward_class(name).edits and (cfg.reward_models.get(name) or {}).get("url") is not None:
+                raise SolrlError(f"reward_models.{name}.url: a reward that scores edits is not served yet (its "
+                                 "requests would need the source images); score it in the run")
         if sources is None:
             continue
         if not backbone.edits:

@@ -169,6 +169,10 @@ class Reward:
     uses_torch: ClassVar[bool] = False
     cuda_dtype: ClassVar[DType] = "bfloat16"  # what a torch reward runs in on a CUDA device when its spec names none
     takes_videos: ClassVar[bool] = False  # scores whole videos (B, frames, H, W, 3), and only them
+    # scores edits: `score_batch(images, prompts, sources)` also sees each image's prompt's source images (B, sources,
+    # H, W, 3) uint8 at the image's size (an edit prompt set's; solrl_core/edit_sources.py), the prompt being the
+    # instruction
+    edits: ClassVar[bool] = False
     video_frames: int | None = None  # an image reward on videos: the frames it scores (RewardModelSpec.video_frames)
     # the shortest edge its preprocessing first resizes images to, where that first step is resize_shortest_pil
     # (solrl_core/rewards/preprocess.py): a served reward's clients send images at that size, its scores unchanged bit
@@ -194,23 +198,32 @@ class Reward:
         return cls(batch_size=spec.batch_size, device=spec.device, dtype=spec.dtype)
 
     # ---- scoring -----------------------------------------------------------------------------------------------
-    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+    def score_batch(self, images: np.ndarray, prompts: list[str], sources: np.ndarray | None = None) -> np.ndarray:
+        """Scores of one batch; `sources` only for a reward that `edits` (the others never get it)."""
         raise NotImplementedError
 
-    def __call__(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
-        """Scores (B,) float64 of uint8 images (B, H, W, 3) for their prompts, `batch_size` at a time; a SolrlError
-        naming the reward when any is NaN or infinite.
+    def __call__(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None,
+                 sources: np.ndarray | None = None) -> np.ndarray:
+        """Scores (B,) float64 of uint8 images (B, H, W, 3) for their prompts (and, for a reward that `edits`, the
+        prompts' source images (B, sources, H, W, 3)), `batch_size` at a time; a SolrlError naming the reward when
+        any is NaN or infinite.
 
         progress: True/False forces the bar on/off; None shows it only for more than one batch on a terminal.
         """
-        scores = self.scores(images, prompts, progress)
+        scores = self.scores(images, prompts, progress, sources)
         check_finite(self.name, scores, prompts)
         return scores
 
-    def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+    def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None,
+               sources: np.ndarray | None = None) -> np.ndarray:
         """As `__call__`, without the finiteness check (for callers that name the bad rows themselves)."""
         from tqdm.auto import tqdm
 
+        if self.edits and sources is None:
+            raise SolrlError(f"reward {self.name} scores edits: it needs the prompts' source images (a JSONL prompt "
+                             "set whose lines have \"images\", and an editing model)")
+        if self.edits and len(sources) != len(images):
+            raise ValueError(f"{len(images)} images but {len(sources)} rows of source images")
         images = np.asarray(images)
         if images.ndim == 5 and not self.takes_videos:
             return self.frame_scores(images, prompts, progress)
@@ -225,7 +238,10 @@ class Reward:
         with self._inference():
             for start in tqdm(starts, desc=f"reward {self.name}", unit="batch", disable=disable, leave=False):
                 stop = start + self.batch_size
-                values = np.asarray(self.score_batch(images[start:stop], prompts[start:stop]), dtype=np.float64)
+                batch = (images[start:stop], prompts[start:stop])
+                if self.edits:
+                    batch += (np.asarray(sources[start:stop]),)
+                values = np.asarray(self.score_batch(*batch), dtype=np.float64)
                 if values.shape != (min(stop, n) - start,):
                     raise SolrlError(f"reward {self.name} returned shape {values.shape} for {min(stop, n) - start} images")
                 out.append(values)

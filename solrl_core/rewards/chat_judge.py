@@ -67,7 +67,7 @@ class ChatJudge(Reward):
         import openai
 
         if not spec.endpoint:
-            raise SolrlError("reward_models.chat_judge.endpoint: not set; give the chat server's base URL (vLLM: "
+            raise SolrlError(f"reward_models.{self.name}.endpoint: not set; give the chat server's base URL (vLLM: "
                              "http://HOST:8000/v1)")
         super().__init__(batch_size=spec.batch_size)
         self.endpoint = spec.endpoint.rstrip("/")
@@ -92,8 +92,8 @@ class ChatJudge(Reward):
                            "batch_size": self.batch_size}, sort_keys=True)
 
     # ---- scoring -----------------------------------------------------------------------------------------------
-    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        urls = [image_data_url(image, self.image_size) for image in images]
+    def score_batch(self, images: np.ndarray, prompts: list[str], sources: np.ndarray | None = None) -> np.ndarray:
+        urls = [[image_data_url(image, self.image_size) for image in row] for row in self.shown(images, sources)]
         answers: list[Answer | None] = [None] * len(images)
         todo = list(range(len(images)))
         batch = Counter()
@@ -120,11 +120,15 @@ class ChatJudge(Reward):
                              "answer_retries")
         return np.asarray([answer.score for answer in answers], dtype=np.float64)
 
-    def _ask(self, image_url: str, prompt: str, attempt: int) -> Answer:
+    def shown(self, images: np.ndarray, sources: np.ndarray | None) -> list[list[np.ndarray]]:
+        """The images one question shows, per row: the image alone."""
+        return [[image] for image in images]
+
+    def _ask(self, image_urls: list[str], prompt: str, attempt: int) -> Answer:
         import openai
 
         temperature = self.temperature if attempt == 0 else max(self.temperature, RETRY_TEMPERATURE)
-        content = [{"type": "image_url", "image_url": {"url": image_url}},
+        content = [*({"type": "image_url", "image_url": {"url": url}} for url in image_urls),
                    {"type": "text", "text": self.template.replace("{prompt}", prompt)}]
         try:
             response = self._client.chat.completions.create(
@@ -163,6 +167,31 @@ class ChatJudge(Reward):
     @staticmethod
     def _tally(counts: Counter) -> str:
         return ", ".join(f"{counts[key]} {key}" for key in (*OUTCOMES, "asked again") if counts[key])
+
+
+EDIT_TEMPLATE = ("The first image was edited by the instruction: \"{prompt}\"; the second image is the result. Rate "
+                 "from 1 (worst) to 10 (best) how well the result follows the instruction while keeping everything of "
+                 "the first image the instruction does not ask to change. Answer with the number only.")
+
+
+class ChatEditJudge(ChatJudge):
+    """A VLM's rating of an edit: each question shows the source image(s), then the edited image, with the instruction
+    (its template's {prompt}); the reward_models.chat_edit_judge keys are chat_judge's."""
+
+    name = "chat_edit_judge"
+    title = "VLM edit judge"
+    summary = ("a vision-language model's rating of an edit (the source, then the result, with the instruction) "
+               "through an OpenAI-compatible chat endpoint")
+    edits = True
+
+    def __init__(self, spec: RewardModelSpec):
+        super().__init__(spec)
+        self.template = spec.template or EDIT_TEMPLATE
+
+    def shown(self, images: np.ndarray, sources: np.ndarray | None) -> list[list[np.ndarray]]:
+        """Per row, the prompt's source images (the black padding of a prompt with fewer sources left out), then the
+        edited image."""
+        return [[*(source for source in row if source.any()), image] for image, row in zip(images, sources)]
 
 
 def image_data_url(image: np.ndarray, size: int | None = None) -> str:

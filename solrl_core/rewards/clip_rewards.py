@@ -189,3 +189,29 @@ class CLIPScore(_CLIPReward):
     processor_repo_id = "openai/clip-vit-large-patch14"
     scale = 100.0
     image_mode = "tensor"
+
+
+class CLIPEdit(CLIPScore):
+    """An edit scored by CLIP (openai/clip-vit-large-patch14, CLIPScore's model and preprocessing) against its source:
+
+      direction  cos(E_img(edited) - E_img(source), E_txt(instruction)): the CLIP directional similarity (Gal et al.
+                 2022, StyleGAN-NADA; InstructPix2Pix, Brooks et al. 2023, reports it for edits), with the
+                 instruction's embedding standing for the caption change, which an instruction set does not carry
+      preserved  cos(E_img(edited), E_img(source)): CLIP-I of Emu Edit (Sheynin et al. 2024), what of the source is
+                 kept
+    score = (direction + preserved) / 2. An unchanged source scores preserved 1 and direction 0 (no change); an
+    image unrelated to the source scores a low `preserved`."""
+
+    name = "clip_edit"
+    title = "CLIP edit"
+    summary = "CLIP direction of the change towards the instruction, and CLIP-I similarity to the source, averaged"
+    edits = True
+
+    def score_batch(self, images: np.ndarray, prompts: list[str], sources: np.ndarray | None = None) -> np.ndarray:
+        edited, text = self.embeddings(images, prompts)
+        source = _features(self.model.get_image_features(pixel_values=self.pixels(sources[:, 0]))).float()
+        source = source / source.norm(dim=-1, keepdim=True)
+        change = edited - source
+        direction = (change * text).sum(-1) / change.norm(dim=-1).clamp_min(1e-6)
+        preserved = (edited * source).sum(-1)
+        return host_scores((direction + preserved) / 2)

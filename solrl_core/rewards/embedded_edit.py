@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from solrl_core.rewards.base import Reward
 from solrl_core.rewards.embedded import foreground_box, position_score, prompt_match_reward
-from solrl_core.worlds.edits import Edit
+from solrl_core.worlds.edits import Edit, edit_of_prompt
 
 LAYOUT_WEIGHT = 0.3  # of the layout kept, in the reward's weighted geometric mean (the target's match: the rest)
 _EDGE_SCALE = 0.05  # the mean move of the foreground box's edges, as a fraction of the side, that costs a factor e
@@ -54,3 +55,16 @@ def edit_match_reward(sources: np.ndarray, edited: np.ndarray, edits: Sequence[E
     reward = np.exp((1 - LAYOUT_WEIGHT) * np.log(np.maximum(follow, FLOOR))
                     + LAYOUT_WEIGHT * np.log(np.maximum(layout, FLOOR)))
     return {"reward": reward, "follow": follow, "layout": layout}
+
+
+class EmbeddedEditReward(Reward):
+    """`edit_match_reward` as a reward: each prompt an edit prompt of the world (`Edit.prompt`), scored against its
+    source image."""
+
+    name = "embedded_edit"
+    summary = ("edits of the embedded editing world: the target's prompt match and the source's layout kept, against "
+               "the source image, in [0, 1]")
+    edits = True
+
+    def score_batch(self, images: np.ndarray, prompts: list[str], sources: np.ndarray | None = None) -> np.ndarray:
+        return edit_match_reward(sources[:, 0], images, [edit_of_prompt(p) for p in prompts])["reward"]

@@ -22,9 +22,10 @@ import numpy as np
 
 from solrl_core.errors import SolrlError
 from solrl_core.rewards.base import Reward, RewardModelSpec, check_finite, parse_spec
-from solrl_core.rewards.chat_judge import ChatJudge
+from solrl_core.rewards.chat_judge import ChatEditJudge, ChatJudge
 from solrl_core.plugins import import_plugin, is_plugin, plugin_code
-from solrl_core.rewards.clip_rewards import CLIPScore, PickScore
+from solrl_core.rewards.clip_rewards import CLIPEdit, CLIPScore, PickScore
+from solrl_core.rewards.embedded_edit import EmbeddedEditReward
 from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.imagereward import ImageReward
 from solrl_core.rewards.learned import LearnedEmbeddedReward
@@ -38,7 +39,7 @@ REWARDS: dict[str, type[Reward]] = {
     cls.name: cls
     for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward,
                 LearnedEmbeddedReward, TemporalConsistency, EmbeddedMotionReward, EmbeddedMotionAppearance,
-                EmbeddedMotionMove, ChatJudge)
+                EmbeddedMotionMove, ChatJudge, EmbeddedEditReward, CLIPEdit, ChatEditJudge)
 }
 
 _configured: dict[str, RewardModelSpec] = {}

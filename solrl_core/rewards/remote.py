@@ -66,7 +66,10 @@ class RemoteReward(Reward):
     def fingerprint(self) -> str:
         return self._fingerprint
 
-    def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
+    def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None,
+               sources: np.ndarray | None = None) -> np.ndarray:
+        """The server's scores, `concurrency` batches in flight. No sources: a reward that scores edits is not served
+        (a run's preflight refuses it)."""
         images = np.asarray(images)
         if images.ndim == 5 and not self.takes_videos:  # frames picked here, as in process
             return self.frame_scores(images, prompts, progress)

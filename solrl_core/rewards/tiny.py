@@ -192,6 +192,7 @@ def write_tiny_checkpoints(out_dir: str | Path, seed: int = 0) -> dict[str, dict
     specs: dict[str, dict] = {}
     specs["pickscore"] = {"path": str(write_tiny_clip(out / "PickScore_v1", seed, "gelu", math.log(1 / 0.07)))}
     specs["clipscore"] = {"path": str(write_tiny_clip(out / "clip-vit-large-patch14", seed + 1, "quick_gelu", math.log(100.0)))}
+    specs["clip_edit"] = dict(specs["clipscore"])  # CLIPScore's model, scoring edits against their sources
     hps_path, hps_arch = write_tiny_hps(out / "hpsv2", seed + 2)
     specs["hpsv2"] = {"path": str(hps_path), "arch": str(hps_arch)}
     specs["imagereward"] = {k: str(v) for k, v in write_tiny_imagereward(out / "ImageReward", seed + 3).items()}

@@ -32,6 +32,7 @@ import numpy as np
 import zarr
 from tqdm.auto import tqdm
 
+from solrl_core.edit_sources import SOURCE_ARRAY
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import create_array
 from solrl_core.rewards.base import Reward, torch_device
@@ -137,9 +138,11 @@ class RowScorer:
     """Scores the rows of a pool that `store` is missing, reward by reward, each in its own aligned batches."""
 
     def __init__(self, store: ScoreStore, rewards: Mapping[str, Reward], prompts: Sequence[str], seeds: np.ndarray,
-                 what: str, images: Callable[[int, int], np.ndarray], bar=None):
+                 what: str, images: Callable[[int, int], np.ndarray], bar=None,
+                 sources: Callable[[int, int], np.ndarray | None] | None = None):
         self.store, self.rewards, self.prompts, self.seeds = store, rewards, list(prompts), np.asarray(seeds)
         self.what, self.images, self.bar = what, images, bar
+        self.sources = sources  # rows' source images, read only for a reward that scores edits
 
     def run(self, available: int) -> None:
         """Score every batch that lies within the first `available` rows (all rows once `available` is n_rows)."""
@@ -154,7 +157,9 @@ class RowScorer:
                 stop = min(start + reward.batch_size, n)
                 if stop > available:
                     break
-                values = reward.scores(self.images(start, stop), self.prompts[start:stop], progress=False)
+                sources = self.sources(start, stop) if reward.edits and self.sources is not None else None
+                values = reward.scores(self.images(start, stop), self.prompts[start:stop], progress=False,
+                                       sources=sources)
                 self._check_finite(name, values, start)
                 self.store.commit(name, start, values)
                 if self.bar is not None:
@@ -188,7 +193,8 @@ class InlineScorer:
         self.pool_path = pool_path
         self.store = ScoreStore(len(seeds), rewards, pool_path.parent / SCORES)
         self.store.truncate(_pool_committed(pool_path))
-        self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images)
+        self.scorer = RowScorer(self.store, rewards, prompts, seeds, what, self._images,
+                                sources=row_sources(pool_path))
         self._buffer = np.zeros((0,), np.uint8)
         self._buffer_start = 0
         # the scorer thread keeps the scoring threads (`scoring_threads` then changes nothing per batch)
@@ -289,8 +295,27 @@ def score_pool(ctx: StageContext, pool_path: Path, desc: str, weights: Mapping[s
     images = group["image"]
     todo = store.missing()  # 0 when every row was scored while sampling: then no bar at all
     with tqdm(total=todo, desc=desc, unit="score", disable=not ctx.progress or not todo, leave=False) as bar:
-        RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]), bar).run(len(seeds))
+        RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]), bar,
+                  row_sources(pool_path)).run(len(seeds))
     return _totals(store.values, weights)
+
+
+def row_sources(pool_path: Path) -> Callable[[int, int], np.ndarray | None]:
+    """rows a..b -> the source images of their prompts (rows, sources, H, W, 3) from the pool's `source_image`
+    (read once, when first asked), or None for a pool without sources. Rows are read once committed: a scorer asks
+    for rows that are."""
+    loaded: dict = {}
+
+    def rows(start: int, stop: int) -> np.ndarray | None:
+        if not loaded:
+            group = zarr.open_group(zarr_store(pool_path), mode="r")
+            loaded["group"] = group
+            loaded["per_prompt"] = np.asarray(group[SOURCE_ARRAY]) if SOURCE_ARRAY in group else None
+        if loaded["per_prompt"] is None:
+            return None
+        return loaded["per_prompt"][np.asarray(loaded["group"]["prompt_index"][start:stop])]
+
+    return rows
 
 
 def _rows(group) -> tuple[list[str], np.ndarray]:
@@ -343,7 +368,8 @@ class PoolScoring:
         images = group["image"]
         what = _what(ctx, self.pool)
         try:
-            RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b])).run(rows.stop)
+            RowScorer(store, rewards, row_prompts, seeds, what, lambda a, b: np.asarray(images[a:b]),
+                      sources=row_sources(self.pool)).run(rows.stop)
         finally:
             release_rewards(self.release)
         return {"scored": len(rows)}, {name: values[rows.start:rows.stop].tolist() for name, values in

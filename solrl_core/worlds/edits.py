@@ -31,6 +31,7 @@ from solrl_core.worlds.shapes import COLOURS, COUNTS, SHAPES, Scene, all_scenes,
 KINDS = ("colour", "shape", "count", "position")
 _OPPOSITE = {"left": "right", "right": "left", "top": "bottom", "bottom": "top"}
 _COUNT_WORDS = {1: "one", 2: "two", 3: "three"}
+PROMPT_SEPARATOR = ": "  # between an edit prompt's source scene and its instruction (`Edit.prompt`)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,13 @@ class Edit:
         return f"move it to the {self.value}"
 
     @property
+    def prompt(self) -> str:
+        """The edit as the world's editing model and reward read it: the source scene's prompt, then the instruction
+        ("a red circle on the left: make it blue"); the reward needs the scene the instruction applies to, which
+        an instruction alone does not name (`edit_of_prompt` reads it back)."""
+        return f"{self.source.prompt}{PROMPT_SEPARATOR}{self.instruction}"
+
+    @property
     def keeps_layout(self) -> bool:
         """Whether every object stays where it was, at its size (colour and shape edits)."""
         return self.kind in ("colour", "shape")
@@ -99,6 +107,16 @@ def parse_edit(source_prompt: str, instruction: str) -> Edit:
             return edit
     raise SolrlError(f"instruction {instruction!r} is not an edit of {source.prompt!r} in the embedded editing world "
                      "(e.g. 'make it blue', 'turn it into a square', 'make it two', 'move it to the left')")
+
+
+def edit_of_prompt(prompt: str) -> Edit:
+    """The edit of an edit prompt ("a red circle on the left: make it blue", `Edit.prompt`); SolrlError in one line
+    for anything else."""
+    source, sep, instruction = str(prompt).partition(PROMPT_SEPARATOR)
+    if not sep:
+        raise SolrlError(f"{prompt!r} is not an edit prompt of the embedded editing world (the source scene, "
+                         f"{PROMPT_SEPARATOR!r}, the instruction: 'a red circle on the left: make it blue')")
+    return parse_edit(source, instruction)
 
 
 @lru_cache(maxsize=1)

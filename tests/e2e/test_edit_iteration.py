@@ -20,6 +20,8 @@ from solrl_core.config.loading import load_config
 from solrl_core.edit_sources import SOURCE_ARRAY, SOURCES_ATTR
 from solrl_core.models.backbones.registry import load_backbone
 from solrl_core.models.text_cache import TextCache, model_key
+from solrl_core.rewards.registry import get_reward
+from solrl_core.run.pool import read_table
 
 PRESET = ROOT / "configs" / "presets" / "flux1_sol_rl_clipscore.yaml"  # FLUX.1-dev's settings, Kontext's too
 INSTRUCTIONS = ["make it blue", "make it blue", "turn it into a square"]  # one instruction with two sources
@@ -47,7 +49,8 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
     tiny, run_dir, edits = tmp_path / "tiny", tmp_path / "run", edit_set / "edits.jsonl"
     assert main(["make-tiny", "flux1-kontext", str(tiny)]) == 0
     settings = ["model.kind=flux1-kontext", f"model.path={tiny}", f"prompts.train={edits}", f"eval.prompts={edits}",
-                "eval.num_prompts=3", "eval.every=1"]
+                "eval.num_prompts=3", "eval.every=1", "rewards={clip_edit: 1.0}",
+                "eval.rewards={clip_edit: 1.0, clipscore: 0.0}"]
     run_cli("train", str(PRESET), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
             *(arg for setting in settings for arg in ("--set", setting)), *tracking_set(session_env))
     sources = {f"{edit_set / f'source{i}.png'}": np.asarray(Image.open(edit_set / f"source{i}.png"))
@@ -65,8 +68,17 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
     assert regen.attrs[SOURCES_ATTR] == explore.attrs[SOURCES_ATTR]
     assert len(evaluation.attrs[SOURCES_ATTR]) == 3
 
-    # the same instruction with two sources: two conditionings, each with its own source's latents
+    # scored by a reward that reads the sources: the explore pool's CLIP edit scores are those of its rows' sources
     cfg = load_config(run_dir / "config.yaml")
+    clip_edit = get_reward("clip_edit", cfg.reward_models)
+    rows = np.asarray(explore["prompt_index"][:4])
+    proxy = read_table(run_dir / "iter_0000" / "score_explore" / "rewards.zarr", ["reward"])[0]["reward"]
+    np.testing.assert_allclose(proxy[:4], clip_edit(np.asarray(explore["image"][:4]), [
+        explore.attrs["prompts"][i] for i in rows], sources=np.asarray(explore[SOURCE_ARRAY])[rows]), rtol=1e-5)
+    evaluated = json.loads((run_dir / "eval" / "step_0001" / "metrics.json").read_text())["metrics"]
+    assert np.isfinite(evaluated["clip_edit"]) and evaluated["reward"] == evaluated["clip_edit"]
+
+    # the same instruction with two sources: two conditionings, each with its own source's latents
     cache = TextCache(run_dir / "text_cache", load_backbone(cfg.model), cfg.model)
     first, second = (load_file(str(cache.path("make it blue", (str(edit_set / f"source{i}.png"),)))) for i in (0, 1))
     np.testing.assert_array_equal(first["encoder_hidden_states"], second["encoder_hidden_states"])
@@ -79,13 +91,18 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
     assert torch.isfinite(torch.from_numpy(np.stack([after[k].sum() for k in after]))).all()
 
 
-def test_an_edit_prompt_set_for_a_text_to_image_model_is_refused_in_one_line(tmp_path, edit_set, capsys):
+@pytest.mark.parametrize("settings, needle", [
+    (["prompts.train={edits}"], "prompts.train is an edit prompt set (its lines have source \"images\") but model.kind "
+                                "flux1 does not edit images"),
+    (["rewards={{clip_edit: 1.0}}"], "reward clip_edit scores edits, but prompts.train has no source images"),
+])
+def test_edits_asked_of_what_cannot_do_them_are_refused_in_one_line(tmp_path, edit_set, capsys, settings, needle):
     tiny = tmp_path / "tiny"
     assert main(["make-tiny", "flux1", str(tiny)]) == 0
     capsys.readouterr()
-    code = main(["train", str(PRESET), "--iterations", "1", "--run-dir", str(tmp_path / "run"), "--set",
-                 f"model.path={tiny}", "--set", f"prompts.train={edit_set / 'edits.jsonl'}"])  # before any flow
+    sets = [s.format(edits=edit_set / "edits.jsonl") for s in [f"model.path={tiny}", *settings]]
+    code = main(["train", str(PRESET), "--iterations", "1", "--run-dir", str(tmp_path / "run"),
+                 *(arg for setting in sets for arg in ("--set", setting))])  # refused before any flow starts
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and error.startswith("solrl: error: prompts.train is an edit prompt set"), error
-    assert "model.kind flux1 does not edit images" in error
+    assert code == 2 and error.startswith(f"solrl: error: {needle}"), error
     assert not (tmp_path / "run" / "iter_0000").exists()

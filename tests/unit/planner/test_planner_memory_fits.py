@@ -283,7 +283,7 @@ def test_the_preflight_refuses_before_the_model_loads(monkeypatch):
     import solrl_core.models.quant.backends as backends
 
     loaded = []
-    for needs_files in ("preflight_rewards", "resolve_backend", "check_train_prompts"):  # reward files, TE, prompt sets
+    for needs_files in ("preflight_rewards", "resolve_backend", "check_train_prompts", "check_edit_prompts"):  # prompts
         monkeypatch.setattr(run_preflight, needs_files, lambda *a, **k: None)
     monkeypatch.setattr(run_preflight, "load_backbone", loaded.append)
     monkeypatch.setattr(backends, "te_support", lambda kind: (kind == "fp8", ""))  # a Hopper GPU with TE: FP8 via TE

@@ -20,7 +20,8 @@ def tiny(tmp_path_factory):
 
 def test_tiny_checkpoints_are_in_the_official_layouts(tiny):
     root, specs = tiny
-    assert set(specs) == {"pickscore", "clipscore", "hpsv2", "imagereward"}
+    assert set(specs) == {"pickscore", "clipscore", "hpsv2", "imagereward", "clip_edit"}
+    assert specs["clip_edit"] == specs["clipscore"]  # the same CLIP, scoring edits
     for name in ("PickScore_v1", "clip-vit-large-patch14"):
         files = {p.name for p in (root / name).iterdir()}
         assert {"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json"} <= files

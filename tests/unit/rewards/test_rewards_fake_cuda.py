@@ -36,6 +36,13 @@ def _load(name, specs, **keys):
     return cls.load(parse_spec(name, {**specs.get(name, {}), **keys}, cls.spec_keys))
 
 
+def _score(reward, images, prompts):
+    """The reward's scores; a reward that scores edits gets each image's neighbour as its source."""
+    if reward.edits:
+        return reward(images, prompts, sources=np.roll(images, 1, axis=0)[:, None])
+    return reward(images, prompts)
+
+
 def _modules(reward) -> dict[str, torch.nn.Module]:
     return {key: value for key, value in vars(reward).items() if isinstance(value, torch.nn.Module)}
 
@@ -77,7 +84,7 @@ def test_scores_on_the_gpu_in_its_cuda_dtype_with_one_read_back_per_batch(name, 
             assert pixels.dtype == torch_dtype(reward.dtype) == torch.bfloat16
         for n in (2, 6):  # one batch, three batches
             before = len(fc.syncs)
-            scores = reward(images[:n], prompts[:n])
+            scores = _score(reward, images[:n], prompts[:n])
             assert isinstance(scores, np.ndarray) and scores.dtype == np.float64 and scores.shape == (n,)
             syncs[n] = fc.syncs[before:]
     assert (len(syncs[2]), len(syncs[6])) == (1, 3), [str(s) for s in syncs[6]]
@@ -94,8 +101,8 @@ def test_an_explicit_dtype_or_the_cpu_gives_float32(name, specs):
 @pytest.mark.parametrize("name", TORCH_REWARDS)
 def test_cpu_default_scores_exactly_as_float32(name, specs):
     images, prompts = sample_batch(4, 32)
-    default = _load(name, specs, device="cpu")(images, prompts)
-    explicit = _load(name, specs, device="cpu", dtype="float32")(images, prompts)
+    default = _score(_load(name, specs, device="cpu"), images, prompts)
+    explicit = _score(_load(name, specs, device="cpu", dtype="float32"), images, prompts)
     assert np.array_equal(default, explicit)
 
 
@@ -104,8 +111,8 @@ def test_bfloat16_computes_and_reads_back_float64(name, specs):
     """Real bfloat16 arithmetic on the CPU (the fake GPU does not check matmul dtypes): every input the model meets is
     in its dtype, and the scores are float64 near the float32 ones."""
     images, prompts = sample_batch(4, 40)
-    half = _load(name, specs, dtype="bfloat16")(images, prompts)
-    full = _load(name, specs, dtype="float32")(images, prompts)
+    half = _score(_load(name, specs, dtype="bfloat16"), images, prompts)
+    full = _score(_load(name, specs, dtype="float32"), images, prompts)
     assert half.dtype == np.float64 and np.all(np.isfinite(half))
     assert not np.array_equal(half, full)  # it did run in bfloat16
     assert np.abs(half - full).max() < 0.1 * np.ptp(full), (half, full)

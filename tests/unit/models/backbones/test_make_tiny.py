@@ -31,7 +31,7 @@ def test_make_tiny_writes_the_model_rewards_prompts_and_overrides(tiny_dir):
     assert (tiny_dir / "prompts.txt").read_text().splitlines() == list(TINY_PROMPTS)
     overrides = yaml.safe_load((tiny_dir / "solrl_tiny.yaml").read_text())
     assert overrides["model"]["kind"] == "sd35"
-    assert set(overrides["reward_models"]) == {"pickscore", "clipscore", "hpsv2", "imagereward"}
+    assert set(overrides["reward_models"]) == {"pickscore", "clipscore", "hpsv2", "imagereward", "clip_edit"}
     for spec in overrides["reward_models"].values():
         for path in spec.values():
             assert path.startswith(str(tiny_dir / "rewards")) and os.path.exists(path)
