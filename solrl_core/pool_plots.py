@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from solrl_core.grids import MIN_TILE, Tile, animated_grid, labelled_grid
-from solrl_core.run.pool import read_rows, read_table
+from solrl_core.edit_sources import SOURCE_ARRAY
+from solrl_core.run.pool import column_names, read_rows, read_table
 
 
 def _best_worst_tiles(pool_path, members: np.ndarray, reward: np.ndarray, n_show: int) -> list[Tile | None]:
@@ -23,18 +24,30 @@ def _best_worst_tiles(pool_path, members: np.ndarray, reward: np.ndarray, n_show
     return [*tiles[:show], None, *tiles[show:]]
 
 
+def _source_tiles(pool_path, prompt: int) -> list[Tile | None]:
+    """An edit prompt's source image(s) (the pool's `source_image`), then a gap; nothing for a text-to-image pool."""
+    if SOURCE_ARRAY not in column_names(pool_path):
+        return []
+    sources = read_rows(pool_path, SOURCE_ARRAY, np.array([prompt]))[0]
+    return [*(Tile(image, "source" if len(sources) == 1 else f"source {i + 1}") for i, image in enumerate(sources)
+              if image.any()), None]
+
+
 def _prompt_rows(pool_path, reward: np.ndarray, n_show: int, n_prompts: int | None) -> dict[int, tuple]:
+    """Per prompt of the pool: its text, and its tiles (an edit's source first, then its best and worst)."""
     table, attrs = read_table(pool_path, ["prompt_index"])
     prompt_index, prompts = table["prompt_index"], list(attrs.get("prompts", []))
     chosen = sorted(set(prompt_index.tolist()))[:n_prompts]
     return {int(p): (prompts[p] if p < len(prompts) else f"prompt {p}",
-                     _best_worst_tiles(pool_path, np.flatnonzero(prompt_index == p), reward, n_show))
+                     [*_source_tiles(pool_path, p),
+                      *_best_worst_tiles(pool_path, np.flatnonzero(prompt_index == p), reward, n_show)])
             for p in chosen}
 
 
 def best_worst_grid(pool_path, reward: np.ndarray, n_prompts: int, n_show: int = 4, tile: int = MIN_TILE) -> np.ndarray:
-    """Rows: for each of the first `n_prompts` prompts (its text above the row), its `n_show` best then `n_show`
-    worst candidates by reward, each captioned with its rank and reward. Returns a uint8 (H, W, 3) image."""
+    """Rows: for each of the first `n_prompts` prompts (its text above the row; an edit's instruction, after its
+    source image), its `n_show` best then `n_show` worst candidates by reward, each captioned with its rank and
+    reward. Returns a uint8 (H, W, 3) image."""
     return labelled_grid(list(_prompt_rows(pool_path, reward, n_show, n_prompts).values()), tile)
 
 

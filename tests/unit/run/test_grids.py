@@ -90,3 +90,20 @@ def test_an_animated_grid_has_one_grid_per_frame_and_saves_as_a_looping_gif(tmp_
         assert (gif.n_frames, gif.info["loop"], gif.info["duration"]) == (3, 0, 250)
     with pytest.raises(ValueError, match="one length"):
         animated_grid([("x", [Tile(_video([1, 2]), ""), Tile(_video([1, 2, 3]), "")])])
+
+
+def test_an_edit_pools_rows_show_the_source_before_the_best_and_worst(pool):
+    import zarr
+
+    from solrl_core.edit_sources import SOURCE_ARRAY
+
+    path, reward = pool
+    sources = np.stack([_flat(200), _flat(220)])[:, None]  # one source per prompt
+    zarr.open_group(str(path), mode="r+").create_array(SOURCE_ARRAY, data=sources)
+    grids = top_bottom_grids(path, reward, 2, tile=MIN_TILE)
+    tiles = [Tile(_flat(0), "")] + [None] + [Tile(_flat(0), "")] * 2 + [None] + [Tile(_flat(0), "")] * 2
+    corners = grid_layout([("", tiles)]).rows[0][2]
+    for prompt, source in ((0, 200), (1, 220)):
+        levels = [int(grids[prompt][y + MIN_TILE // 2, x + MIN_TILE // 2, 0]) for x, y in corners]
+        assert levels[0] == source and levels[2:4] == ([15, 25] if prompt == 0 else [45, 65])
+    assert best_worst_grid(path, reward, n_prompts=2, n_show=2).shape[1] == grids[0].shape[1]
