@@ -4,6 +4,8 @@ A prompt set is named by a spec string (config keys `prompts.train` and `eval.pr
 
 * `builtin:shapes-train`, `builtin:shapes-test`: the embedded model's prompts (solrl_core/worlds/shapes.py);
   `builtin:motion-train`, `builtin:motion-test`: the embedded video model's (solrl_core/worlds/motion.py);
+  `builtin:edits-train`, `builtin:edits-test`: the embedded editing world's edit prompts, each with its source image
+  (drawn once into a cache folder: solrl_core/worlds/edits.py `source_files`);
 * a `.jsonl` file: one JSON object per line with a required "prompt" string; every other key is kept as the
   prompt's metadata (e.g. GenEval's "tag" and "include"). A "split" key assigns the line to a split, chosen by
   `prompts.split` (training) and `eval.split` (evaluation); a null split takes every line. An edit's line names
@@ -24,7 +26,8 @@ from pathlib import Path
 from solrl_core.errors import SolrlError
 from solrl_core.userfiles import read_text
 
-BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test", "builtin:motion-train", "builtin:motion-test")
+BUILTIN_SETS = ("builtin:shapes-train", "builtin:shapes-test", "builtin:motion-train", "builtin:motion-test",
+                "builtin:edits-train", "builtin:edits-test")
 CALIBRATION_PROMPT = "a red circle"  # the quantize stage's fixed calibration forward
 SOURCE_IMAGES_KEY = "images"  # an edit prompt's source images, in a JSONL line
 
@@ -90,7 +93,11 @@ def _load(spec: str, key: str, split: str | None, stamp) -> PromptSet:
 
 
 def _builtin(spec: str, key: str) -> list[tuple[str, dict]]:
-    from solrl_core.worlds import motion, shapes
+    from solrl_core.worlds import edits, motion, shapes
+
+    if spec in ("builtin:edits-train", "builtin:edits-test"):  # edit prompts, each with its source image's file
+        chosen = edits.train_edits() if spec.endswith("train") else edits.test_edits()
+        return [(edit.prompt, {SOURCE_IMAGES_KEY: [path]}) for edit, path in zip(chosen, edits.source_files(chosen))]
 
     sets = {"builtin:shapes-train": shapes.train_prompts, "builtin:shapes-test": shapes.test_prompts,
             "builtin:motion-train": motion.train_prompts, "builtin:motion-test": motion.test_prompts}

@@ -95,8 +95,24 @@ def pytest_runtest_teardown(item, nextitem):
                         "`make test-fast` leaves it out", pytrace=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def solrl_cache_dir(tmp_path_factory) -> str:
+    """solrl's cache folder (the editing world's source images) in the session's temporary directory, for the tests'
+    own code and the commands they start: no test writes into the user's ~/.cache."""
+    from solrl_core.worlds.edits import CACHE_ENV
+
+    folder = str(tmp_path_factory.mktemp("solrl-cache"))
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = folder
+    yield folder
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
 @pytest.fixture(scope="session")
-def session_env(tmp_path_factory) -> dict[str, str]:
+def session_env(tmp_path_factory, solrl_cache_dir) -> dict[str, str]:
     """Environment for CLI subprocesses: private PREFECT_HOME, a Prefect server on loopback, quiet logs, a tracking
     store. Session-scoped, so one per test process: each xdist worker of `make test` has its own server and store."""
     base = tmp_path_factory.mktemp("env")

@@ -34,6 +34,9 @@ from solrl_core.models.embedded.model import (
 # The run that produced the shipped weights (solrl_core/models/embedded/pretrained/).
 DEFAULT_STEPS = 9000
 MOTION_STEPS = 4000  # the video model's (solrl_core/models/embedded/pretrained_video/)
+EDIT_STEPS = 1500  # the editing model's (solrl_core/models/embedded/pretrained_edit/), from the image model's weights
+EDIT_LR = 3e-4  # a fine-tuning's rate (the image model's weights are its start)
+SHAPES_WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "embedded" / "pretrained"
 DEFAULT_BATCH = 32
 DEFAULT_LR = 1e-3
 DEFAULT_SEED = 0
@@ -78,16 +81,29 @@ class World:
     velocity: Callable[..., torch.Tensor]  # (transformer, x_t, sigma, cond)
     train_prompts: Callable[[], list[str]]
     test_prompts: Callable[[], list[str]]
-    reward: Callable[[np.ndarray, Sequence[str]], dict]  # the world's programmatic reward
+    reward: Callable[..., dict]  # the world's programmatic reward: (samples, prompts[, sources]) -> {"reward": ...}
     backbone: str  # "module:Class" of the adapter that samples the model
     steps: int = DEFAULT_STEPS  # the optimizer steps of its shipped weights
+    # an editing world's: (model, rendered (sources, targets), prompts) -> (x0, conditioning); None: the samples'
+    # latents and the prompts' encoding
+    batch: Callable[..., tuple] | None = None
+    lr: float = DEFAULT_LR  # its shipped weights'
+
+    def training_batch(self, model: EmbeddedModel, rendered, prompts: list[str]) -> tuple[torch.Tensor, dict]:
+        """(x0, conditioning with grad) of one rendered batch."""
+        if self.batch is None:
+            return self.to_latents(rendered), model.encode(prompts)
+        return self.batch(model, rendered, prompts)
 
 
 def world(name: str) -> World:
-    """The world called `name`: "shapes" (images, the default model) or "motion" (videos)."""
-    from solrl_core.worlds import motion
+    """The world called `name`: "shapes" (images, the default model), "motion" (videos) or "edits" (the editing
+    model, started from the shipped image model: solrl_core/models/embedded/edit_model.py)."""
+    from solrl_core.worlds import edits, motion
+    from solrl_core.models.embedded import edit_model
     from solrl_core.models.embedded.video_model import build_video_model, predict_video_velocity, videos_to_latents
     from solrl_core.rewards.embedded import prompt_match_reward
+    from solrl_core.rewards.embedded_edit import edit_prompts_reward
     from solrl_core.rewards.embedded_motion import motion_match_reward
 
     worlds = {
@@ -100,6 +116,16 @@ def world(name: str) -> World:
                         videos_to_latents, predict_video_velocity, motion.train_prompts, motion.test_prompts,
                         motion_match_reward, "solrl_core.models.backbones.embedded_video:EmbeddedVideoBackbone",
                         MOTION_STEPS),
+        "edits": World("edits", lambda resolution, seed: edit_model.from_image_model(load_model(SHAPES_WEIGHTS)),
+                       lambda prompts, rng, resolution: edits.render_pairs(
+                           [edits.edit_of_prompt(p) for p in prompts], rng, resolution),
+                       images_to_latents, edit_model.predict_edit_velocity,
+                       lambda: [e.prompt for e in edits.train_edits()], lambda: [e.prompt for e in edits.test_edits()],
+                       edit_prompts_reward, "solrl_core.models.backbones.embedded_edit:EmbeddedEditBackbone",
+                       EDIT_STEPS, batch=lambda model, rendered, prompts: (
+                           images_to_latents(rendered[1]),
+                           edit_model.encode_edits(model, prompts, edit_model.source_latents(rendered[0]))),
+                       lr=EDIT_LR),
     }
     if name not in worlds:
         raise SolrlError(f"unknown world '{name}' (known: {', '.join(worlds)})")
@@ -113,21 +139,34 @@ def sample_rewards(
     """Euler samples of every (prompt, seed) pair and their world's reward: (samples (P*S, ...), rewards (P, S))."""
     import importlib
 
+    from PIL import Image
+
     from solrl_core.models.sampler import sample
 
     w = world(world_name)
     module, _, cls = w.backbone.partition(":")
     backbone = getattr(importlib.import_module(module), cls)(model)
-    pairs = [(p, s) for p in prompts for s in seeds]
+    sources = None
+    if w.batch is not None:  # an editing world: each prompt's source, drawn once per prompt
+        sources = w.render(list(prompts), np.random.default_rng(0), model.resolution)[0]
+    pairs = [(i, s) for i in range(len(prompts)) for s in seeds]
     images = []
     for start in range(0, len(pairs), batch):
         chunk = pairs[start : start + batch]
-        cond = backbone.encode_prompts([p for p, _ in chunk])
+        texts = [prompts[i] for i, _ in chunk]
+        if sources is None:
+            cond = backbone.encode_prompts(texts)
+        else:
+            cond = backbone.encode_prompts(texts, [[Image.fromarray(sources[i])] for i, _ in chunk])
         noise = backbone.initial_noise([s for _, s in chunk])
         x0 = sample(backbone, backbone.transformer, cond, noise, steps, sampler="euler").x0
         images.append(backbone.decode(x0))
     images = np.concatenate(images)
-    reward = w.reward(images, [p for p, _ in pairs])["reward"]
+    rows = [prompts[i] for i, _ in pairs]
+    if sources is None:
+        reward = w.reward(images, rows)["reward"]
+    else:
+        reward = w.reward(images, rows, sources[[i for i, _ in pairs]])["reward"]
     return images, reward.reshape(len(prompts), len(seeds))
 
 
@@ -148,7 +187,7 @@ def pretrain(
     out_dir: str | Path,
     steps: int | None = None,
     batch_size: int | None = DEFAULT_BATCH,
-    lr: float | None = DEFAULT_LR,
+    lr: float | None = None,
     seed: int = DEFAULT_SEED,
     resolution: int = 32,
     progress: bool = True,
@@ -171,7 +210,7 @@ def pretrain(
     w = world(world_name)
     steps = w.steps if steps is None else steps
     batch_size = DEFAULT_BATCH if batch_size is None else batch_size
-    lr = DEFAULT_LR if lr is None else lr
+    lr = w.lr if lr is None else lr
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise SolrlError(f"pretrain needs steps >= 1, batch size >= 1 and lr > 0 (got {steps}, {batch_size}, {lr})")
     torch.set_num_threads(threads)
@@ -191,12 +230,12 @@ def pretrain(
     bar = tqdm(range(steps), desc="pretrain", disable=not progress)
     for step in bar:
         batch_prompts = [prompts[i] for i in data_rng.integers(0, len(prompts), batch_size)]
-        x0 = w.to_latents(w.render(batch_prompts, data_rng, resolution))
+        x0, cond = w.training_batch(model, w.render(batch_prompts, data_rng, resolution), batch_prompts)
         eps = torch.randn(x0.shape, generator=noise_gen)
         t = _sample_t(batch_size, noise_gen)
         tb = t.view(-1, *[1] * (x0.ndim - 1))
         x_t = (1 - tb) * x0 + tb * eps
-        v = w.velocity(transformer, x_t, t, model.encode(batch_prompts))
+        v = w.velocity(transformer, x_t, t, cond)
         loss = torch.nn.functional.mse_loss(v, eps - x0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -213,12 +252,13 @@ def pretrain(
             if not progress:
                 print(f"pretrain step {step + 1}/{steps} loss {recent:.4f}", flush=True)
         if save_every and (step + 1) % save_every == 0 and step + 1 < steps:
-            partial = EmbeddedModel(ema_transformer, ema_text, model.tokenizer, resolution, frames=model.frames)
+            partial = EmbeddedModel(ema_transformer, ema_text, model.tokenizer, resolution, dict(model.metadata),
+                                    frames=model.frames)
             partial.save(out_dir, metadata={"pretraining": {"steps": step + 1, "of_steps": steps, "partial": True}})
     seconds = time.perf_counter() - start
 
     trained = EmbeddedModel(ema_transformer.eval(), ema_text.eval(), model.tokenizer, resolution,
-                            frames=model.frames)
+                            dict(model.metadata), frames=model.frames)
     summary = {
         "world": world_name,
         "steps": steps,

@@ -57,6 +57,11 @@ def edit_match_reward(sources: np.ndarray, edited: np.ndarray, edits: Sequence[E
     return {"reward": reward, "follow": follow, "layout": layout}
 
 
+def edit_prompts_reward(edited: np.ndarray, prompts: Sequence[str], sources: np.ndarray) -> dict[str, np.ndarray]:
+    """`edit_match_reward` of edited images given their edit prompts (`Edit.prompt`) and sources (B, H, W, 3)."""
+    return edit_match_reward(sources, edited, [edit_of_prompt(p) for p in prompts])
+
+
 class EmbeddedEditReward(Reward):
     """`edit_match_reward` as a reward: each prompt an edit prompt of the world (`Edit.prompt`), scored against its
     source image."""
@@ -67,4 +72,4 @@ class EmbeddedEditReward(Reward):
     edits = True
 
     def score_batch(self, images: np.ndarray, prompts: list[str], sources: np.ndarray | None = None) -> np.ndarray:
-        return edit_match_reward(sources[:, 0], images, [edit_of_prompt(p) for p in prompts])["reward"]
+        return edit_prompts_reward(images, prompts, sources[:, 0])["reward"]

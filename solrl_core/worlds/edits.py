@@ -19,9 +19,11 @@ edited image against its edit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -151,3 +153,35 @@ def render_pairs(edits: Sequence[Edit], rng: np.random.Generator,
     """(sources, targets) uint8 (B, resolution, resolution, 3) for `edits`, in order."""
     pairs = [render_pair(edit, rng, resolution) for edit in edits]
     return np.stack([s for s, _ in pairs]), np.stack([t for _, t in pairs])
+
+
+CACHE_ENV = "SOLRL_CACHE_DIR"  # where solrl keeps files it can make again (default: $XDG_CACHE_HOME/solrl)
+SOURCES_VERSION = "edit-sources-v1"  # the folder of the world's source images: a change of their drawing renames it
+
+
+def source_dir() -> Path:
+    """The folder of the editing world's source images: $SOLRL_CACHE_DIR, else $XDG_CACHE_HOME/solrl (~/.cache/solrl),
+    then SOURCES_VERSION."""
+    root = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "solrl"
+    return Path(root).expanduser() / SOURCES_VERSION
+
+
+def source_files(edits: Sequence[Edit], resolution: int = 32) -> list[str]:
+    """Each edit's source image as a PNG file (its path), drawn once and kept in `source_dir()`: the source of edit i
+    of `all_edits()` from the generator seeded with i, so every machine draws the same images. A prompt set of the
+    world (`builtin:edits-train`, `builtin:edits-test`) names them as its sources."""
+    from PIL import Image
+
+    folder = source_dir() / f"{resolution}px"
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {edit: i for i, edit in enumerate(all_edits())}
+    paths = []
+    for edit in edits:
+        path = folder / f"{index[edit]:04d}.png"
+        if not path.is_file():
+            source, _ = render_pair(edit, np.random.default_rng(index[edit]), resolution)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            Image.fromarray(source).save(tmp, format="PNG")
+            os.replace(tmp, path)
+        paths.append(str(path))
+    return paths

@@ -43,5 +43,24 @@ def test_the_motion_world_pretrains_a_video_model(tmp_path):
     backbone = EmbeddedVideoBackbone.from_pretrained(tmp_path / "video")
     assert backbone.frames == motion.FRAMES and backbone.latent_shape == (3, motion.FRAMES, 32, 32)
     assert world("motion").steps == MOTION_STEPS and world("motion").train_prompts() == motion.train_prompts()
-    with pytest.raises(SolrlError, match=r"unknown world 'clouds' \(known: shapes, motion\)"):
+    with pytest.raises(SolrlError, match=r"unknown world 'clouds' \(known: shapes, motion, edits\)"):
         pretrain(tmp_path / "x", steps=1, world_name="clouds")
+
+
+def test_the_edits_world_fine_tunes_the_image_model_into_an_editing_one(tmp_path):
+    """`solrl pretrain --world edits`: the editing model, started from the shipped image model, trained on the
+    editing world's (source, target) pairs of the training edits, saved as an editing model its adapter loads, and
+    its samples scored against their sources."""
+    from solrl_core.lab.embedded_pretrain import EDIT_LR, EDIT_STEPS, pretrain, sample_rewards, world
+    from solrl_core.models.backbones.embedded_edit import EmbeddedEditBackbone
+    from solrl_core.worlds import edits
+
+    summary = pretrain(tmp_path / "edit", steps=2, batch_size=4, progress=False, log_every=1, evaluate_samples=False,
+                       threads=1, world_name="edits")
+    assert (summary["world"], summary["lr"]) == ("edits", EDIT_LR) and np.isfinite(summary["final_loss"])
+    model = load_model(tmp_path / "edit")
+    assert EmbeddedEditBackbone(model).edits and world("edits").steps == EDIT_STEPS
+    assert world("edits").train_prompts() == [edit.prompt for edit in edits.train_edits()]
+    prompts = [edit.prompt for edit in edits.test_edits()[:3]]
+    images, rewards = sample_rewards(model, prompts, [0, 1], steps=2, world_name="edits")
+    assert images.shape == (6, 32, 32, 3) and rewards.shape == (3, 2) and np.all((rewards >= 0) & (rewards <= 1))

@@ -34,6 +34,8 @@ class EmbeddedBackbone(Backbone):
             raise SolrlError("model.path holds an embedded video model; set model.kind: embedded_video" if model.frames
                              else f"model.path holds an embedded image model; model.kind {self.name} needs a video "
                              "one (solrl pretrain --world motion)")
+        if model.metadata.get("edits") and not self.edits:
+            raise SolrlError("model.path holds an embedded editing model; set model.kind: embedded_edit")
         self.model = model
         self.device = torch.device(device)
         self.transformer = model.transformer.to(self.device).eval()

@@ -66,6 +66,10 @@ class QwenImageBackbone(DiffusersPipelineBackbone):
         embeds, mask = self.pipe.encode_prompt(
             prompt=list(prompts), device=self.device, max_sequence_length=self.max_sequence_length
         )
+        return self.padded_text(embeds, mask)
+
+    def padded_text(self, embeds: torch.Tensor, mask: torch.Tensor | None) -> Conditioning:
+        """The pipeline's text encoding zero-padded to max_sequence_length, with its mask (1 on the tokens)."""
         if mask is None:  # the pipeline drops an all-ones mask
             mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
         pad = self.max_sequence_length - embeds.shape[1]
@@ -85,17 +89,25 @@ class QwenImageBackbone(DiffusersPipelineBackbone):
         pipe = type(self.pipe)  # the packing helpers are static methods of QwenImagePipeline
         b, c, h, w = x_t.shape
         dtype, device = transformer.dtype, module_device(transformer)
+        tokens, shapes = self.image_tokens(pipe._pack_latents(x_t.to(device=device, dtype=dtype), b, c, h, w),
+                                           [(1, h // 2, w // 2)], cond)
         out = transformer(
-            hidden_states=pipe._pack_latents(x_t.to(device=device, dtype=dtype), b, c, h, w),
+            hidden_states=tokens,
             timestep=sigma.to(device=device, dtype=dtype).reshape(-1).expand(b),  # the pipeline's t / 1000
             guidance=None,
             encoder_hidden_states=cond["encoder_hidden_states"].to(device=device, dtype=dtype),
             encoder_hidden_states_mask=cond["encoder_hidden_states_mask"].to(device),
-            img_shapes=[[(1, h // 2, w // 2)]] * b,
+            img_shapes=[shapes] * b,
             return_dict=False,
-        )[0]
+        )[0][:, : (h // 2) * (w // 2)]  # the generated image's tokens (an editing model's source tokens follow)
         scale = self.pipe.vae_scale_factor
         return pipe._unpack_latents(out, h * scale, w * scale, scale)[:, :, 0].to(x_t.dtype)
+
+    def image_tokens(self, packed: torch.Tensor, shapes: list[tuple[int, int, int]], cond: Conditioning
+                     ) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+        """The image token sequence the transformer reads and its per-image (frames, rows, columns), from the packed
+        latents and their shape (Qwen-Image: those; an editing model appends its source's)."""
+        return packed, shapes
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> np.ndarray:

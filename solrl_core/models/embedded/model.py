@@ -135,7 +135,8 @@ class EmbeddedModel:
         self.tokenizer.save_pretrained(out / "tokenizer")
         meta = {"format": "solrl-embedded", "version": FORMAT_VERSION, "resolution": self.resolution,
                 **({"frames": self.frames} if self.frames else {})}
-        meta.update(metadata or self.metadata)
+        meta.update(self.metadata)
+        meta.update(metadata or {})
         (out / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return out
 

@@ -1,9 +1,8 @@
 """FLUX.1 Kontext [dev] (black-forest-labs/FLUX.1-Kontext-dev): FLUX.1-dev's transformer reading a source image's
 tokens beside the generated image's (solrl_core/models/backbones/flux_kontext.py). There is no official Sol-RL setting
 for it; its transformer is FLUX.1-dev's architecture (the same config.json values), so FLUX.1-dev's official settings
-apply as they are (solrl_core/models/backbones/specs/flux1.py), which flow_grpo's Kontext training (yifan123/flow_grpo,
-its 2025-08-04 changelog) also starts from. No preset part yet: a Kontext preset needs an edit prompt set and edit
-rewards."""
+apply as they are (solrl_core/models/backbones/specs/flux1.py). No preset part yet: a Kontext preset needs an edit
+prompt set."""
 
 from dataclasses import replace
 

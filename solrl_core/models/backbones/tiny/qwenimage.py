@@ -138,19 +138,31 @@ def tiny_vae(seed: int = SEED + 1):
         return AutoencoderKLQwenImage(base_dim=8, z_dim=LATENT_CHANNELS, num_res_blocks=1).eval()
 
 
-def make_tiny_qwenimage(out_dir: str | Path) -> Path:
-    """Write the tiny Qwen-Image diffusers directory into `out_dir` and return it."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+def make_tiny_qwenimage(out_dir: str | Path, edit: bool = False) -> Path:
+    """Write the tiny Qwen-Image diffusers directory into `out_dir` and return it; with `edit`, Qwen-Image-Edit's
+    (`make_tiny_qwenimage_edit`)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline, QwenImagePipeline
 
     out = Path(out_dir)
     tokenizer = qwen_tokenizer()
-    pipe = QwenImagePipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG),
-        vae=tiny_vae(),
-        text_encoder=tiny_text_encoder(tokenizer),
-        tokenizer=tokenizer,
-        transformer=tiny_transformer(),
-    )
+    parts = dict(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG), vae=tiny_vae(),
+                 text_encoder=tiny_text_encoder(tokenizer), tokenizer=tokenizer, transformer=tiny_transformer())
+    pipe = QwenImageEditPipeline(processor=tiny_processor(tokenizer), **parts) if edit else QwenImagePipeline(**parts)
     with quiet_hf():
         pipe.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def tiny_processor(tokenizer):
+    """Qwen2VLProcessor: Qwen2.5-VL's image processor (14 px patches, 2 x 2 merged, 2 frames a temporal patch) with
+    a pixel budget for tiny sources (56 x 56 up to 112 x 112), and the tiny tokenizer."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+    budget = dict(patch_size=14, temporal_patch_size=2, merge_size=2)
+    images = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112, **budget)
+    return Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer, video_processor=Qwen2VLVideoProcessor(**budget))
+
+
+def make_tiny_qwenimage_edit(out_dir: str | Path) -> Path:
+    """The tiny Qwen-Image-Edit: Qwen-Image's tiny components (the vision tower now used) and a processor."""
+    return make_tiny_qwenimage(out_dir, edit=True)

@@ -24,8 +24,8 @@ def test_every_consumer_lists_the_models_of_the_specs():
     """Every consumer reads the specs: a backbone added later (tests/e2e/test_new_backbone.py) is in every list."""
     assert {"flux1", "sd35l", "sd35m", "sana", "qwenimage", "wan", "wan14b"} <= set(FULL_SIZE)
     assert list(presets.MODELS) == [s.key for s in SPECS if s.part.is_file()] == FULL_SIZE
-    # the 14B's tiny is the 1.3B's (the same architecture): every other full-size model has its own, and so has a model
-    # the planner does not price yet (FLUX.1 Kontext)
+    # the 14B's tiny is the 1.3B's (the same architecture): every other full-size model has its own, and so have the
+    # models the planner does not price yet (the editing models)
     assert list(tiny_models()) == [s.key for s in SPECS if s.tiny_maker]
     assert set(tiny_models()) >= set(FULL_SIZE) - {"wan14b"}
     assert list(memory.MODELS) == FULL_SIZE
@@ -54,15 +54,15 @@ def test_planner_names_resolve_through_the_specs():
 
 def test_config_validation_accepts_exactly_the_kinds_of_the_specs():
     kinds = {s.kind for s in SPECS}
-    assert set(adapters()) == kinds == {"embedded", "embedded_video", "flux1", "flux1-kontext", "sd35", "sana",
-                                         "qwenimage", "wan"}
+    assert set(adapters()) == kinds == {"embedded", "embedded_video", "embedded_edit", "flux1", "flux1-kontext",
+                                         "sd35", "sana", "qwenimage", "qwenimage-edit", "wan"}
     for kind in kinds:
         assert validate_config({"model": {"kind": kind}}).model.kind == kind
     with pytest.raises(ConfigError) as info:
         validate_config({"model": {"kind": "flux2"}})
     assert str(info.value) == (
-        "config: model.kind 'flux2' is not a backbone (known: embedded, embedded_video, flux1, flux1-kontext, sd35, sana, "
-        "qwenimage, wan; or package.module:Class)")
+        "config: model.kind 'flux2' is not a backbone (known: embedded, embedded_video, embedded_edit, flux1, "
+        "flux1-kontext, sd35, sana, qwenimage, qwenimage-edit, wan; or package.module:Class)")
 
 
 def test_each_adapter_is_a_backbone_with_the_defaults_of_its_kind():

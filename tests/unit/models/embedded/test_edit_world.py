@@ -105,3 +105,28 @@ def test_the_edit_reward_needs_one_source_and_edit_per_image():
     s, t = edits.render_pair(edit, np.random.default_rng(0))
     with pytest.raises(ValueError, match="2 sources, 1 edited images and 1 edits"):
         embedded_edit.edit_match_reward(np.stack([s, s]), t[None], [edit])
+
+
+def test_an_edit_prompt_names_its_scene_then_its_instruction_and_reads_back():
+    assert all(edits.edit_of_prompt(edit.prompt) == edit for edit in edits.all_edits())
+    edit = edits.parse_edit("a red circle on the left", "move it to the right")
+    assert edit.prompt == "a red circle on the left: move it to the right"
+    with pytest.raises(SolrlError, match="is not an edit prompt of the embedded editing world"):
+        edits.edit_of_prompt("make it blue")
+
+
+def test_the_worlds_prompt_sets_name_each_edits_source_drawn_once_alike(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from solrl_core.prompts import load_prompt_set
+
+    for folder in ("a", "b"):
+        monkeypatch.setenv(edits.CACHE_ENV, str(tmp_path / folder))
+        held_out = load_prompt_set("builtin:edits-test", f"eval.prompts {folder}")
+        assert held_out.prompts == tuple(edit.prompt for edit in edits.test_edits())
+        assert all(path.startswith(str(tmp_path / folder)) for (path,) in held_out.sources)
+    a, b = ([np.asarray(Image.open(path)) for (path,) in load_prompt_set("builtin:edits-test", key).sources[:20]]
+            for key in ("eval.prompts a", "eval.prompts b"))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))  # another machine draws the same sources
+    for edit, image in zip(edits.test_edits()[:20], a):  # each the source of its edit: the instruction not yet done
+        assert prompt_match_reward(image[None], [edit.source.prompt])["reward"][0] > 0.8
