@@ -17,7 +17,7 @@ import numpy as np
 from solrl_core.errors import SolrlError
 from solrl_core.excerpts import one_line
 from solrl_core.rewards.registry import REWARDS, ModelsConfig, get_reward, parse_reward_models, reward_class, spec_for
-from solrl_core.rewards.tiny import sample_batch
+from solrl_core.rewards.tiny import sample_batch, sample_edit_batch
 
 # The image side of the sample batch when the config's backbone does not say (a plug-in kind has no spec).
 FALLBACK_IMAGE_SIZE = 64
@@ -86,7 +86,11 @@ def check_rewards(
             reward = get_reward(name, models)
             row["load_seconds"] = round(time.perf_counter() - start, 3)
             start = time.perf_counter()
-            scores = reward(images, prompts, progress=False)
+            if reward_class(name).edits:  # the editing world's answers, scored against their sources
+                edited, edit_prompts, sources = sample_edit_batch(n_images, image_size)
+                scores = reward(edited, edit_prompts, progress=False, sources=sources)
+            else:
+                scores = reward(images, prompts, progress=False)
             row["score_seconds"] = round(time.perf_counter() - start, 3)
         except SolrlError as exc:
             row["error"] = str(exc)

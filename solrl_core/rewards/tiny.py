@@ -225,3 +225,20 @@ def sample_batch(n: int = 4, size: int = 64, seed: int = 0,
     if frames is None:
         return np.stack([resized(img) for img in small]), prompts
     return np.stack([np.stack([resized(f) for f in video]) for video in small]), prompts
+
+
+def sample_edit_batch(n: int = 4, size: int = 64, seed: int = 0) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """A small deterministic edit batch of the embedded editing world: (the edits' answers uint8 (n, size, size, 3),
+    their edit prompts, their sources (n, 1, size, size, 3)), upscaled, for the rewards that score edits."""
+    from PIL import Image
+
+    from solrl_core.worlds import edits
+
+    chosen = edits.test_edits()[:: max(1, len(edits.test_edits()) // n)][:n]
+    sources, targets = edits.render_pairs(chosen, np.random.default_rng(seed))
+
+    def resized(images: np.ndarray) -> np.ndarray:
+        return np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.Resampling.NEAREST))
+                         for im in images])
+
+    return resized(targets), [edit.prompt for edit in chosen], resized(sources)[:, None]
