@@ -30,12 +30,14 @@ demo: setup
 # pytest exits 5 when it collected no test: that fails both targets too.
 # `make test` runs the suite on xdist workers, a test file whole on one worker (its module fixtures built once); each
 # worker starts its own servers (tests/conftest.py). One torch/OpenMP thread per process: the workers share the cores.
+# Files go to the workers in the suite's order (--no-loadscope-reorder): the files of e2e or slow tests first
+# (tests/support/suite_layout.py), not xdist's by number of tests, which left files of one long test for the end.
 # Cores + 1 workers (at most 8): the end-to-end tests wait on servers and subprocesses part of the time; on 2 cores
 # 3 workers ran the suite in 17.6 min, 2 in 18.7 and 4 in 20.0 (pytest alone, 2026-11-25); 3 workers ran its 1,986
 # tests in 30.1 min on 2026-11-30 (a fresh clone, 3,165 CPU-s), over the 25 minutes it must keep to.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n + 1 : 8 )))
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not e2e and not slow" -n auto

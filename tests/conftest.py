@@ -32,12 +32,13 @@ os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from cli_processes import free_port, solrl, start_prefect_server, stop  # noqa: E402 - support/ is on sys.path from here
-from suite_layout import mark_e2e_and_check_placement  # noqa: E402
+from suite_layout import heavy_files_first, mark_e2e_and_check_placement  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
 def pytest_collection_modifyitems(config, items):
     mark_e2e_and_check_placement(items)
+    heavy_files_first(items)  # the order `make test` hands files to its workers in (suite_layout.py)
 
 
 _started: list[str] = []  # processes started by the running test (filled only while a test that is not e2e runs)

@@ -42,3 +42,21 @@ def mark_e2e_and_check_placement(items) -> None:
         raise pytest.UsageError("\n".join(
             f"{path}: {', '.join(names)} start processes or servers (marked e2e): move them to "
             f"tests/{E2E_FOLDER}/{path.name}" for path, names in sorted(misplaced.items())))
+
+
+def heavy_files_first(items) -> None:
+    """Order `items` (in place) file by file: the files holding an e2e or slow test first, then the others; within
+    each, files with more tests first; a file's tests keep their order.
+
+    `make test` hands xdist whole files (--dist loadfile) in this order (--no-loadscope-reorder). xdist's own order,
+    by number of tests alone, left the files of one or two long e2e tests (a Prefect worker, a server, a killed run:
+    minutes each) for the end, where one of them ran on a worker while the others had nothing left to do."""
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def heavy(tests) -> bool:
+        return any(t.get_closest_marker("e2e") is not None or t.get_closest_marker("slow") is not None for t in tests)
+
+    files = sorted(by_file.values(), key=lambda tests: (not heavy(tests), -len(tests)))  # stable: ties keep their order
+    items[:] = [item for tests in files for item in tests]
