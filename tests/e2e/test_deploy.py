@@ -115,9 +115,18 @@ def test_a_worker_started_in_another_directory_runs_a_stage_deployment(run_cli, 
     assert attrs["committed"] == attrs["n_rows"] == 2 * 8
 
 
-def test_deploy_name_names_the_run_directory_and_an_existing_run_is_said(run_cli, session_env, tmp_path):
+def test_deploy_name_names_the_run_directory_and_an_existing_run_is_said(session_env, tmp_path, monkeypatch, capsys):
+    """`solrl deploy` in process, in `tmp_path` (the command through the CLI: the tests above)."""
     sets = ["--name", "dp-named", "--set", f"orchestration.flow_pool={FLOW_POOL}"]
-    out = run_cli("deploy", str(TINY), *sets, cwd=tmp_path).stdout
+    monkeypatch.chdir(tmp_path)
+
+    def deploy() -> str:
+        capsys.readouterr()
+        with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"]}):
+            assert main(["deploy", str(TINY), *sets]) == 0, capsys.readouterr().err[-3000:]
+        return capsys.readouterr().out
+
+    out = deploy()
     run_dir = tmp_path / "runs" / "dp-named"  # not runs/<the config's name>
     assert "already holds a run" not in out
     with api(session_env) as client:
@@ -126,7 +135,7 @@ def test_deploy_name_names_the_run_directory_and_an_existing_run_is_said(run_cli
     run = RunDir(run_dir)
     with run.hold():
         prepare_run(run, load_config(TINY))
-    out = run_cli("deploy", str(TINY), *sets, cwd=tmp_path).stdout
+    out = deploy()
     iterations = load_config(TINY).iterations
     assert f"{run_dir} already holds a run (0 of {iterations} iterations complete): the deployment resumes it" in out
 
