@@ -577,9 +577,10 @@ def test_the_registries_name_only_commands_the_readme_shows():
 
 
 def test_help_of_solrl_and_of_every_subcommand(session_env):
-    assert "usage: solrl" in solrl(session_env, "--help").stdout
-    for name in _subparsers():
-        assert f"usage: solrl {name}" in solrl(session_env, name, "--help").stdout.replace("\n", " ")
+    assert "usage: solrl" in solrl(session_env, "--help").stdout  # the entry point, started as a user starts it
+    names = list(_subparsers())  # each subcommand's --help, all asked by one process (one start-up, not 20)
+    for name, (code, out, err) in zip(names, run_in_one_process([["solrl", n, "--help"] for n in names], session_env)):
+        assert code == 0 and f"usage: solrl {name}" in out.replace("\n", " "), (name, code, err[-2000:])
 
 
 def test_make_help_lists_every_target_the_readme_shows():
