@@ -19,8 +19,11 @@ from safetensors.numpy import load_file
 from cli_processes import tracking_set
 from repo_paths import ROOT, TINY
 from solrl_core.config.loading import load_config
+from solrl_core.method import run_iteration
 from solrl_core.run.pool import read_table
-from solrl_core.run.rundir import STAGES
+from solrl_core.run.rundir import STAGES, RunDir
+from solrl_core.run_config import load_run_config, prepare_run
+from solrl_core.stages.runner import plain_step_runner, run_stage
 
 
 def table(run_dir: Path, iteration: int, stage: str, name: str, cols=None):
@@ -147,12 +150,23 @@ def _compare_runs(a: Path, b: Path, iterations: int) -> None:
                 np.testing.assert_array_equal(ta[key], tb[key], err_msg=f"iter {it} {name} {key}")
 
 
+def _uninterrupted(run_dir: Path, overrides: list[str]) -> None:
+    """The run trained whole in this process: every stage of every iteration in turn, as `solrl train` runs them
+    (plain_step_runner: the same run_stage, without Prefect and MLflow around it)."""
+    run = RunDir(run_dir)
+    with run.hold():
+        prepare_run(run, load_config(TINY, overrides))
+        cfg = load_run_config(run)
+        for iteration in range(cfg.iterations):
+            run_iteration(cfg, iteration, plain_step_runner(run, cfg))
+
+
 def test_sigkill_inside_explore_then_resume_matches_uninterrupted_run(run_cli, session_env, tmp_path):
     # 16 seeds one at a time: a kill lands inside the explore; the fewest steps: what is compared is bits, not quality
-    sets = [*tracking_set(session_env), "--no-progress", "--set", "explore.seeds_per_prompt=16",
-            "--set", "explore.batch_size=1", "--set", "explore.steps=2", "--set", "regenerate.steps=2"]
-    reference = tmp_path / "reference"
-    run_cli("train", str(TINY), "--run-dir", str(reference), *sets)
+    overrides = ["explore.seeds_per_prompt=16", "explore.batch_size=1", "explore.steps=2", "regenerate.steps=2"]
+    sets = [*tracking_set(session_env), "--no-progress", *(a for o in overrides for a in ("--set", o))]
+    reference = tmp_path / "reference"  # the uninterrupted run, here (a `solrl train` start-up fewer)
+    _uninterrupted(reference, overrides)
 
     killed = tmp_path / "killed"
     pool = killed / "iter_0001" / "explore.partial" / "pool.zarr"
@@ -172,9 +186,12 @@ def test_sigkill_inside_explore_then_resume_matches_uninterrupted_run(run_cli, s
     assert all(s == "complete" for it in status(run_cli, killed)["iterations"] for s in it["stages"].values())
     _compare_runs(reference, killed, iterations=2)
 
-    # a forced re-run of one stage reproduces its artifact
+    # a forced re-run of one stage reproduces its artifact (here, as `solrl stage --force` runs it: through the CLI in
+    # test_readme_commands.py and tests/support/prefect_workers.py)
     before, _ = table(killed, 0, "explore", "pool.zarr")
-    run_cli("stage", "explore", "--run-dir", str(killed), "--iteration", "0", "--force")
+    run = RunDir(killed)
+    with run.hold():
+        run_stage(run, load_run_config(run), 0, "explore", force=True, progress=False)
     after, _ = table(killed, 0, "explore", "pool.zarr")
     for key in before:
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
