@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelling
 
 from cli_processes import SMALLER_AFTER_EXPLORE, tracking_set
 from repo_paths import ROOT, TINY
+from solrl.cli.main import main
 from prefect_workers import (
     api,
     assert_resumed_then_equal_to_a_fresh_explore,
@@ -53,7 +55,7 @@ def _status(run_dir: Path) -> dict:
     return {stage: RunDir(run_dir).stage_status(0, stage) for stage in STAGES}
 
 
-def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli, session_env, worker, tmp_path):
+def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(session_env, worker, tmp_path):
     run_dir = tmp_path / "crash"
     partial = run_dir / "iter_0000" / "explore.partial" / "pool.zarr"
     log = open(tmp_path / "train.log", "w")
@@ -84,15 +86,18 @@ def test_killed_stage_process_is_retried_and_resumes_from_committed_rows(run_cli
     assert _status(run_dir) == {s: "complete" for s in STAGES}
 
     # the retry resumed from the committed rows, and the pool equals an uninterrupted explore of the same seeds
-    assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir, ROWS, killed_at, min_kept=3)
+    assert_resumed_then_equal_to_a_fresh_explore(run_dir, ROWS, killed_at, min_kept=3)
 
 
 def test_cancelled_training_flow_leaves_a_run_that_train_resumes(run_cli, session_env, worker, tmp_path):
     run_dir = tmp_path / "cancel"
     partial = run_dir / "iter_0000" / "explore.partial" / "pool.zarr"
     overrides = [*EXPLORE, *SMALLER_AFTER_EXPLORE, *tracking_set(session_env), "--set", "iterations=1"]
-    run_cli("deploy", str(TINY), "--run-dir", str(run_dir), "--name", "cancel-test", *overrides,
-            "--set", f"orchestration.work_pools={{explore: {POOL}}}", "--set", f"orchestration.flow_pool={POOL}")
+    # `solrl deploy` in process (through the CLI: test_deploy.py)
+    with temporary_settings(updates={PREFECT_API_URL: session_env["PREFECT_API_URL"]}):
+        assert main(["deploy", str(TINY), "--run-dir", str(run_dir), "--name", "cancel-test", *overrides,
+                     "--set", f"orchestration.work_pools={{explore: {POOL}}}", "--set",
+                     f"orchestration.flow_pool={POOL}"]) == 0
     with api(session_env) as client:
         flow_run = run_deployment("solrl-train-config/cancel-test", timeout=0)
         final = lambda: client.read_flow_run(flow_run.id).state.is_final()  # noqa: E731

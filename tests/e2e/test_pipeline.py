@@ -187,7 +187,7 @@ def test_sigkill_inside_explore_then_resume_matches_uninterrupted_run(run_cli, s
     _compare_runs(reference, killed, iterations=2)
 
     # a forced re-run of one stage reproduces its artifact (here, as `solrl stage --force` runs it: through the CLI in
-    # test_readme_commands.py and tests/support/prefect_workers.py)
+    # test_readme_commands.py)
     before, _ = table(killed, 0, "explore", "pool.zarr")
     run = RunDir(killed)
     with run.hold():

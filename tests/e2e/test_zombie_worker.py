@@ -73,8 +73,7 @@ def test_automation_is_created_updated_only_when_it_differs(session_env, no_auto
     assert action.type == "change-flow-run-state" and action.state.value == "CRASHED"
 
 
-def test_stage_run_of_a_lost_worker_is_crashed_by_heartbeat_and_rerun(run_cli, session_env, no_automation,
-                                                                      tmp_path):
+def test_stage_run_of_a_lost_worker_is_crashed_by_heartbeat_and_rerun(session_env, no_automation, tmp_path):
     run_dir = tmp_path / "zombie"
     partial = run_dir / "iter_0000" / "explore.partial" / "pool.zarr"
     (tmp_path / "lost").mkdir()
@@ -130,4 +129,4 @@ def test_stage_run_of_a_lost_worker_is_crashed_by_heartbeat_and_rerun(run_cli, s
     assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(HEARTBEAT_SECONDS)
 
     # the re-run resumed from the rows the lost worker committed, and the pool equals an uninterrupted explore
-    assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir, ROWS, killed_at, min_kept=rows)
+    assert_resumed_then_equal_to_a_fresh_explore(run_dir, ROWS, killed_at, min_kept=rows)

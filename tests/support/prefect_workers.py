@@ -125,13 +125,15 @@ def row_mtimes(pool_zarr: Path, rows: int):
     return np.array(out)
 
 
-def assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir: Path, rows: int, killed_at: float,
-                                                 min_kept: int) -> None:
+def assert_resumed_then_equal_to_a_fresh_explore(run_dir: Path, rows: int, killed_at: float, min_kept: int) -> None:
     """The explore pool of iteration 0 after a kill at `killed_at` and a re-run: rows committed before the kill were
     kept (at least `min_kept`), the others written after it; and the pool equals a forced, uninterrupted explore."""
     import numpy as np
 
     from solrl_core.run.pool import read_table
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.run_config import load_run_config
+    from solrl_core.stages.runner import run_stage
 
     pool = run_dir / "iter_0000" / "explore" / "pool.zarr"
     mtimes = row_mtimes(pool, rows)
@@ -139,7 +141,11 @@ def assert_resumed_then_equal_to_a_fresh_explore(run_cli, run_dir: Path, rows: i
     assert min_kept <= kept < rows and (mtimes[:kept] < killed_at).all() and (mtimes[kept:] > killed_at).all()
     resumed, attrs = read_table(pool)
     assert attrs["committed"] == rows
-    run_cli("stage", "explore", "--run-dir", str(run_dir), "--iteration", "0", "--force")
+    # the forced explore `solrl stage explore --force` runs, here (the command through the CLI:
+    # tests/e2e/test_readme_commands.py)
+    run = RunDir(run_dir)
+    with run.hold():
+        run_stage(run, load_run_config(run), 0, "explore", force=True, progress=False)
     fresh, _ = read_table(pool)
     for key in resumed:
         np.testing.assert_array_equal(resumed[key], fresh[key], err_msg=key)
