@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite_layout import E2E_FIXTURES, TESTS, mark_e2e_and_check_placement, suite_folder
+from suite_layout import E2E_FIXTURES, TESTS, heavy_files_first, mark_e2e_and_check_placement, suite_folder
 
 TEST_FILES = sorted(TESTS.rglob("test_*.py"))
 
@@ -52,3 +52,28 @@ def test_every_test_module_lives_in_an_area_e2e_or_lab_under_a_name_of_its_own()
     names = [path.name for path in TEST_FILES]
     assert sorted({n for n in names if names.count(n) > 1}) == []  # pytest's default import mode needs unique names
     assert not list(TESTS.rglob("__init__.py"))  # ... and no packages (rootdir-relative module names)
+
+
+class Collected:
+    """What heavy_files_first reads of a collected test item: its node id and marks."""
+
+    def __init__(self, nodeid: str, *marks: str):
+        self.nodeid, self.marks = nodeid, marks
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.marks else None
+
+
+def test_files_of_e2e_or_slow_tests_go_first_then_those_with_more_tests():
+    """The order `make test` hands files to its workers (--no-loadscope-reorder): a file's tests stay together and
+    in order; files with an e2e or slow test before the others, and within each, more tests first."""
+    items = [Collected("tests/unit/a/test_one.py::t"),
+             Collected("tests/unit/b/test_many.py::t1"), Collected("tests/unit/b/test_many.py::t2"),
+             Collected("tests/e2e/test_long.py::t", "e2e"),
+             Collected("tests/unit/c/test_slow.py::t1"), Collected("tests/unit/c/test_slow.py::t2", "slow"),
+             Collected("tests/e2e/test_short.py::t1", "e2e"), Collected("tests/e2e/test_short.py::t2", "e2e")]
+    heavy_files_first(items)
+    assert [item.nodeid for item in items] == [
+        "tests/unit/c/test_slow.py::t1", "tests/unit/c/test_slow.py::t2",
+        "tests/e2e/test_short.py::t1", "tests/e2e/test_short.py::t2", "tests/e2e/test_long.py::t",
+        "tests/unit/b/test_many.py::t1", "tests/unit/b/test_many.py::t2", "tests/unit/a/test_one.py::t"]
