@@ -3,10 +3,10 @@ configs/measured/learning_status.yaml, written by `solrl matrix configs/learning
 configs/measured/learning_status.yaml` from the committed report (docs/learning-matrix/), read by `solrl presets`
 and `solrl train`.
 
-A config's cell is its world (video when its backbone makes videos, else image), its objective and its family: a
-FLUX.1 preset trained with Flow-GRPO in the sol_rl family is the cell image/flow_grpo/sol_rl. A cell that did not
-rise with its interval above 0 there — or that the matrix did not train — is experimental, and both commands say
-so with the measured numbers. Torch-free: the commands read it before anything loads.
+A config's cell is its world (edit for an editing model, video when its backbone makes videos, else image), its
+objective and its family: a FLUX.1 preset trained with Flow-GRPO in the sol_rl family is the cell
+image/flow_grpo/sol_rl, FLUX.1 Kontext's edit/diffusionnft/sol_rl. A cell that did not rise with its interval above 0
+there — or that the matrix did not train — is experimental, and both commands say so with the measured numbers. Torch-free: the commands read it before anything loads.
 """
 
 from __future__ import annotations
@@ -47,10 +47,12 @@ def write_status(path: Path, entries: dict[str, dict], command: str | None = Non
 
 
 def world_of(cfg: RunConfig) -> str:
-    """"video" when the config's backbone makes videos (its spec has frames; a plug-in's: model.frames), else
-    "image"."""
-    from solrl_core.models.backbones.registry import makes_videos
+    """"edit" when the config's backbone is an editing model (its spec's `edits`), "video" when it makes videos (its
+    spec has frames; a plug-in's: model.frames), else "image"."""
+    from solrl_core.models.backbones.registry import edits_images, makes_videos
 
+    if edits_images(cfg.model):
+        return "edit"
     videos = makes_videos(cfg.model)
     return "video" if (cfg.model.frames if videos is None else videos) else "image"
 

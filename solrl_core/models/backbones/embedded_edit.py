@@ -25,7 +25,7 @@ class EmbeddedEditBackbone(EmbeddedBackbone):
     name = "embedded_edit"
     defaults = SPEC.defaults
     pretrained_dir = PRETRAINED_EDIT_DIR
-    edits = True
+    edits = SPEC.edits
     max_sources = 1
 
     def __init__(self, model: EmbeddedModel, device: str = "cpu"):

@@ -31,7 +31,7 @@ class FluxKontextBackbone(FluxBackbone):
     defaults = SPEC.defaults
     pipeline_class = "FluxKontextPipeline"
     title = "FLUX.1 Kontext"
-    edits = True
+    edits = SPEC.edits
     max_sources = 1  # FluxKontextPipeline conditions on one image
 
     @torch.no_grad()

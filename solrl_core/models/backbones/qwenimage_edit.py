@@ -33,7 +33,7 @@ class QwenImageEditBackbone(QwenImageBackbone):
     defaults = SPEC.defaults
     pipeline_class = "QwenImageEditPipeline"
     title = "Qwen-Image-Edit"
-    edits = True
+    edits = SPEC.edits
     max_sources = 1  # QwenImageEditPipeline edits one image (QwenImageEditPlusPipeline several: not adapted)
 
     @torch.no_grad()

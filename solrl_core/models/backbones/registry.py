@@ -96,6 +96,13 @@ def makes_videos(model) -> bool | None:
     return any(s.defaults.frames is not None for s in specs_of_kind(model.kind))
 
 
+def edits_images(model) -> bool | None:
+    """Whether `model.kind` is an editing model (its spec's `edits`); None for a plug-in kind (its adapter says)."""
+    if is_plugin(model.kind):
+        return None
+    return any(s.edits for s in specs_of_kind(model.kind))
+
+
 def resolution_problem(model) -> str | None:
     """What is wrong with `model.resolution` for its kind, from the specs and before any load, or None: not a
     multiple of the backbone's pixels per token side (`BackboneSpec.resolution_multiple`), or, for a backbone whose

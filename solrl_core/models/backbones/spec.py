@@ -117,6 +117,8 @@ class BackboneSpec:
     temporal_compression: int = 1
     # the weights ship with solrl (the embedded models): the planner prices the loaded model itself
     shipped: bool = False
+    # an editing model: its prompts come with source images (its adapter's `edits`; the learning matrix's edit world)
+    edits: bool = False
 
     @property
     def resolution_multiple(self) -> int | None:

@@ -150,6 +150,10 @@ def test_the_learning_status_names_a_configs_cell_and_says_when_it_is_experiment
     assert "video/awm/sol_rl is experimental: the learning matrix has not trained" in learning_note(video, status_table)
     wan = load_config(CONFIGS / "presets" / "flow_grpo" / "wan_sol_rl_pickscore.yaml")
     assert learning_note(wan, status_table).startswith("video/flow_grpo/sol_rl")
+    # an editing model is the edit world's cell, whatever the image cell of its family measured
+    for kind in ("flux1-kontext", "embedded_edit"):
+        kontext = load_config(CONFIGS / "presets" / "flux1_sol_rl_pickscore.yaml", [f"model.kind={kind}"])
+        assert learning_note(kontext, status_table).startswith("edit/diffusionnft/sol_rl is experimental")
 
 
 def test_the_shipped_status_agrees_with_the_committed_report():

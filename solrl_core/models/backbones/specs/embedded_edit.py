@@ -12,4 +12,5 @@ SPEC = replace(
     kind="embedded_edit",
     adapter="solrl_core.models.backbones.embedded_edit:EmbeddedEditBackbone",
     order=2,
+    edits=True,
 )

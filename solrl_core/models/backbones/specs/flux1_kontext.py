@@ -15,6 +15,7 @@ SPEC = replace(
     kind="flux1-kontext",
     adapter="solrl_core.models.backbones.flux_kontext:FluxKontextBackbone",
     order=11,
+    edits=True,
     config_file=None,  # the planner and coverage rows of an editing model (twice the image tokens) are not made yet
     coverage=(),
     aliases=("kontext", "flux-kontext", "flux.1-kontext-dev"),

@@ -15,6 +15,7 @@ SPEC = replace(
     kind="qwenimage-edit",
     adapter="solrl_core.models.backbones.qwenimage_edit:QwenImageEditBackbone",
     order=51,
+    edits=True,
     config_file=None,  # the planner and coverage rows of an editing model (twice the image tokens) are not made yet
     coverage=(),
     aliases=("qwen-image-edit",),
