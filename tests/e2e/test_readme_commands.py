@@ -110,6 +110,8 @@ SOLRL_CONCRETE = {
     "solrl train configs/demo_learned.yaml": LEARNED_DEMO,
     "solrl train configs/demo_video.yaml": VIDEO_DEMO,
     "solrl pretrain --out DIR --world motion": PRETRAIN_VIDEO,
+    "solrl pretrain --out DIR --world edits":
+        "tests/lab/test_embedded_pretrain.py::test_the_edits_world_fine_tunes_the_image_model_into_an_editing_one",
     "solrl distill-reward --out DIR": LEARNED_DISTILL,
     "solrl train configs/pools.yaml": POOLS,
     "solrl deploy configs/pools.yaml --set iterations=2 --interval 600": DEPLOY,
@@ -129,6 +131,8 @@ SOLRL_CONCRETE = {
     "solrl train sana_sol_rl_imagereward --set model.path=/models/Sana_1600M_1024px_diffusers":
         BACKBONES,
     "solrl make-tiny flux1 /tmp/tiny-flux": HERE,  # into a temporary directory
+    "solrl make-tiny flux1-kontext /tmp/tiny-kontext":  # and its editing iteration
+        "tests/e2e/test_edit_iteration.py::test_an_edit_iteration_carries_each_prompts_source_through_every_stage",
     # packaged configs by name: the preset (resolved as the docs write it) and the demo from an installed wheel
     "solrl train flux1_sol_rl_pickscore --set model.path=...":
         "tests/unit/config/test_packaged_configs.py::test_a_preset_is_named_as_the_docs_write_it",
