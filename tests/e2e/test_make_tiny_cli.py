@@ -9,14 +9,17 @@ import pytest
 
 from cli_processes import solrl
 from solrl.cli.main import main
+from solrl_core.models.backbones.tiny import tiny_models
 
 @pytest.mark.e2e
 def test_unknown_model_is_a_one_line_error(tmp_path, capsys):
     out = tmp_path / "nothing"
     assert main(["make-tiny", "sdxl", str(out)]) == 2
+    known = ", ".join(tiny_models())
+    assert {"flux1", "wan", "qwenimage-edit"} <= set(tiny_models())
     err = capsys.readouterr().err
-    assert err == "solrl: error: unknown model 'sdxl' (known: flux1, sd35l, sd35m, sana, qwenimage, wan)\n"
+    assert err == f"solrl: error: unknown model 'sdxl' (known: {known})\n"
     assert not out.exists()
     proc = solrl(dict(os.environ), "make-tiny", "flux2", str(out), check=False, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "solrl: error: unknown model 'flux2' (known: flux1, sd35l, sd35m, sana, qwenimage, wan)"]
+        f"solrl: error: unknown model 'flux2' (known: {known})"]
