@@ -9,6 +9,7 @@ from solrl_core.config.schema import RunConfig
 from solrl_core.errors import ConfigError, SolrlError
 from solrl_core.models.backbones.registry import check_kind, makes_videos, resolution_problem
 from solrl_core.placement import check_device_list
+from solrl_core.rewards.base import FRAME_KEYS
 from solrl_core.rewards.registry import check_reward_names, parse_reward_models
 from solrl_core.plugins import is_plugin
 from solrl_core.rl.objectives import check_objective_name, objective_class
@@ -38,9 +39,10 @@ def registry_problem(cfg: RunConfig) -> str | None:
             check_reward_names([cfg.eval.gold])
     except SolrlError as exc:
         return ("eval.gold: " if "reward_models" not in str(exc) else "") + str(exc)
-    framed = next((name for name, spec in specs.items() if spec.video_frames is not None), None)
+    framed = next((f"{name}.{key}" for name, spec in specs.items() for key in FRAME_KEYS
+                   if getattr(spec, key) is not None), None)
     if framed and makes_videos(cfg.model) is False:
-        return (f"reward_models.{framed}.video_frames: model.kind {cfg.model.kind} makes images, which have no frames "
+        return (f"reward_models.{framed}: model.kind {cfg.model.kind} makes images, which have no frames "
                 "to pick: the setting would do nothing; remove it")
     return family_conflict(cfg) or rollout_problem(cfg) or resolution_problem(cfg.model)
 

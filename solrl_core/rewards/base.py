@@ -28,7 +28,9 @@ from solrl_core.config.limits import MAX_BATCH, MAX_FRAMES
 from solrl_core.frames import evenly_spaced
 
 DType = Literal["float32", "float16", "bfloat16"]
-COMMON_KEYS = frozenset({"batch_size", "device", "dtype", "video_frames"})
+COMMON_KEYS = frozenset({"batch_size", "device", "dtype", "video_frames", "video_aggregate"})
+# the keys of an image reward scoring videos: nothing to do for a reward of whole videos or a model of images
+FRAME_KEYS = ("video_frames", "video_aggregate")
 # a reward served by `solrl serve-reward` instead of loaded here: any reward takes them (solrl_core/rewards/remote.py)
 REMOTE_KEYS = frozenset({"url", "timeout_s", "retries", "concurrency"})
 CPU_DTYPE: DType = "float32"
@@ -78,11 +80,17 @@ class RewardModelSpec(BaseModel):
                              "the environment variable holding the endpoint's API key (never the key itself)")
     answer_retries: int = Field(2, ge=0, le=10, strict=True, description="chat_judge: times an answer without a "
                                 "score (a refusal, or one the parser cannot read) is asked again")
+    flow_updates: int | None = Field(None, ge=1, le=100, strict=True, description="flow_motion, flow_smoothness: "
+                                     "RAFT's iterative flow updates; default 20 (VBench's)")
     video_frames: int | None = Field(
         None, ge=1, le=MAX_FRAMES, strict=True,
         description="videos: how many frames an image reward scores, evenly spaced from the first to the last, the "
-        "video's score their mean (Flow-Factory's PickScore averages every frame, its CLIP score takes the first); "
-        "null = every frame")
+        "video's score their mean (Flow-Factory's PickScore averages every frame, its CLIP score takes the first: "
+        "video_frames: 1); null = every frame")
+    video_aggregate: Literal["mean", "min"] | None = Field(
+        None, description="videos: how an image reward's scores of the picked frames make the video's score: mean "
+        "(the default, as Flow-Factory's PickScore) or min (the worst frame, so one broken frame is not averaged "
+        "away; solrl's option, no peer's)")
 
     @field_validator("parser")
     @classmethod
@@ -174,6 +182,7 @@ class Reward:
     # instruction
     edits: ClassVar[bool] = False
     video_frames: int | None = None  # an image reward on videos: the frames it scores (RewardModelSpec.video_frames)
+    video_aggregate: str | None = None  # and how their scores make the video's (RewardModelSpec.video_aggregate)
     # the shortest edge its preprocessing first resizes images to, where that first step is resize_shortest_pil
     # (solrl_core/rewards/preprocess.py): a served reward's clients send images at that size, its scores unchanged bit
     # for bit (resizing again is the identity); None: images are sent as generated
@@ -248,18 +257,21 @@ class Reward:
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
     def frame_scores(self, videos: np.ndarray, prompts: Sequence[str], progress: bool | None = None) -> np.ndarray:
-        """An image reward's scores of videos (B, frames, H, W, 3): the mean of its scores of `video_frames` of each
-        video's frames (`frames.evenly_spaced`), each frame scored for its video's prompt."""
+        """An image reward's scores of videos (B, frames, H, W, 3): the mean (or with `video_aggregate` min, the
+        minimum) of its scores of `video_frames` of each video's frames (`frames.evenly_spaced`), each frame scored
+        for its video's prompt."""
         picked = evenly_spaced(videos.shape[1], self.video_frames)
         frames = videos[:, picked].reshape(-1, *videos.shape[2:])
         scores = self.scores(frames, [str(p) for p in prompts for _ in picked], progress)
-        return scores.reshape(len(videos), len(picked)).mean(axis=1)
+        per_frame = scores.reshape(len(videos), len(picked))
+        return per_frame.min(axis=1) if self.video_aggregate == "min" else per_frame.mean(axis=1)
 
     def fingerprint(self) -> str:
         """What decides this reward's scores besides its inputs: name, files, batch size, device, dtype (the resolved
         one), as JSON."""
         files = {k: str(v) for k, v in sorted(getattr(self, "files", {}).items())}
-        video = {"video_frames": self.video_frames} if self.video_frames is not None else {}  # earlier runs' unchanged
+        # set frame keys only: earlier runs' fingerprints unchanged
+        video = {key: getattr(self, key) for key in FRAME_KEYS if getattr(self, key) is not None}
         return json.dumps({"name": self.name, "files": files, "batch_size": self.batch_size, "device": self.device,
                            "dtype": self.dtype, **video}, sort_keys=True)
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from solrl_core.errors import SolrlError
-from solrl_core.rewards.base import Reward, RewardModelSpec, check_finite, parse_spec
+from solrl_core.rewards.base import FRAME_KEYS, Reward, RewardModelSpec, check_finite, parse_spec
 from solrl_core.rewards.chat_judge import ChatEditJudge, ChatJudge
 from solrl_core.plugins import import_plugin, is_plugin, plugin_code
 from solrl_core.rewards.clip_rewards import CLIPEdit, CLIPScore, PickScore
@@ -29,6 +29,7 @@ from solrl_core.rewards.embedded_edit import EmbeddedEditReward
 from solrl_core.rewards.hps import HPSv2
 from solrl_core.rewards.imagereward import ImageReward
 from solrl_core.rewards.learned import LearnedEmbeddedReward
+from solrl_core.rewards.optical_flow import FlowMotion, FlowSmoothness
 from solrl_core.rewards.programmatic import (EmbeddedMotionAppearance, EmbeddedMotionMove, EmbeddedMotionReward,
                                              EmbeddedReward, Jpeg, JpegCompressibility, JpegIncompressibility,
                                              TemporalConsistency)
@@ -39,7 +40,7 @@ REWARDS: dict[str, type[Reward]] = {
     cls.name: cls
     for cls in (PickScore, CLIPScore, HPSv2, ImageReward, Jpeg, JpegCompressibility, JpegIncompressibility, EmbeddedReward,
                 LearnedEmbeddedReward, TemporalConsistency, EmbeddedMotionReward, EmbeddedMotionAppearance,
-                EmbeddedMotionMove, ChatJudge, EmbeddedEditReward, CLIPEdit, ChatEditJudge)
+                EmbeddedMotionMove, ChatJudge, EmbeddedEditReward, CLIPEdit, ChatEditJudge, FlowMotion, FlowSmoothness)
 }
 
 _configured: dict[str, RewardModelSpec] = {}
@@ -70,8 +71,9 @@ def parse_reward_models(models: ModelsConfig | None) -> dict[str, RewardModelSpe
         except SolrlError as exc:
             raise SolrlError(f"reward_models: {exc}") from None
         out[name] = parse_spec(name, data, cls.spec_keys)
-        if out[name].video_frames is not None and cls.takes_videos:
-            raise SolrlError(f"reward_models.{name}.video_frames: {name} scores whole videos, so it picks no frames and "
+        framed = next((key for key in FRAME_KEYS if getattr(out[name], key) is not None), None)
+        if framed and cls.takes_videos:
+            raise SolrlError(f"reward_models.{name}.{framed}: {name} scores whole videos, so it picks no frames and "
                              "the setting would do nothing; remove it (it is for image rewards scoring videos)")
     return out
 
@@ -110,7 +112,8 @@ def get_reward(name: str, models: ModelsConfig | None = None) -> Reward:
             else:
                 with plugin_code(name, "reward", "load"):  # a plug-in's load (and constructor): one line
                     reward = reward_class(name).load(spec)
-            reward.video_frames = spec.video_frames  # every reward's, whatever its own load reads
+            for setting in FRAME_KEYS:  # every reward's, whatever its own load reads
+                setattr(reward, setting, getattr(spec, setting))
             _cache[key] = reward
     return reward
 

@@ -185,6 +185,21 @@ def write_tiny_imagereward(out: Path, seed: int) -> dict[str, Path]:
     return {"path": path, "med_config": out / "med_config.json", "tokenizer": tok_dir}
 
 
+def write_tiny_raft(out: Path, seed: int) -> Path:
+    """torchvision's RAFT-small with random weights, saved as torchvision's checkpoint file (its real size: 1 M
+    parameters, 4 MB)."""
+    import torch
+    from torchvision.models.optical_flow import raft_small
+
+    from solrl_core.rewards.optical_flow import ARCHS
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    path = out / ARCHS["raft_small"][1]
+    torch.save(raft_small(weights=None, progress=False).state_dict(), path)
+    return path
+
+
 def write_tiny_checkpoints(out_dir: str | Path, seed: int = 0) -> dict[str, dict]:
     """Write every tiny reward model under `out_dir`; return the `reward_models:` section that loads them."""
     out = Path(out_dir)
@@ -196,6 +211,9 @@ def write_tiny_checkpoints(out_dir: str | Path, seed: int = 0) -> dict[str, dict
     hps_path, hps_arch = write_tiny_hps(out / "hpsv2", seed + 2)
     specs["hpsv2"] = {"path": str(hps_path), "arch": str(hps_arch)}
     specs["imagereward"] = {k: str(v) for k, v in write_tiny_imagereward(out / "ImageReward", seed + 3).items()}
+    # RAFT-small with 2 flow updates instead of 20: the same computation, a tenth of the CPU time
+    specs["flow_motion"] = {"path": str(write_tiny_raft(out / "raft", seed + 4)), "arch": "raft_small", "flow_updates": 2}
+    specs["flow_smoothness"] = dict(specs["flow_motion"])  # the same RAFT, scoring how frames follow the flow
     (out / "reward_models.yaml").write_text(yaml.safe_dump({"reward_models": specs}, sort_keys=False))
     return specs
 

@@ -21,7 +21,8 @@ What it catches:
 What it cannot do: compute (every value read back is a placeholder), run a real backward pass (autograd's engine asks
 the driver for a device context: `backward()` of a fake tensor gives every leaf it reaches a zero gradient instead,
 so the optimizer step after it still runs), or ops whose output shape depends on data (`nonzero`, boolean masks). Fused attention kernels
-are chosen by asking the driver, so `scaled_dot_product_attention` runs its math kernel on fake inputs.
+are chosen by asking the driver, so `scaled_dot_product_attention` runs its math kernel on fake inputs, and
+`grid_sample` its native one (not cuDNN's).
 
 `torch.cuda`'s queries are answered as a machine with `device_count` GPUs of `memory_gib` each would answer them.
 """
@@ -219,6 +220,9 @@ class _Router(TorchFunctionMode):
                     from torch.nn.attention import SDPBackend, sdpa_kernel
 
                     with sdpa_kernel(SDPBackend.MATH):
+                        return func(*args, **kwargs)
+                if func is F.grid_sample:  # its cuDNN kernel has no fake implementation; the native one has
+                    with torch.backends.cudnn.flags(enabled=False):
                         return func(*args, **kwargs)
                 return func(*args, **kwargs)
         return func(*args, **kwargs)

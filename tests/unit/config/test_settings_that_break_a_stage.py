@@ -96,5 +96,7 @@ def test_video_frames_only_where_an_image_reward_scores_videos():
         load_config(video, ["reward_models={embedded_motion: {video_frames: 2}}"])
     assert "model.kind embedded makes images, which have no frames" in _refused(
         "reward_models={embedded: {video_frames: 2}}")
+    assert "reward_models.embedded.video_aggregate: model.kind embedded makes images" in _refused(
+        "reward_models={embedded: {video_aggregate: min}}")
     assert load_config(video, ["reward_models={embedded: {video_frames: 2}}"]).reward_models["embedded"] == {
         "video_frames": 2}  # an image reward on videos: the frames it scores

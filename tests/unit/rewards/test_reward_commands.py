@@ -6,6 +6,7 @@ import torch
 import yaml
 
 from solrl_core.rewards.commands import check_rewards, format_table, list_rewards
+from solrl_core.rewards.registry import REWARDS
 from solrl_core.rewards.tiny import write_tiny_checkpoints
 
 
@@ -20,8 +21,13 @@ def tiny(tmp_path_factory):
 
 def test_tiny_checkpoints_are_in_the_official_layouts(tiny):
     root, specs = tiny
-    assert set(specs) == {"pickscore", "clipscore", "hpsv2", "imagereward", "clip_edit"}
+    # every reward with weight files but the one whose weights ship in the package
+    assert set(specs) == {name for name, cls in REWARDS.items() if cls.needs_weights} - {"embedded_learned"}
     assert specs["clip_edit"] == specs["clipscore"]  # the same CLIP, scoring edits
+    assert specs["flow_smoothness"] == specs["flow_motion"]  # the same RAFT
+    raft = torch.load(specs["flow_motion"]["path"], weights_only=True)
+    assert "feature_encoder.convnormrelu.0.weight" in raft and specs["flow_motion"]["path"].endswith(
+        "raft_small_C_T_V2-01064c6d.pth")
     for name in ("PickScore_v1", "clip-vit-large-patch14"):
         files = {p.name for p in (root / name).iterdir()}
         assert {"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json"} <= files

@@ -36,6 +36,11 @@ def _load(name, specs, **keys):
     return cls.load(parse_spec(name, {**specs.get(name, {}), **keys}, cls.spec_keys))
 
 
+def _batch(name, n, size):
+    """(images, prompts) for reward `name`: two-frame videos of that size for a reward of videos."""
+    return sample_batch(n, size, frames=2 if REWARDS[name].takes_videos else None)
+
+
 def _score(reward, images, prompts):
     """The reward's scores; a reward that scores edits gets each image's neighbour as its source."""
     if reward.edits:
@@ -53,7 +58,7 @@ def _tensors(module: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def test_the_registry_has_torch_rewards_to_check():
-    assert {"pickscore", "clipscore", "hpsv2", "imagereward", "embedded_learned"} <= set(TORCH_REWARDS)
+    assert {"pickscore", "clipscore", "hpsv2", "imagereward", "embedded_learned", "flow_motion"} <= set(TORCH_REWARDS)
     assert Reward.cuda_dtype == "bfloat16"
     assert {"pickscore", "clipscore", "hpsv2", "imagereward"} <= set(HALF_ON_CUDA)
 
@@ -71,7 +76,7 @@ def _assert_dtype(name, reward, expected):
 
 @pytest.mark.parametrize("name", TORCH_REWARDS)
 def test_scores_on_the_gpu_in_its_cuda_dtype_with_one_read_back_per_batch(name, specs):
-    images, prompts = sample_batch(6, 32)  # embedded_learned scores 32 x 32 images only
+    images, prompts = _batch(name, 6, 32)  # embedded_learned scores 32 x 32 images only
     syncs = {}
     with fake_cuda() as fc:
         reward = _load(name, specs, device="cuda", batch_size=2)
@@ -100,7 +105,7 @@ def test_an_explicit_dtype_or_the_cpu_gives_float32(name, specs):
 
 @pytest.mark.parametrize("name", TORCH_REWARDS)
 def test_cpu_default_scores_exactly_as_float32(name, specs):
-    images, prompts = sample_batch(4, 32)
+    images, prompts = _batch(name, 4, 32)
     default = _score(_load(name, specs, device="cpu"), images, prompts)
     explicit = _score(_load(name, specs, device="cpu", dtype="float32"), images, prompts)
     assert np.array_equal(default, explicit)

@@ -1,5 +1,6 @@
 """Rewards of videos (B, frames, H, W, 3): an image reward scores evenly spaced frames for the video's prompt and
-averages them (`reward_models.<name>.video_frames`); temporal_consistency scores the video itself."""
+averages them or takes the worst (`reward_models.<name>.video_frames`, `.video_aggregate`); temporal_consistency
+scores the video itself (the optical-flow rewards: test_optical_flow_rewards.py)."""
 
 import json
 
@@ -31,6 +32,26 @@ def test_an_image_reward_averages_its_scores_of_the_chosen_frames():
     np.testing.assert_allclose(three, -np.mean([jpeg_size_kb(videos[:, t]) for t in (0, 2, 4)], axis=0))
 
 
+def test_an_image_reward_can_take_its_worst_frame():
+    videos = _videos()
+    per_frame = -np.stack([jpeg_size_kb(videos[:, t]) for t in range(5)], axis=1)
+    worst, _ = score_images(videos, ["a", "b", "c"], {"jpeg": 1.0}, {"jpeg": {"video_aggregate": "min"}})
+    np.testing.assert_allclose(worst, per_frame.min(axis=1))
+    assert (worst < per_frame.mean(axis=1)).all()
+    ends, _ = score_images(videos, ["a", "b", "c"], {"jpeg": 1.0},
+                           {"jpeg": {"video_aggregate": "min", "video_frames": 2}})  # the worse of the first and last
+    np.testing.assert_allclose(ends, per_frame[:, [0, 4]].min(axis=1))
+    first, _ = score_images(videos, ["a", "b", "c"], {"jpeg": 1.0}, {"jpeg": {"video_frames": 1}})
+    np.testing.assert_allclose(first, per_frame[:, 0])  # the first frame alone
+    assert json.loads(get_reward("jpeg", {"jpeg": {"video_aggregate": "min"}}).fingerprint())["video_aggregate"] == "min"
+    with pytest.raises(SolrlError, match="video_aggregate"):
+        score_images(videos, ["a", "b", "c"], {"jpeg": 1.0}, {"jpeg": {"video_aggregate": "median"}})
+    with pytest.raises(SolrlError, match="reward_models.temporal_consistency.video_aggregate: temporal_consistency "
+                                         "scores whole videos"):
+        score_images(videos, ["a", "b", "c"], {"temporal_consistency": 1.0},
+                     {"temporal_consistency": {"video_aggregate": "min"}})
+
+
 def test_temporal_consistency_scores_the_frame_to_frame_change():
     videos = _videos()
     videos[1] = videos[1, :1]  # a still video: every frame the first
@@ -44,7 +65,7 @@ def test_temporal_consistency_scores_the_frame_to_frame_change():
 
 def test_the_frames_setting_is_checked_and_part_of_the_fingerprint():
     plain = json.loads(get_reward("jpeg").fingerprint())
-    assert "video_frames" not in plain  # the scores of earlier runs keep their fingerprint
+    assert not {"video_frames", "video_aggregate"} & set(plain)  # the scores of earlier runs keep their fingerprint
     assert json.loads(get_reward("jpeg", {"jpeg": {"video_frames": 2}}).fingerprint())["video_frames"] == 2
     with pytest.raises(SolrlError, match="video_frames"):
         score_images(_videos(), ["a", "b", "c"], {"jpeg": 1.0}, {"jpeg": {"video_frames": 0}})
