@@ -34,6 +34,14 @@ class FluxKontextBackbone(FluxBackbone):
     edits = SPEC.edits
     max_sources = 1  # FluxKontextPipeline conditions on one image
 
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        """FLUX.1's inputs for `image_tokens` generated-image tokens, followed by as many of the source's (a source
+        at the generated size): what the planner and the memory model count an editing forward by."""
+        inputs = super().meta_inputs(config, 2 * image_tokens, text_tokens, batch)
+        inputs["img_ids"][image_tokens:, 0] = 1  # the source's first position axis, as `velocity` builds them
+        return inputs
+
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str], sources: Sequence[Sequence] | None = None) -> Conditioning:
         """FLUX.1's text conditioning, and with `sources` (per prompt, its one source image: a PIL image) the

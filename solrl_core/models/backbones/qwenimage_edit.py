@@ -36,6 +36,17 @@ class QwenImageEditBackbone(QwenImageBackbone):
     edits = SPEC.edits
     max_sources = 1  # QwenImageEditPipeline edits one image (QwenImageEditPlusPipeline several: not adapted)
 
+    @classmethod
+    def meta_inputs(cls, config: dict, image_tokens: int, text_tokens: int, batch: int = 1) -> dict:
+        """Qwen-Image's inputs for `image_tokens` generated-image tokens, followed by as many of the source's (a
+        source at the generated size; `img_shapes` names both grids): what the planner and the memory model count an
+        editing forward by."""
+        inputs = super().meta_inputs(config, image_tokens, text_tokens, batch)
+        grid = inputs["img_shapes"][0][0]
+        inputs["hidden_states"] = torch.cat([inputs["hidden_states"]] * 2, dim=1)
+        inputs["img_shapes"] = [[grid, grid]] * batch
+        return inputs
+
     @torch.no_grad()
     def encode_prompts(self, prompts: Sequence[str], sources: Sequence[Sequence] | None = None) -> Conditioning:
         """Qwen2.5-VL's encoding of each instruction with its source image, zero-padded to max_sequence_length with

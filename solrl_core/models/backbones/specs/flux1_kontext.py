@@ -2,10 +2,16 @@
 tokens beside the generated image's (solrl_core/models/backbones/flux_kontext.py). There is no official Sol-RL setting
 for it; its transformer is FLUX.1-dev's architecture (the same config.json values), so FLUX.1-dev's official settings
 apply as they are (solrl_core/models/backbones/specs/flux1.py). No preset part yet: a Kontext preset needs an edit
-prompt set."""
+prompt set.
+
+The planner and the coverage report count its forward with the source's tokens after the image's (the adapter's
+`meta_inputs`): twice FLUX.1-dev's 1,024 image tokens at 512 px, so about twice its attention and more than its
+Linear FLOPs per step. `image_tokens` stays the generated image's. The source's VAE encode (once per prompt) is
+not counted."""
 
 from dataclasses import replace
 
+from solrl_core.models.backbones.spec import CoverageRow
 from solrl_core.models.backbones.specs.flux1 import SPEC as FLUX1
 
 SPEC = replace(
@@ -16,8 +22,9 @@ SPEC = replace(
     adapter="solrl_core.models.backbones.flux_kontext:FluxKontextBackbone",
     order=11,
     edits=True,
-    config_file=None,  # the planner and coverage rows of an editing model (twice the image tokens) are not made yet
-    coverage=(),
+    coverage=(CoverageRow("flux1-kontext-dev", "FLUX.1-Kontext-dev", "official (FLUX.1-dev's rule)",
+                          planner_key="flux1-kontext", planner_note="FLUX.1-dev's official settings; the source's "
+                          "tokens beside the image's"),),
     aliases=("kontext", "flux-kontext", "flux.1-kontext-dev"),
     settings="no official Sol-RL setting: FLUX.1-dev's official settings (the same transformer)",
     tiny_maker="solrl_core.models.backbones.tiny.flux:make_tiny_flux_kontext",

@@ -23,9 +23,11 @@ FULL_SIZE = [s.key for s in SPECS if s.config_file]
 def test_every_consumer_lists_the_models_of_the_specs():
     """Every consumer reads the specs: a backbone added later (tests/e2e/test_new_backbone.py) is in every list."""
     assert {"flux1", "sd35l", "sd35m", "sana", "qwenimage", "wan", "wan14b"} <= set(FULL_SIZE)
-    assert list(presets.MODELS) == [s.key for s in SPECS if s.part.is_file()] == FULL_SIZE
-    # the 14B's tiny is the 1.3B's (the same architecture): every other full-size model has its own, and so have the
-    # models the planner does not price yet (the editing models)
+    # every full-size model has presets but the editing models (an edit preset needs an edit prompt set)
+    assert list(presets.MODELS) == [s.key for s in SPECS if s.part.is_file()] == [
+        s.key for s in SPECS if s.config_file and not s.edits]
+    assert {"flux1-kontext", "qwenimage-edit"} <= set(FULL_SIZE) - set(presets.MODELS)
+    # the 14B's tiny is the 1.3B's (the same architecture): every other full-size model has its own
     assert list(tiny_models()) == [s.key for s in SPECS if s.tiny_maker]
     assert set(tiny_models()) >= set(FULL_SIZE) - {"wan14b"}
     assert list(memory.MODELS) == FULL_SIZE
@@ -36,7 +38,7 @@ def test_every_consumer_lists_the_models_of_the_specs():
     # the titles the tables print are the specs'; the preset rewards are the registered ones with a part
     assert presets.REWARDS == ("pickscore", "clipscore", "hpsv2", "imagereward")
     assert all(name in REWARDS for name in presets.REWARDS)
-    assert {k: presets.TITLES[k] for k in FULL_SIZE} == {s.key: s.title for s in SPECS if s.config_file}
+    assert {k: presets.TITLES[k] for k in presets.MODELS} == {s.key: s.title for s in SPECS if s.key in presets.MODELS}
 
 
 def test_planner_names_resolve_through_the_specs():
