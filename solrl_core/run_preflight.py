@@ -44,7 +44,7 @@ def preflight(cfg: RunConfig) -> None:
 
 def check_edit_prompts(cfg: RunConfig) -> None:
     """An edit prompt set (lines with source images) needs an editing model, with at most as many sources a prompt as
-    it reads; a reward that scores edits needs an edit prompt set (and is scored here, not served); a SolrlError
+    it reads; a reward that scores edits needs an edit prompt set (served or not: its requests carry the sources); a SolrlError
     naming the key otherwise."""
     backbone = adapter_class(cfg.model.kind)
     sets = [("prompts.train", train_sources(cfg), cfg.rewards)]
@@ -55,9 +55,6 @@ def check_edit_prompts(cfg: RunConfig) -> None:
             if reward_class(name).edits and sources is None:
                 raise SolrlError(f"reward {name} scores edits, but {key} has no source images: give an edit prompt "
                                  "set (a JSONL whose lines have \"images\")")
-            if reward_class(name).edits and (cfg.reward_models.get(name) or {}).get("url") is not None:
-                raise SolrlError(f"reward_models.{name}.url: a reward that scores edits is not served yet (its "
-                                 "requests would need the source images); score it in the run")
         if sources is None:
             continue
         if not backbone.edits:

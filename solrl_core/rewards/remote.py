@@ -54,6 +54,7 @@ class RemoteReward(Reward):
                              f"{name!r}; point it at a `solrl serve-reward {name}`")
         self.served_fingerprint = str(served["fingerprint"])
         self.takes_videos = bool(served.get("takes_videos", False))
+        self.edits = bool(served.get("edits", False))
         self.input_size = served.get("input_size")
         super().__init__(batch_size=spec.batch_size or int(served["batch_size"]))
         try:
@@ -68,20 +69,25 @@ class RemoteReward(Reward):
 
     def scores(self, images: np.ndarray, prompts: Sequence[str], progress: bool | None = None,
                sources: np.ndarray | None = None) -> np.ndarray:
-        """The server's scores, `concurrency` batches in flight. No sources: a reward that scores edits is not served
-        (a run's preflight refuses it)."""
+        """The server's scores, `concurrency` batches in flight; a reward that scores edits is sent each image's
+        sources beside it (at their own size: the served reward brings them to the image's)."""
+        if self.edits and sources is None:
+            raise SolrlError(f"reward {self.name} scores edits: it needs the prompts' source images (a JSONL prompt "
+                             "set whose lines have \"images\", and an editing model)")
         images = np.asarray(images)
         if images.ndim == 5 and not self.takes_videos:  # frames picked here, as in process
             return self.frame_scores(images, prompts, progress)
         prompts = [str(p) for p in prompts]
         starts = list(range(0, len(images), self.batch_size))
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            out = list(pool.map(lambda start: self.score_batch(images[start:start + self.batch_size],
-                                                             prompts[start:start + self.batch_size]), starts))
+            out = list(pool.map(lambda start: self.score_batch(
+                images[start:start + self.batch_size], prompts[start:start + self.batch_size],
+                None if sources is None else np.asarray(sources[start:start + self.batch_size])), starts))
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
-    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        answer = self._call("POST", "/score", content=encode_request(self.sent(images), prompts),
+    def score_batch(self, images: np.ndarray, prompts: list[str], sources: np.ndarray | None = None) -> np.ndarray:
+        answer = self._call("POST", "/score", content=encode_request(self.sent(images), prompts,
+                                                                     sources if self.edits else None),
                             headers={"content-type": MEDIA_TYPE}).json()
         if answer.get("fingerprint") != self.served_fingerprint:
             raise SolrlError(f"reward {self.name} at {self.url}: the served reward changed while scoring (its "

@@ -2,8 +2,9 @@
 runs for Prefect's server, so serving adds no package to the install (LitServe, the other candidate, would).
 
 GET  /health  {"status": "ok", "name", "solrl" (the server's version), "fingerprint" (the loaded reward's: files,
-              batch size, device, dtype), "batch_size", "takes_videos", "input_size" (the shortest edge clients
-              downsize images to, where that is the reward's own first step: Reward.input_size; else null)}
+              batch size, device, dtype), "batch_size", "takes_videos", "edits" (it scores edits: requests carry
+              their sources), "input_size" (the shortest edge clients downsize images to, where that is the
+              reward's own first step: Reward.input_size; else null)}
 POST /score   a safetensors body (solrl_core/rewards/wire.py) -> {"scores", "fingerprint"}
 
 The reward scores a request in its own batches (`Reward.scores`), one request at a time (a lock: one model on one
@@ -31,7 +32,8 @@ def build_app(reward: Reward, token: str | None = None):
     """The FastAPI app serving `reward`."""
     fingerprint = reward.fingerprint()  # the loaded reward's, fixed while it is served
     health = {"status": "ok", "name": reward.name, "solrl": __version__, "fingerprint": fingerprint,
-              "batch_size": reward.batch_size, "takes_videos": reward.takes_videos, "input_size": reward.input_size}
+              "batch_size": reward.batch_size, "takes_videos": reward.takes_videos, "edits": reward.edits,
+              "input_size": reward.input_size}
     app = FastAPI(title=f"solrl reward {reward.name}", version=__version__, docs_url=None, redoc_url=None)
     lock = threading.Lock()
 
@@ -49,12 +51,16 @@ def build_app(reward: Reward, token: str | None = None):
 
     def score(body: bytes) -> dict:
         try:
-            images, prompts = decode_request(body)
+            images, prompts, sources = decode_request(body)
         except SolrlError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
+        if (sources is not None) != reward.edits:
+            raise HTTPException(status_code=400, detail=(
+                f"reward {reward.name} scores edits: send each image's sources" if reward.edits
+                else f"reward {reward.name} does not score edits: send no sources"))
         with lock:
             try:
-                scores = reward.scores(images, prompts, progress=False)
+                scores = reward.scores(images, prompts, progress=False, sources=sources)
             except (SolrlError, ValueError) as exc:  # the inputs are what it refuses: asking again will not help
                 raise HTTPException(status_code=422, detail=one_line(str(exc))) from None
             except Exception as exc:  # noqa: BLE001 - the client gets the reward's failure in one line

@@ -16,7 +16,7 @@ from solrl_core.errors import SolrlError
 from solrl_core.rewards import remote
 from solrl_core.rewards.registry import clear_reward_cache, get_reward, score_images
 from solrl_core.rewards.serving import build_app
-from solrl_core.rewards.tiny import sample_batch, write_tiny_checkpoints
+from solrl_core.rewards.tiny import sample_batch, sample_edit_batch, write_tiny_checkpoints
 from solrl_core.rewards.wire import TOKEN_VARIABLE, encode_request
 from solrl_core.worlds import motion
 
@@ -63,9 +63,9 @@ def test_images_are_sent_at_the_rewards_input_size_and_score_the_same_bits(tiny_
     received = []
     scores = here.scores
 
-    def recording(batch, batch_prompts, progress=None):
+    def recording(batch, batch_prompts, progress=None, sources=None):
         received.extend(image.shape for image in batch)
-        return scores(batch, batch_prompts, progress)
+        return scores(batch, batch_prompts, progress, sources)
 
     here.scores = recording
     with serving(build_app(here)) as url:
@@ -85,6 +85,28 @@ def test_a_served_video_reward_scores_videos_as_in_process():
     with serving(build_app(here)) as url:
         _, per = score_images(videos, prompts, {"embedded_motion": 1.0}, models={"embedded_motion": {"url": url}})
     assert per["embedded_motion"].tobytes() == here(videos, prompts).tobytes()
+
+
+@pytest.mark.parametrize("name", ["embedded_edit", "clip_edit"])
+def test_a_served_edit_reward_gets_the_sources_and_scores_as_in_process(tiny_reward_files, name):
+    import httpx
+
+    images, prompts, sources = sample_edit_batch(4, 48)
+    spec = {name: tiny_reward_files.get(name, {})}
+    here = get_reward(name, spec)
+    expected = here(images, prompts, sources=sources)
+    with serving(build_app(here)) as url:
+        # requests of 3 (the sources cut with their images) where the scores cannot depend on the batch: CLIP's do
+        served = get_reward(name, {name: {"url": url, **({"batch_size": 3} if name == "embedded_edit" else {})}})
+        assert served.edits
+        assert served.scores(images, prompts, sources=sources).tobytes() == expected.tobytes()
+        with pytest.raises(SolrlError, match=f"reward {name} scores edits: it needs the prompts' source images"):
+            served.scores(images, prompts)
+        bare = httpx.post(f"{url}/score", content=encode_request(images, prompts))  # a client that sends none
+        assert bare.status_code == 400 and bare.json()["detail"] == f"reward {name} scores edits: send each image's sources"
+    with serving(build_app(get_reward("jpeg"))) as url:
+        extra = httpx.post(f"{url}/score", content=encode_request(images, prompts, sources))
+        assert extra.status_code == 400 and extra.json()["detail"] == "reward jpeg does not score edits: send no sources"
 
 
 class Flaky:
