@@ -7,7 +7,7 @@ from __future__ import annotations
 from solrl_core.config.families import family_conflict
 from solrl_core.config.schema import RunConfig
 from solrl_core.errors import ConfigError, SolrlError
-from solrl_core.models.backbones.registry import check_kind, makes_videos, resolution_problem
+from solrl_core.models.backbones.registry import check_kind, experts_problem, makes_videos, resolution_problem
 from solrl_core.placement import check_device_list
 from solrl_core.rewards.base import FRAME_KEYS
 from solrl_core.rewards.registry import check_reward_names, parse_reward_models
@@ -44,7 +44,7 @@ def registry_problem(cfg: RunConfig) -> str | None:
     if framed and makes_videos(cfg.model) is False:
         return (f"reward_models.{framed}: model.kind {cfg.model.kind} makes images, which have no frames "
                 "to pick: the setting would do nothing; remove it")
-    return family_conflict(cfg) or rollout_problem(cfg) or resolution_problem(cfg.model)
+    return family_conflict(cfg) or rollout_problem(cfg) or resolution_problem(cfg.model) or experts_problem(cfg)
 
 
 def rollout_noise_level(cfg: RunConfig) -> float:

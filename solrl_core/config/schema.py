@@ -115,6 +115,10 @@ class ModelConfig(_Strict):
     frames: int | None = _count(
         None, 1, MAX_FRAMES, "frames of each sample of a video backbone (wan: 1 + a multiple of 4, the VAE's temporal "
         "compression); null = the backbone's default; image backbones take none")
+    low_noise_guidance: float | None = _real(
+        None, "a backbone of experts (wan22): the classifier-free guidance scale of the low-noise expert's steps "
+        "(WanPipeline's guidance_scale_2) wherever the phase's guidance.rollout / guidance.eval is above 1; null = the "
+        "phase's own scale", ge=0)
     sampler: SamplerName | None = Field(None, description="ODE solver; null = the backbone's default")
     max_sequence_length: int | None = _count(None, 1, MAX_WIDTH, "text tokens (T5/Gemma); null = default")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the update (saves memory)")
@@ -347,6 +351,10 @@ class TrainConfig(_Strict):
         None, description="modules that get adapters (PEFT target_modules: a module whose name ends with one of "
         "these); null = the backbone's official list (docs/backbones.md)"
     )
+    experts: list[str] | None = Field(
+        None, description="a backbone of several experts (wan22: transformer for the high-noise steps, transformer_2 "
+        "for the low-noise ones): the experts whose layers get the LoRA targets (θ, θ_old and the EMA per trained "
+        "expert); null = the backbone's default (wan22: both, as Flow-Factory's Wan2.2 LoRA recipe)")
     timestep_fraction: float = _real(
         0.6, "DiffusionNFT: share of the sampling schedule's times trained per sample, drawn at random (official 0.6 "
         "SANA / SD3.5, 0.4 FLUX)", gt=0, le=1)

@@ -74,6 +74,7 @@ def guided_velocity(
         return backbone.velocity(transformer, x, sigma, cond)
     if uncond is None:
         raise ValueError("classifier-free guidance needs `uncond` (the empty prompt's conditioning)")
+    guidance = backbone.step_guidance(sigma, guidance)  # a backbone of experts: each expert's own
     batch = x.shape[0]
     both = {k: torch.cat([uncond[k].expand(batch, *uncond[k].shape[1:]), cond[k]]) for k in cond}
     v = backbone.velocity(transformer, torch.cat([x, x]), torch.cat([sigma, sigma]), both)

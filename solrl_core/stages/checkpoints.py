@@ -53,17 +53,32 @@ def attach_policy(cfg: RunConfig, backbone: Backbone, ranks: int = 1):
             from torch.distributed.device_mesh import init_device_mesh
 
             mesh = init_device_mesh(torch.device(cfg.model.device).type, (ranks,))
+        if cfg.train.experts and set(cfg.train.experts) != set(getattr(backbone.transformer, "expert_names", ())):
+            raise SolrlError(f"train.experts {cfg.train.experts}: train.adapter: full trains every weight of every "
+                             "expert; set train.experts: null")
         return FullPolicy.build(weight_sharing_transformer(backbone), mesh)
 
-    targets = cfg.train.lora_targets or backbone.defaults.lora_targets
     return LoraPolicy.attach(
         weight_sharing_transformer(backbone),
-        targets=targets,
+        targets=lora_target_modules(cfg, backbone),
         rank=cfg.train.lora_rank,
         alpha=cfg.train.lora_alpha,
         init="gaussian",
         seed=int(derived_generator(cfg.seed, PURPOSE_LORA_INIT).initial_seed() % (2**31)),
     )
+
+
+def lora_target_modules(cfg: RunConfig, backbone: Backbone) -> list[str]:
+    """peft's target_modules of the run's LoRA: `train.lora_targets` (null: the backbone's), within the trained
+    experts of a model of several (`train.experts`, null: the backbone's `trained_experts`;
+    solrl_core/models/experts.py)."""
+    from solrl_core.models.experts import expert_lora_targets
+
+    targets = cfg.train.lora_targets or backbone.defaults.lora_targets
+    try:
+        return expert_lora_targets(backbone.transformer, targets, cfg.train.experts or backbone.trained_experts)
+    except ValueError as exc:
+        raise SolrlError(str(exc)) from None
 
 
 def save_adapters(policy, directory: Path) -> None:

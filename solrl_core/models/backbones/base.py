@@ -63,6 +63,9 @@ class Backbone(ABC):
     # backbone's prompts have no sources.
     edits: bool = False
     max_sources: int = 0  # source images a prompt may have
+    # a transformer of several experts (solrl_core/models/experts.py): the ones LoRA trains unless train.experts
+    # names others; () = the whole transformer
+    trained_experts: tuple[str, ...] = ()
 
     @classmethod
     @abstractmethod
@@ -106,6 +109,12 @@ class Backbone(ABC):
     @abstractmethod
     def decode(self, latents: torch.Tensor) -> np.ndarray:
         """Images as uint8 array (B, H, W, 3)."""
+
+    def step_guidance(self, sigma: torch.Tensor, guidance: float) -> float:
+        """The classifier-free guidance scale of a sampling step at `sigma` (one value for the batch) whose phase's
+        scale is `guidance` (above 1): the same at every step, unless the backbone's experts have their own
+        (Wan 2.2 A14B's low-noise expert, WanPipeline's guidance_scale_2)."""
+        return guidance
 
     def initial_noise(self, seeds: Sequence[int]) -> torch.Tensor:
         """Initial latents of the seeds: randn(latent_shape) from a CPU generator seeded with each seed, on the CPU

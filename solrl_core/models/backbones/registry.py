@@ -129,6 +129,27 @@ def resolution_problem(model) -> str | None:
     return None
 
 
+def experts_problem(cfg) -> str | None:
+    """What is wrong with the expert settings (train.experts, model.low_noise_guidance) for `model.kind`, from its
+    spec, or None: set for a model of one transformer, or naming an expert the model does not have. A plug-in's kind
+    has no spec: nothing is known here (its adapter checks)."""
+    if is_plugin(cfg.model.kind):
+        return None
+    experts = next((s.experts for s in specs_of_kind(cfg.model.kind)), ())
+    if not experts:
+        for key, value in (("train.experts", cfg.train.experts), ("model.low_noise_guidance",
+                                                                  cfg.model.low_noise_guidance)):
+            if value is not None:
+                return (f"{key}: model.kind {cfg.model.kind} has one transformer, no experts (wan22 has two); remove "
+                        "it")
+        return None
+    chosen = cfg.train.experts
+    if chosen is not None and (not chosen or set(chosen) - set(experts) or len(set(chosen)) != len(chosen)):
+        return (f"train.experts {chosen}: model.kind {cfg.model.kind}'s experts are {', '.join(experts)} (one, or "
+                "both; null = the backbone's default)")
+    return None
+
+
 def frames_problem(spec, frames: int | None) -> str | None:
     """What is wrong with `model.frames` for the backbone of `spec`, or None: set for an image model, or a frame count
     its VAE cannot compress (1 + a multiple of its temporal compression)."""

@@ -119,6 +119,11 @@ class BackboneSpec:
     shipped: bool = False
     # an editing model: its prompts come with source images (its adapter's `edits`; the learning matrix's edit world)
     edits: bool = False
+    # a model of several experts that take turns over the schedule (solrl_core/models/experts.py): their pipeline
+    # attributes, highest noise first (Wan2.2-T2V-A14B: transformer, transformer_2); () = one transformer
+    experts: tuple[str, ...] = ()
+    # the experts LoRA trains when train.experts is null (every one unless the spec says otherwise)
+    trained_experts: tuple[str, ...] = ()
 
     @property
     def resolution_multiple(self) -> int | None:

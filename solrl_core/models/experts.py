@@ -1,0 +1,113 @@
+"""A denoising transformer made of experts that take turns over the sampling schedule, as one module.
+
+Wan2.2-T2V-A14B has two transformers: `transformer` runs the high-noise steps, `transformer_2` the low-noise ones,
+switched at a boundary timestep (`boundary_ratio` x `num_train_timesteps`): WanPipeline calls `transformer` where
+t >= the boundary and `transformer_2` below it. `TimestepExperts` holds the experts as its children, under the
+pipeline's names, and routes each sample of a batch to the expert of its timestep. Everything that works on one
+transformer's module tree works on it unchanged: the LoRA policy (peft's adapters, keyed by qualified names such as
+`transformer_2.blocks.3.attn1.to_q`, so θ, θ_old and the EMA hold each trained expert's adapters under its own
+prefix), the weight-sharing and merged copies, the explore copy's quantization (every Linear of every expert),
+gradient checkpointing and the blocks (`solrl_core.models.blocks`: each expert's, prefixed).
+
+Which experts are trained is a choice of LoRA targets: `expert_lora_targets` turns the targets (module-name
+suffixes) into the qualified names of the matching modules inside the chosen experts, so peft adapts those alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from diffusers.loaders.peft import PeftAdapterMixin
+from torch import nn
+
+
+class TimestepExperts(nn.Module, PeftAdapterMixin):
+    """Experts, from the highest-noise one to the lowest, each a transformer with the same call. Expert i runs the
+    timesteps t with boundaries[i] <= t < boundaries[i - 1] (boundaries descending, one fewer than the experts; the
+    first expert takes t >= boundaries[0]). Its output is the experts' outputs for their samples, in batch order."""
+
+    _supports_gradient_checkpointing = True
+
+    def __init__(self, experts: Sequence[tuple[str, nn.Module]], boundaries: Sequence[float]):
+        super().__init__()
+        if len(boundaries) != len(experts) - 1 or list(boundaries) != sorted(boundaries, reverse=True):
+            raise ValueError(f"{len(experts)} experts need {len(experts) - 1} descending boundaries, got {boundaries}")
+        self.expert_names = tuple(name for name, _ in experts)
+        for name, module in experts:
+            self.add_module(name, module)
+        self.boundaries = tuple(float(b) for b in boundaries)
+
+    def experts(self) -> dict[str, nn.Module]:
+        """Name -> expert, highest noise first."""
+        return {name: getattr(self, name) for name in self.expert_names}
+
+    @property
+    def config(self):
+        """The first expert's config (the experts share their layout: channels, patch size)."""
+        return getattr(self, self.expert_names[0]).config
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(self, self.expert_names[0]).dtype
+
+    def expert_index(self, timestep: torch.Tensor) -> torch.Tensor:
+        """Per sample (the first value of each row of `timestep`), the index of the expert that runs it: how many
+        boundaries lie above its timestep (t >= boundaries[0]: 0), compared in float64 as the pipeline compares
+        its timestep with `boundary_ratio * num_train_timesteps`."""
+        t = timestep.reshape(timestep.shape[0], -1)[:, 0].double()
+        index = torch.zeros(t.shape, dtype=torch.long, device=t.device)
+        for b in self.boundaries:
+            index += (t < b).long()
+        return index
+
+    def expert_at(self, timestep: float) -> str:
+        """The name of the expert that runs `timestep` (on the scheduler's scale)."""
+        return self.expert_names[int(self.expert_index(torch.tensor([timestep], dtype=torch.float64))[0])]
+
+    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, **kwargs):
+        """Each sample through the expert of its timestep; the keyword inputs that are batch-first tensors are split
+        with it. Returns a 1-tuple (the transformers' `return_dict=False` form) of the outputs in batch order."""
+        batch = hidden_states.shape[0]
+        kwargs = {**kwargs, "return_dict": False}
+        index = self.expert_index(timestep)
+        used = index.unique().tolist()
+        if len(used) == 1:  # the whole batch in one expert (every sampling step): its own call, no copies
+            return (getattr(self, self.expert_names[used[0]])(hidden_states=hidden_states, timestep=timestep,
+                                                                 **kwargs)[0],)
+        out = None
+        for i in used:
+            rows = (index == i).nonzero().squeeze(1)
+            part = {k: v.index_select(0, rows) if torch.is_tensor(v) and v.dim() and v.shape[0] == batch else v
+                    for k, v in kwargs.items()}
+            y = getattr(self, self.expert_names[i])(hidden_states=hidden_states.index_select(0, rows),
+                                                     timestep=timestep.index_select(0, rows), **part)[0]
+            if out is None:
+                out = y.new_empty((batch, *y.shape[1:]))
+            out = out.index_copy(0, rows, y)
+        return (out,)
+
+    def enable_gradient_checkpointing(self) -> None:
+        for expert in self.experts().values():
+            expert.enable_gradient_checkpointing()
+
+    def disable_gradient_checkpointing(self) -> None:
+        for expert in self.experts().values():
+            expert.disable_gradient_checkpointing()
+
+
+def expert_lora_targets(transformer: nn.Module, targets: Sequence[str], experts: Sequence[str] | None
+                        ) -> list[str]:
+    """peft target_modules for LoRA on `targets` (module-name suffixes) within `experts` of a `TimestepExperts`:
+    the qualified names of the matching modules inside them (None: every expert). A plain transformer: `targets`
+    as they are (`experts` must then be None)."""
+    if not isinstance(transformer, TimestepExperts):
+        if experts:
+            raise ValueError(f"train.experts {list(experts)}: the model has one transformer, no experts")
+        return list(targets)
+    chosen = tuple(experts) if experts else transformer.expert_names
+    unknown = [e for e in chosen if e not in transformer.expert_names]
+    if unknown or not chosen:
+        raise ValueError(f"train.experts {list(chosen)}: the model's experts are {list(transformer.expert_names)}")
+    return [name for name, _ in transformer.named_modules()
+            if name.split(".", 1)[0] in chosen and any(name.endswith("." + t) for t in targets)]
