@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 from cli_processes import tracking_set
 from repo_paths import ROOT
 from solrl.cli.main import main
-from solrl_core.models.backbones.registry import load_backbone
+from solrl_core.models.backbones.registry import backbone_spec, load_backbone
 from solrl_core.models.backbones.tiny import tiny_models
 from solrl_core.config import presets
 from solrl_core.config.loading import load_config
@@ -84,6 +84,12 @@ def test_one_sol_rl_iteration_of_the_official_preset_on_a_tiny_model(run_cli, se
     assert all(np.isfinite(value).all() for value in after.values())
     changed = [key for key in init if key.startswith("default.") and not np.array_equal(init[key], after[key])]
     assert changed
+    experts = backbone_spec(model).trained_experts  # a model of experts: θ, θ_old and the EMA of each trained one
+    if experts:
+        ema = load_file(str(run_dir / "iter_0000" / "update" / "checkpoint" / "ema.safetensors"))
+        for prefix, keys in (("default.", after), ("old.", after), ("", ema)):
+            assert {k.removeprefix(prefix).split(".")[0] for k in keys if k.startswith(prefix)} == set(experts)
+        assert {key.split(".")[1] for key in changed} == set(experts)  # the update moved every trained expert
     state = json.loads((run_dir / "iter_0000" / "update" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 1
     update = json.loads((run_dir / "iter_0000" / "manifests" / "update.json").read_text())["summary"]

@@ -32,9 +32,9 @@ class WanBackbone(DiffusersPipelineBackbone):
     text_encoder_names = ("text_encoder",)
 
     def __init__(self, pipe, model):
-        if getattr(pipe, "transformer_2", None) is not None:
+        if getattr(pipe, "transformer_2", None) is not None and type(self) is WanBackbone:
             raise SolrlError(f"model.path {model.path} has two experts (Wan 2.2 A14B: transformer for high noise, "
-                             f"transformer_2 for low); solrl trains one transformer: a Wan 2.1 model or Wan2.2-TI2V-5B")
+                             f"transformer_2 for low); set model.kind: wan22")
         self.frames = model.frames or SPEC.defaults.frames
         problem = frames_problem(SPEC, self.frames)
         if problem or pipe.vae_scale_factor_temporal != SPEC.temporal_compression:

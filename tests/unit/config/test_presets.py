@@ -45,6 +45,10 @@ OFFICIAL_MODEL = {
     # wan14b.yaml)
     "wan14b": dict(kind="wan", resolution=256, sampler="euler", micro_batch=4, timestep_fraction=0.6,
                    skip=["condition_embedder", "proj_out"], min_width=5120, eval_steps=28),
+    # Wan2.2-T2V-A14B (two experts): Flow-Factory's Wan2.2 LoRA GRPO recipe (480 px, 28 evaluation steps), the 14B's
+    # quantization rule, a micro-batch of 2 (configs/parts/models/wan22.yaml)
+    "wan22": dict(kind="wan22", resolution=480, sampler="euler", micro_batch=2, timestep_fraction=0.6,
+                  skip=["condition_embedder", "proj_out"], min_width=5120, eval_steps=28),
 }
 # Text length and gradient-norm clip as the reference runs each model (NVlabs/Sana): TEXT_ENCODER_MAX_SEQ_LEN of
 # train_scripts/sol_rl/train_{flux1,sd3,sana}.py (T5 for FLUX.1 / SD3.5, Gemma for SANA) and train.max_grad_norm of
@@ -52,11 +56,11 @@ OFFICIAL_MODEL = {
 REFERENCE_TRAINING = {"flux1": (128, 1.0), "sd35l": (128, 0.002), "sd35m": (128, 0.002), "sana": (300, 1.0),
                       "qwenimage": (256, 1.0),  # Qwen-Image (no reference): verl-omni's 256 tokens, the peers' 1.0
                       "wan": (512, 1.0),  # Wan: WanPipeline's / Flow-Factory's 512 UMT5 tokens, Flow-Factory's 1.0
-                      "wan14b": (512, 1.0)}
+                      "wan14b": (512, 1.0), "wan22": (512, 1.0)}
 # LoRA (rank, alpha): the shared recipe's (docs/method.md, "One RL iteration"), but Qwen-Image's, which follows the
 # peers' published Qwen-Image configs (Flow-Factory, verl-omni: rank 64 / alpha 128)
 LORA_RANK_ALPHA = {"flux1": (32, 64), "sd35l": (32, 64), "sd35m": (32, 64), "sana": (32, 64), "qwenimage": (64, 128),
-                   "wan": (64, 128), "wan14b": (64, 128)}  # Wan: Flow-Factory's Wan 2.1 GRPO recipe
+                   "wan": (64, 128), "wan14b": (64, 128), "wan22": (64, 128)}  # Wan: Flow-Factory's GRPO recipes
 # docs/method.md, "The four families": (explore precision, explore steps, N, select mode, K, regenerate, its steps)
 OFFICIAL_FAMILY = {
     "baseline": ("fp32", 10, 24, "all", 24, False),
@@ -65,7 +69,8 @@ OFFICIAL_FAMILY = {
     "sol_rl": ("auto", 6, 96, "best_worst", 24, True),
 }
 ALL_REWARDS = {"pickscore", "clipscore", "hpsv2", "imagereward"}
-ROLLOUT_GUIDANCE = {"wan": 5.0, "wan14b": 5.0}  # Flow-Factory's Wan 2.1 GRPO recipe; the others' official 1.0
+# Flow-Factory's Wan 2.1 and Wan2.2 (guidance_scale 4.0) GRPO recipes; the others' official 1.0
+ROLLOUT_GUIDANCE = {"wan": 5.0, "wan14b": 5.0, "wan22": 4.0}
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -165,7 +170,7 @@ def test_each_header_says_what_the_settings_are():
                 title = f"{presets.TITLES[model]}, {family}, trained on {presets.TITLES[reward]}: "
                 assert header.startswith(title)
                 assert all(len(line) <= presets.HEADER_WIDTH for line in text.splitlines() if line.startswith("#"))
-                if model in ("sd35m", "qwenimage", "wan", "wan14b"):
+                if model in ("sd35m", "qwenimage", "wan", "wan14b", "wan22"):
                     assert official not in header
                     assert "no official Sol-RL setting" in header
                     assert f"solrl_core/models/backbones/specs/{model}.py" in header
@@ -215,6 +220,9 @@ def test_every_preset_validates_with_the_official_values(model):
             assert cfg.eval.every == 20
             # no CFG in rollouts (Wan: Flow-Factory's CFG 5.0); the update without CFG
             assert (cfg.guidance.rollout, cfg.guidance.train) == (ROLLOUT_GUIDANCE.get(model, 1.0), 1.0)
+            # Wan2.2 A14B's low-noise expert: Flow-Factory's guidance_scale_2 3.0; the others have one transformer
+            assert cfg.model.low_noise_guidance == (3.0 if model == "wan22" else None)
+            assert cfg.train.experts is None  # wan22: both experts, the spec's default (Flow-Factory's)
             assert (cfg.quant.weight_format, cfg.quant.act_format) == ("nvfp4_2d", "nvfp4")
             assert cfg.prompts.train == "data/pickscore/train.txt" and cfg.eval.prompts == "data/pickscore/test.txt"
 
@@ -275,7 +283,8 @@ OFFICIAL_LORA["sd35m"] = OFFICIAL_LORA["sd35l"]
 OFFICIAL_LORA["qwenimage"] = [*OFFICIAL_LORA["sd35l"], "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj",
                               "txt_mlp.net.2"]
 # no official setting: Flow-Factory's Wan targets (both attentions and the feed-forward of each block)
-OFFICIAL_LORA["wan"] = OFFICIAL_LORA["wan14b"] = [*OFFICIAL_LORA["sana"], "ffn.net.0.proj", "ffn.net.2"]
+OFFICIAL_LORA["wan"] = OFFICIAL_LORA["wan14b"] = OFFICIAL_LORA["wan22"] = [*OFFICIAL_LORA["sana"], "ffn.net.0.proj",
+                                                                          "ffn.net.2"]
 
 
 @pytest.mark.parametrize("model", REFERENCE_TRAINING)

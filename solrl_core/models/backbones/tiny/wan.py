@@ -2,7 +2,8 @@
 written offline.
 
 `make_tiny_wan(out_dir)` saves a `WanPipeline` (model_index.json, transformer/, vae/, text_encoder/, tokenizer/,
-scheduler/) that `model.path` can point at (`model.kind: wan`).
+scheduler/) that `model.path` can point at (`model.kind: wan`); `make_tiny_wan22(out_dir)` the same with Wan2.2-T2V-A14B's
+second expert (`transformer_2`, the low-noise steps) and boundary_ratio (`model.kind: wan22`).
 
 | part | real Wan2.1-T2V-1.3B | here |
 |---|---|---|
@@ -77,6 +78,20 @@ def tiny_text_encoder(tokenizer, seed: int = SEED):
 
 def make_tiny_wan(out_dir: str | Path) -> Path:
     """Write the tiny Wan 2.1 diffusers directory into `out_dir` and return it."""
+    return _save_tiny_pipeline(out_dir)
+
+
+BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's model_index.json (Wan-Video/Wan2.2 wan/configs/wan_t2v_A14B.py: boundary)
+
+
+def make_tiny_wan22(out_dir: str | Path) -> Path:
+    """Write a tiny Wan2.2-T2V-A14B directory into `out_dir`: the tiny Wan 2.1 pipeline with a second expert of the
+    same layout (`transformer_2`, other weights) and A14B's boundary_ratio; return it."""
+    return _save_tiny_pipeline(out_dir, transformer_2=tiny_transformer(SEED + 3), boundary_ratio=BOUNDARY_RATIO)
+
+
+def _save_tiny_pipeline(out_dir: str | Path, **extra) -> Path:
+    """The tiny WanPipeline (with `extra` components or settings) saved into `out_dir`."""
     from diffusers import UniPCMultistepScheduler, WanPipeline
 
     out = Path(out_dir)
@@ -87,6 +102,7 @@ def make_tiny_wan(out_dir: str | Path) -> Path:
         vae=tiny_vae(SEED + 1),
         scheduler=UniPCMultistepScheduler(**SCHEDULER_CONFIG),
         transformer=tiny_transformer(SEED),
+        **extra,
     )
     with quiet_hf():
         pipe.save_pretrained(out, safe_serialization=True)

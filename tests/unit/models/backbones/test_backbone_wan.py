@@ -177,6 +177,6 @@ def test_wan22_ti2v_matches_its_pipeline(wan22_dirs):
         checks.load_tiny(MODEL_KIND, wan22_dirs / "ti2v", resolution=48)
 
 
-def test_wan22_two_experts_are_refused_in_one_line(wan22_dirs):
-    with pytest.raises(SolrlError, match=r"has two experts \(Wan 2.2 A14B: .*solrl trains one transformer"):
+def test_wan22_two_experts_are_model_kind_wan22(wan22_dirs):
+    with pytest.raises(SolrlError, match=r"has two experts \(Wan 2.2 A14B: .*set model.kind: wan22"):
         checks.load_tiny(MODEL_KIND, wan22_dirs / "a14b")
