@@ -68,7 +68,7 @@ def full_size_shapes(cfg, model: str, official: bool = False) -> SampleShapes:
     from solrl_core.planner.explore_copy import targeted_linears
     from solrl_core.planner.fits import config_tokens
     from solrl_core.planner.flops import example_inputs
-    from solrl_core.planner.memory import DTYPES, SPECS, lora_params, plain_transformer
+    from solrl_core.planner.memory import DTYPES, SPECS, expert_counts, lora_params, plain_transformer
 
     spec = SPECS[model]
     d = spec.defaults
@@ -84,9 +84,11 @@ def full_size_shapes(cfg, model: str, official: bool = False) -> SampleShapes:
                        if torch.is_tensor(inputs.get(k)))
     module = plain_transformer(model)
     image = (resolution, resolution, 3) if frames is None else (frames, resolution, resolution, 3)
+    _, trained = expert_counts(model, None if official or not cfg.train.experts else tuple(cfg.train.experts))
     return SampleShapes(image=image, latent=latent,
-                        lora_params=lora_params(module, targets, cfg.train.lora_rank),
-                        lora_tensors=2 * len(targeted_linears(module, targets)), conditioning_bytes=conditioning)
+                        lora_params=lora_params(module, targets, cfg.train.lora_rank) * trained,
+                        lora_tensors=2 * len(targeted_linears(module, targets)) * trained,
+                        conditioning_bytes=conditioning)
 
 
 def backbone_shapes(cfg, backbone) -> SampleShapes:
@@ -98,8 +100,10 @@ def backbone_shapes(cfg, backbone) -> SampleShapes:
     from solrl_core.planner.memory import lora_params
     from solrl_core.prompts import CALIBRATION_PROMPT
 
+    from solrl_core.stages.checkpoints import lora_target_modules
+
     image = tuple(backbone.decode(torch.zeros(1, *backbone.latent_shape)).shape[1:])
-    targets = tuple(cfg.train.lora_targets or backbone.defaults.lora_targets)
+    targets = tuple(lora_target_modules(cfg, backbone))  # a model of experts: the trained experts' layers
     cond = backbone.encode_prompts([CALIBRATION_PROMPT])
     return SampleShapes(image=image, latent=tuple(backbone.latent_shape),
                         lora_params=lora_params(backbone.transformer, targets, cfg.train.lora_rank),

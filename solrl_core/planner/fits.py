@@ -179,8 +179,10 @@ def _estimate(cfg, model: str, explore: ExploreCopy, **changes):
     settings.update(adapter=cfg.train.adapter, processes=cfg.train.processes * cfg.train.nodes)
     settings.update(changes)
     targets = tuple(cfg.train.lora_targets) if cfg.train.lora_targets else None
+    experts = tuple(cfg.train.experts) if cfg.train.experts else None
     return memory_estimate(model, lora_rank=cfg.train.lora_rank, lora_targets=targets, image_tokens=image,
-                           text_tokens=text, dtype=cfg.model.dtype, explore=explore, **settings)
+                           text_tokens=text, dtype=cfg.model.dtype, explore=explore, trained_experts=experts,
+                           **settings)
 
 
 def sampling_batches(cfg, model: str) -> dict[str, int]:

@@ -57,6 +57,11 @@ The sampling stages also hold their batch's activations when the caller says the
 the fit check does, from the run config): per sample, its latent and conditioning and the most a no-grad forward
 holds at once (``sampling_bytes``, measured on the meta device); FLUX.1 at 512 px: ~0.11 GiB a sample.
 
+A model of several experts (Wan2.2-T2V-A14B: two transformers of one config, one per step;
+``solrl_core/models/experts.py``) holds every expert's weights in every stage (``weights``, and the explore copy's
+quantized layers, of each expert), the LoRA state of its trained experts alone (``lora``, the merged targeted layers;
+``trained_experts``), and one expert's activations (a forward runs one expert per sample).
+
 Left out: CUDA context and allocator fragmentation (add ~2–4 GiB), the low-precision layers' own temporaries (an
 FP8 layer's input codes, chunked: ``quant.fp8.CHUNK_ELEMENTS``), text embeddings of the iteration's samples, and
 the no-grad forwards of v_old and v_ref (their activations are freed as they go).
@@ -231,6 +236,16 @@ def official_rank(model: str) -> int:
 def lora_targets(model: str) -> tuple[str, ...]:
     """The official LoRA targets of ``model`` as peft module-name suffixes (its spec's defaults)."""
     return tuple(SPECS[model].defaults.lora_targets)
+
+
+def expert_counts(model: str, trained: tuple[str, ...] | None = None) -> tuple[int, int]:
+    """(experts, trained experts) of ``model``: its spec's experts, each a transformer of its config file (1 for a
+    model of one transformer), and of them those LoRA trains (``trained``: ``train.experts``; None: the spec's
+    ``trained_experts``)."""
+    spec = SPECS[model]
+    if not spec.experts:
+        return 1, 1
+    return len(spec.experts), len(trained or spec.trained_experts or spec.experts)
 
 
 def lora_params(module: nn.Module, targets: tuple[str, ...], rank: int = LORA_RANK) -> int:
@@ -499,6 +514,7 @@ class MemoryEstimate:
     activation_per_pair_no_checkpointing: int  # bytes
     gib: dict[str, float]  # component -> GiB
     lora_rank: int = LORA_RANK
+    experts: int = 1  # transformers of the model (``transformer_params`` counts them all)
     gradient_checkpointing: bool = True  # whether ``gib["activations"]`` is the checkpointed figure
     explore_copy: str = ""  # the explore precision priced (``ExploreBackend.describe``)
     lora_branch: bool = True  # quant.lora_branch: θ_old beside the quantized base, no merged layers in the copy
@@ -604,7 +620,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
                     text_tokens: int | None = None, dtype: str = "bfloat16",
                     explore: ExploreCopy | None = None, samples_bytes: int = 0,
                     sampling_batches: dict[str, int] | None = None, adapter: str = "lora",
-                    processes: int = 1) -> MemoryEstimate:
+                    processes: int = 1, trained_experts: tuple[str, ...] | None = None) -> MemoryEstimate:
     """The rough per-GPU training memory of ``model`` (see the module docstring for what is counted), by default
     as the model's presets run it; the keywords describe another run: the rank (None: ``official_rank``) and
     targets of θ and θ_old, the update without gradient checkpointing, one sample's image and text tokens (another
@@ -615,7 +631,8 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     the samples per forward of each sampling stage (``sampling_batches``: stage -> samples, twice the batch under
     classifier-free guidance), whose activations (``sampling_bytes`` each) join those stages (none in the official
     table). The activations are measured with the official targets at the official rank, at any rank or targets.
-    ``adapter="full"`` prices full fine-tuning over ``processes`` update ranks (the module docstring)."""
+    ``adapter="full"`` prices full fine-tuning over ``processes`` update ranks (the module docstring);
+    ``trained_experts`` the experts a model of several trains (``train.experts``; None: its spec's)."""
     m = get_model(model)
     key = m.key
     if key not in SPECS:
@@ -628,9 +645,12 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     explore = official_explore_copy() if explore is None else explore
     targets = tuple(lora_targets) if lora_targets else tuple(spec.defaults.lora_targets)
     weight_bytes = DTYPES[dtype].itemsize
-    params = transformer_params(key)
-    lora = lora_params(plain_transformer(key), targets, lora_rank)
+    experts, trained = expert_counts(key, trained_experts)
+    params = transformer_params(key) * experts
+    lora = lora_params(plain_transformer(key), targets, lora_rank) * trained
     copy, merged = _copy_bytes(key, explore, targets, dtype)
+    copy = {part: size * (trained if part == "merged" else experts) for part, size in copy.items()}
+    merged *= trained
     text = {title: hf_params(name) for title, name in spec.text_encoders.items()}
     vae = vae_params(m.vae)
     reward = hf_params(REWARD_MODEL)
@@ -655,7 +675,7 @@ def memory_estimate(model: str, micro_batch: int | None = None, text_encoders_re
     return MemoryEstimate(
         model=key, title=spec.title, transformer_params=params, lora_params=lora, text_encoder_params=text,
         vae_params=vae, reward_params=reward, micro_batch=micro_batch, activation_per_pair=act.checkpointed,
-        activation_per_pair_no_checkpointing=act.no_checkpointing, gib=gib, lora_rank=lora_rank,
+        activation_per_pair_no_checkpointing=act.no_checkpointing, gib=gib, lora_rank=lora_rank, experts=experts,
         gradient_checkpointing=gradient_checkpointing, explore_copy=explore.backend.describe(),
         lora_branch=explore.lora_branch, explore_gib={k: v / GIB for k, v in copy.items()}, merged_gib=merged / GIB,
         sampling_gib=_sampling_gib(key, sampling_batches, image_tokens, text_tokens, weight_bytes),
@@ -686,13 +706,19 @@ def format_markdown(rows: list[MemoryEstimate]) -> str:
         encoders = " + ".join(f"{n} {p / 1e9:.2f} B" for n, p in r.text_encoder_params.items())
         rank = "" if r.lora_rank == LORA_RANK else f" (r {r.lora_rank})"
         lines.append(
-            f"| {r.title} | {r.transformer_params / 1e9:.2f} B | {r.lora_params / 1e6:.1f} M{rank} | {encoders} | "
+            f"| {r.title} | {_params_text(r)} | {r.lora_params / 1e6:.1f} M{rank} | {encoders} | "
             f"{g['weights']:.1f} | {g['lora']:.1f} | {g['text_encoders']:.1f} | {g['vae'] + g['reward']:.1f} | "
             f"{g['activations']:.1f} ({r.micro_batch} × {r.activation_per_pair / GIB:.2f}) | **{r.total_gib:.0f}** | "
             f"{r.activation_per_pair_no_checkpointing / GIB:.1f} | {r.inference_gib:.0f} | {r.regenerate_gib:.0f} | "
             f"{r.evaluation_gib:.0f} |"
         )
     return "\n".join(lines)
+
+
+def _params_text(r: MemoryEstimate) -> str:
+    """The transformer's parameters: "14.29 B", or per expert for a model of several ("2 × 14.29 B")."""
+    each = f"{r.transformer_params / r.experts / 1e9:.2f} B"
+    return each if r.experts == 1 else f"{r.experts} × {each}"
 
 
 def format_full_markdown(rows: list[MemoryEstimate]) -> str:

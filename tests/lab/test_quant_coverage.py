@@ -131,6 +131,7 @@ def test_counts_are_consistent(rows):
         # embedders, proj_out); replaced: the feed-forward's 2, the only layers wider than the hidden width
         "wan2.1-t2v-1.3b": (30 * 10 + 6, 30 * 2),
         "wan2.1-t2v-14b": (40 * 10 + 6, 40 * 2),
+        "wan2.2-t2v-a14b": (40 * 10 + 6, 40 * 2),  # each of its two experts: the 14B's layout and rule
         # the editing models: their base models' transformers (the source's tokens change the FLOPs, not the layers)
         "flux1-kontext-dev": (504, 495),
         "qwen-image-edit": (60 * 14 + 6, 60 * 14 + 1),
