@@ -34,9 +34,9 @@ class Wan22Backbone(WanBackbone):
         missing = [name for name in SPEC.experts if getattr(pipe, name, None) is None]
         ratio = pipe.config.get("boundary_ratio")
         if missing or ratio is None:
+            lacks = f"it lacks {', '.join(missing)}" if missing else "its model_index.json has no boundary_ratio"
             raise SolrlError(f"model.path {model.path} is not a two-expert Wan 2.2 A14B model (model.kind wan22): "
-                             f"{'it lacks ' + ', '.join(missing) if missing else 'its model_index.json has no boundary_ratio'}"
-                             "; a Wan 2.1 model or Wan2.2-TI2V-5B is model.kind wan")
+                             f"{lacks}; a Wan 2.1 model or Wan2.2-TI2V-5B is model.kind wan")
         if pipe.config.get("expand_timesteps"):
             raise SolrlError(f"model.path {model.path}: expand_timesteps is Wan2.2-TI2V-5B's (model.kind wan)")
         super().__init__(pipe, model)

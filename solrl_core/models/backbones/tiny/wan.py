@@ -2,8 +2,8 @@
 written offline.
 
 `make_tiny_wan(out_dir)` saves a `WanPipeline` (model_index.json, transformer/, vae/, text_encoder/, tokenizer/,
-scheduler/) that `model.path` can point at (`model.kind: wan`); `make_tiny_wan22(out_dir)` the same with Wan2.2-T2V-A14B's
-second expert (`transformer_2`, the low-noise steps) and boundary_ratio (`model.kind: wan22`).
+scheduler/) that `model.path` can point at (`model.kind: wan`); `make_tiny_wan22(out_dir)` the same with
+Wan2.2-T2V-A14B's second expert (`transformer_2`, the low-noise steps) and boundary_ratio (`model.kind: wan22`).
 
 | part | real Wan2.1-T2V-1.3B | here |
 |---|---|---|

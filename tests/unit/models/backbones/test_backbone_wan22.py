@@ -3,6 +3,7 @@ which expert each step calls, the latents after several steps under the pipeline
 frames; and LoRA on each choice of experts trains that expert alone."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -179,6 +180,24 @@ def test_lora_on_each_choice_of_experts_trains_those_alone(tiny_dir, backbone, e
                    for n, m in policy.transformer.named_modules())
 
 
+def test_full_fine_tuning_trains_every_weight_of_both_experts(backbone):
+    """train.adapter: full: θ is a copy of both experts (their blocks are the blocks FSDP2 shards), and a batch
+    across the boundary gives each expert's weights a gradient."""
+    from solrl_core.models.blocks import transformer_blocks
+    from solrl_core.rl.full_policy import FullPolicy
+    from solrl_core.stages.transformer_copies import weight_sharing_transformer
+
+    assert [name.split(".")[0] for name in transformer_blocks(backbone.transformer)] == [
+        "transformer", "transformer", "transformer_2", "transformer_2"]
+    policy = FullPolicy.build(weight_sharing_transformer(backbone))
+    x, cond = backbone.initial_noise([1, 2]), backbone.encode_prompts(PROMPTS)
+    with policy.adapter("default") as theta:
+        backbone.velocity(theta, x, torch.tensor([0.95, 0.3]), cond).square().mean().backward()
+    moved = {name.split(".")[0] for name, p in policy.named_adapter_parameters().items()
+             if p.grad is not None and p.grad.abs().sum() > 0}
+    assert moved == set(SPEC.experts)
+
+
 def test_a_batch_of_the_untrained_experts_times_gives_no_gradient(tiny_dir, backbone):
     cfg = load_config(TINY, ["model.kind=wan22", f"model.path={tiny_dir}", "train.experts=[transformer]"])
     policy = LoraPolicy.attach(copy.deepcopy(backbone.transformer), lora_target_modules(cfg, backbone), rank=4,
@@ -207,3 +226,36 @@ def test_each_kind_refuses_the_other_layout(tiny_dir, tmp_path):
     WanPipeline.from_pretrained(tiny_dir, transformer_2=None, boundary_ratio=None).save_pretrained(one)
     with pytest.raises(SolrlError, match="is not a two-expert Wan 2.2 A14B model .*lacks transformer_2"):
         checks.load_tiny(MODEL_KIND, one)
+
+
+@pytest.mark.slow  # a whole iteration in process: `make test` runs it, `make test-fast` not
+def test_an_iteration_of_the_preset_training_the_low_noise_expert_alone(tmp_path, one_torch_thread):
+    """`wan22_sol_rl_pickscore` on the tiny bundle (`solrl make-tiny wan22 DIR`) with train.experts [transformer_2],
+    explore through update in process: the explore copy quantizes both experts' layers, and θ, θ_old and the EMA the update
+    writes are transformer_2's adapters alone, θ moved by the step."""
+    from safetensors.torch import load_file
+
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.run_config import prepare_run
+    from solrl_core.stages.runner import run_stage
+    from solrl_core.tiny_bundle import make_tiny_bundle
+
+    tiny = make_tiny_bundle(TINY_MODEL, tmp_path / "tiny")["dir"]
+    # min width 16 (the preset's 5120 is wider than every tiny layer): the 4-bit copy has layers of both experts
+    cfg = load_config("wan22_sol_rl_pickscore", [f"model.path={tiny}", "train.experts=[transformer_2]",
+                                                 "quant.min_width=16"])
+    assert (cfg.model.kind, cfg.train.experts, cfg.model.low_noise_guidance) == ("wan22", ["transformer_2"], 3.0)
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, cfg)
+    for stage in ("quantize", "explore", "score_explore", "select", "regenerate", "score_final", "update"):
+        run_stage(run, cfg, 0, stage, progress=False)
+    report = json.loads((run.stage_dir(0, "quantize") / "report.json").read_text())
+    assert report["precision"] == "nvfp4_emulated"
+    assert {row["name"].split(".")[0] for row in report["layers"] if row["replaced"]} == set(SPEC.experts)
+    init = load_file(str(run.root / "init" / "adapters.safetensors"))
+    checkpoint = run.root / "iter_0000" / "update" / "checkpoint"
+    after, ema = load_file(str(checkpoint / "adapters.safetensors")), load_file(str(checkpoint / "ema.safetensors"))
+    assert after.keys() == init.keys()
+    for prefix, tensors in (("default.", after), ("old.", after), ("", ema)):
+        assert {k.removeprefix(prefix).split(".")[0] for k in tensors if k.startswith(prefix)} == {"transformer_2"}
+    assert any(not torch.equal(init[k], after[k]) for k in after if k.startswith("default."))
