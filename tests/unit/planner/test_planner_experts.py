@@ -10,6 +10,7 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.registry import backbone_spec
 from solrl_core.planner import fits, flops, memory
+from solrl_core.planner.gpus import get_gpu
 
 A14B = "wan22"
 SPEC = backbone_spec(A14B)
@@ -72,9 +73,10 @@ def test_the_fit_check_refuses_the_preset_where_two_experts_do_not_fit():
     stages = {s.stage: s.gib for s in fits.stage_memory(cfg)}
     assert set(stages) >= {"explore", "regenerate", "update", "evaluation"}
     assert max(stages.values()) > 80 - fits.MARGIN_GIB
+    h100, h200 = (get_gpu(name).memory_gib * GIB for name in ("h100", "h200"))  # the planner's table: 80, 141
     with pytest.raises(SolrlError, match=r"Wan2.2-T2V-A14B's \w+ stage needs ~"):
-        fits.check_memory_fits(cfg, device_memory_bytes=80 * 10**9)
-    fits.check_memory_fits(cfg, device_memory_bytes=141 * GIB)
+        fits.check_memory_fits(cfg, device_memory_bytes=int(h100))
+    fits.check_memory_fits(cfg, device_memory_bytes=int(h200))
     # training one expert: the LoRA state and the evaluation's merged layers of one
     one = load_config("wan22_sol_rl_pickscore", ["model.device=cuda", "train.experts=[transformer_2]"])
     ones = {s.stage: s.gib for s in fits.stage_memory(one)}
