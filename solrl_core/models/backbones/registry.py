@@ -131,8 +131,9 @@ def resolution_problem(model) -> str | None:
 
 def experts_problem(cfg) -> str | None:
     """What is wrong with the expert settings (train.experts, model.low_noise_guidance) for `model.kind`, from its
-    spec, or None: set for a model of one transformer, or naming an expert the model does not have. A plug-in's kind
-    has no spec: nothing is known here (its adapter checks)."""
+    spec, or None: set for a model of one transformer, or naming an expert the model does not have; or a step cache
+    on a model of experts (not supported). A plug-in's kind has no spec: nothing is known here (its adapter
+    checks)."""
     if is_plugin(cfg.model.kind):
         return None
     experts = next((s.experts for s in specs_of_kind(cfg.model.kind)), ())
@@ -147,6 +148,9 @@ def experts_problem(cfg) -> str | None:
     if chosen is not None and (not chosen or set(chosen) - set(experts) or len(set(chosen)) != len(chosen)):
         return (f"train.experts {chosen}: model.kind {cfg.model.kind}'s experts are {', '.join(experts)} (one, or "
                 "both; null = the backbone's default)")
+    if cfg.explore.cache.kind != "none":  # its hooks would extrapolate an expert's blocks over steps the other ran
+        return (f"explore.cache.kind {cfg.explore.cache.kind}: a step cache is not supported on model.kind "
+                f"{cfg.model.kind}'s experts ({', '.join(experts)}); set explore.cache.kind: none")
     return None
 
 

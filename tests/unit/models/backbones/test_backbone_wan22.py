@@ -215,6 +215,9 @@ def test_expert_settings_are_checked(tiny_dir):
         load_config(TINY, ["train.experts=[transformer]"])
     with pytest.raises(ConfigError, match="model.low_noise_guidance: model.kind embedded has one transformer"):
         load_config(TINY, ["model.low_noise_guidance=3.0"])
+    with pytest.raises(ConfigError, match="explore.cache.kind taylorseer: a step cache is not supported on model.kind "
+                                          "wan22's experts"):
+        load_config(TINY, ["model.kind=wan22", f"model.path={tiny_dir}", "explore.cache.kind=taylorseer"])
 
 
 def test_each_kind_refuses_the_other_layout(tiny_dir, tmp_path):
