@@ -15,7 +15,6 @@ from solrl_core.wording import plural
 def cmd_train(args) -> int:
     from solrl_core.config.loading import load_config
     from solrl_core.run.rundir import RunDir
-    from solrl_core.run_preflight import preflight
     from solrl_core.run_config import default_run_dir, prepare_run
 
     overrides = list(args.set or [])
@@ -30,6 +29,8 @@ def cmd_train(args) -> int:
     check_services(cfg, run)
     with run.hold():
         api = prefect_api()  # a temporary Prefect server boots while the model loads
+        from solrl_core.run_preflight import preflight  # torch and the models: after the config's own errors
+
         preflight(cfg)
         prepare_run(run, cfg)
         if not args.quiet:  # what the learning matrix measured of this objective x family (configs/measured/)
