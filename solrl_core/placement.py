@@ -37,6 +37,8 @@ def check_device_list(devices: list[str]) -> None:
 
 def check_present(device: str, setting: str) -> None:
     """A SolrlError naming `setting` and the devices this machine has when `device` is not one of them."""
+    if device == "cpu":  # every machine has it (and importing torch takes seconds)
+        return
     import torch
 
     try:
@@ -60,8 +62,6 @@ def cpu_cores() -> int:
 def check_gpus_for_processes(processes: int, device: str) -> None:
     """A SolrlError naming `train.processes` when this machine sees fewer GPUs than the update's `processes` ranks on
     it need (local rank r runs on GPU r of its machine), or, on the CPU, has fewer cores than ranks."""
-    import torch
-
     if processes <= 1:
         return
     if not str(device).startswith("cuda"):
@@ -71,6 +71,8 @@ def check_gpus_for_processes(processes: int, device: str) -> None:
                              f"copy of the model), but it has {cores} CPU core{'' if cores == 1 else 's'} for this "
                              f"process; set train.processes to {cores} or less")
         return
+    import torch
+
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if processes <= count:
         return
@@ -131,10 +133,11 @@ def resolve_devices(cfg) -> list[str]:
     devices = cfg.orchestration.devices
     if devices != "auto":
         return list(devices)
-    import torch
+    if cfg.model.device != "cpu":  # (importing torch takes seconds)
+        import torch
 
-    if torch.device(cfg.model.device).type == "cuda" and torch.cuda.is_available():
-        return [f"cuda:{k}" for k in range(torch.cuda.device_count())]
+        if torch.device(cfg.model.device).type == "cuda" and torch.cuda.is_available():
+            return [f"cuda:{k}" for k in range(torch.cuda.device_count())]
     local_ranks = cfg.orchestration.dask_address is None and cfg.train.nodes == 1
     return [cfg.model.device] * (cfg.train.processes if local_ranks else 1)
 
