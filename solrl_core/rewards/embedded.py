@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import ndimage
 
 from solrl_core.worlds.shapes import BACKGROUND, COLOURS, SHAPES, parse_prompt
 
@@ -82,6 +81,8 @@ def shape_probabilities(features: np.ndarray) -> np.ndarray:
 
 def _components(alpha: np.ndarray, area_scale: float):
     """Labels and, per component, (label, soft weight, area) for the hard foreground."""
+    from scipy import ndimage  # here, not at the top: loading a config imports this module (0.4 s)
+
     labels, n = ndimage.label(alpha > _HARD, structure=_STRUCT8)
     if n == 0:
         return labels, []
@@ -92,6 +93,8 @@ def _components(alpha: np.ndarray, area_scale: float):
 
 
 def _score_one(image_u8: np.ndarray, prompt: str) -> dict[str, float]:
+    from scipy import ndimage  # here, not at the top: loading a config imports this module (0.4 s)
+
     scene = parse_prompt(prompt)
     image = image_u8.astype(np.float32) / 255.0
     h, w = image.shape[:2]
