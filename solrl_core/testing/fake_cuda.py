@@ -30,8 +30,8 @@ are chosen by asking the driver, so `scaled_dot_product_attention` runs its math
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
-import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,12 +73,23 @@ _OWN = ("/solrl_core/", "/flows/", "/tasks/")
 
 
 def _sites() -> tuple[str, str]:
-    """(where, origin) of the op being run: see `Sync`."""
-    frames = [f for f in traceback.extract_stack() if f.filename != __file__]
-    own = [f for f in frames if any(anchor in f.filename for anchor in _OWN)]
-    outside = [f for f in frames if "/torch/" not in f.filename]
-    where, origin = (own or outside or frames)[-1], (outside or frames)[-1]
-    return f"{_short(where.filename)}:{where.lineno}", f"{_short(origin.filename)}:{origin.lineno}"
+    """(where, origin) of the op being run: see `Sync`. The stack is walked from the innermost frame out, and only as
+    far as both are found (this runs for every upload: a model moved to the device uploads each of its weights;
+    `traceback.extract_stack` would read every frame's source line)."""
+    innermost = own = outside = None
+    frame = sys._getframe(1)
+    while frame is not None and (own is None or outside is None):
+        filename = frame.f_code.co_filename
+        if filename != __file__:
+            site = (filename, frame.f_lineno)
+            innermost = innermost or site
+            if own is None and any(anchor in filename for anchor in _OWN):
+                own = site
+            if outside is None and "/torch/" not in filename:
+                outside = site
+        frame = frame.f_back
+    where, origin = own or outside or innermost, outside or innermost
+    return f"{_short(where[0])}:{where[1]}", f"{_short(origin[0])}:{origin[1]}"
 
 
 def _short(path: str) -> str:
