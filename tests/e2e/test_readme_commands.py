@@ -144,6 +144,7 @@ SOLRL_CONCRETE = {
     "solrl stage explore --run-dir runs/demo-pools --iteration 0 --force": HERE,
     "solrl plan flux1_sol_rl_pickscore --gpu h100 --gpus 4 --price 2.5": HERE,
     "solrl plan flux1 --gpu h100": HERE,
+    "solrl plan wan22_sol_rl_pickscore --gpu b200": HERE,
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,
     "solrl serve-reward pickscore --config flux1_sol_rl_pickscore --port 8000": SERVE_REWARD,  # a tiny reward there
