@@ -14,6 +14,7 @@ from solrl.cli.main import main
 from solrl_core.tiny_bundle import TINY_PROMPTS
 from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError
+from solrl_core.rewards.registry import REWARDS
 
 PRESETS = ROOT / "configs" / "presets"
 
@@ -31,10 +32,12 @@ def test_make_tiny_writes_the_model_rewards_prompts_and_overrides(tiny_dir):
     assert (tiny_dir / "prompts.txt").read_text().splitlines() == list(TINY_PROMPTS)
     overrides = yaml.safe_load((tiny_dir / "solrl_tiny.yaml").read_text())
     assert overrides["model"]["kind"] == "sd35"
-    assert set(overrides["reward_models"]) == {"pickscore", "clipscore", "hpsv2", "imagereward", "clip_edit"}
+    # every reward with weight files but the one whose weights ship in the package
+    assert set(overrides["reward_models"]) == {name for name, cls in REWARDS.items() if cls.needs_weights} - {
+        "embedded_learned"}
     for spec in overrides["reward_models"].values():
-        for path in spec.values():
-            assert path.startswith(str(tiny_dir / "rewards")) and os.path.exists(path)
+        paths = [value for value in spec.values() if isinstance(value, str) and os.sep in value]  # not arch names
+        assert paths and all(path.startswith(str(tiny_dir / "rewards")) and os.path.exists(path) for path in paths)
     listed = yaml.safe_load((tiny_dir / "rewards" / "reward_models.yaml").read_text())["reward_models"]
     assert listed == overrides["reward_models"]
 
