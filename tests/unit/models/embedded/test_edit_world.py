@@ -130,3 +130,20 @@ def test_the_worlds_prompt_sets_name_each_edits_source_drawn_once_alike(tmp_path
     assert all(np.array_equal(x, y) for x, y in zip(a, b))  # another machine draws the same sources
     for edit, image in zip(edits.test_edits()[:20], a):  # each the source of its edit: the instruction not yet done
         assert prompt_match_reward(image[None], [edit.source.prompt])["reward"][0] > 0.8
+
+
+def test_the_editing_demo_evaluates_every_held_out_edit_of_every_kind(tmp_path, monkeypatch):
+    """configs/demo_edit.yaml's held-out score is over the whole held-out set: its first 26 edits (the image demo's
+    eval.num_prompts) are colour, shape and count edits of red circles and squares, without a position edit, and
+    disagreed with the whole set on whether Sol-RL helped (docs/lab/editing-2026-11-30.md)."""
+    from repo_paths import ROOT
+    from solrl_core.config.loading import load_config
+    from solrl_core.prompts import eval_prompt_set
+
+    monkeypatch.setenv(edits.CACHE_ENV, str(tmp_path))
+    cfg = load_config(ROOT / "configs" / "demo_edit.yaml")
+    held_out = [edit.prompt for edit in edits.test_edits()]
+    assert list(eval_prompt_set(cfg)) == held_out
+    assert {edits.edit_of_prompt(p).kind for p in eval_prompt_set(cfg)} == set(edits.KINDS)
+    assert "position" not in {edit.kind for edit in edits.test_edits()[:26]}
+    assert cfg.eval.num_prompts * cfg.eval.seeds_per_prompt >= 400  # the whole set, not 104 samples of a corner
