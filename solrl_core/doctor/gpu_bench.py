@@ -354,7 +354,8 @@ def stage_peaks(base: torch.nn.Module, kind: str, config: dict, image_tokens: in
     from solrl_core.stages.update import enable_gradient_checkpointing
 
     cuda = torch.device(device).type == "cuda"
-    policy = attach_policy(run_cfg, SimpleNamespace(transformer=base, defaults=defaults))
+    # `base` is one diffusers transformer (of a model of experts, one expert's): no experts to pick LoRA targets in
+    policy = attach_policy(run_cfg, SimpleNamespace(transformer=base, defaults=defaults, trained_experts=None))
     inputs = _inputs(kind, config, image_tokens, text_tokens, device, dtype, batch=micro_batch)
     peaks = {}
     for stage in ("regenerate", "update"):
