@@ -156,6 +156,13 @@ class _RaftReward(ModelReward):
         with torch.no_grad():
             return frames, consecutive_flows(self.model, frames * 2 - 1, self.flow_updates)
 
+    def score_flows(self, frames, flow):
+        """(B,) scores on the device of the frames in [0, 1] and their consecutive flows (`flows`)."""
+        raise NotImplementedError
+
+    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
+        return host_scores(self.score_flows(*self.flows(images)))
+
     def fingerprint(self) -> str:
         import json
 
@@ -183,9 +190,9 @@ class FlowMotion(_RaftReward):
     summary = ("videos: VBench's dynamic degree, continuous - RAFT's largest 5 % of flow between consecutive frames "
                "over VBench's moving threshold, capped at 1, averaged, in [0, 1]; a still video scores 0")
 
-    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        _, flow = self.flows(images)
-        return host_scores(motion_degree(flow))
+    @staticmethod
+    def score_flows(frames, flow):
+        return motion_degree(flow)
 
 
 class FlowSmoothness(_RaftReward):
@@ -194,6 +201,6 @@ class FlowSmoothness(_RaftReward):
     summary = ("videos: 1 - the flow-warping error between consecutive frames (Lai et al. 2018; RAFT's flow), in "
                "[0, 1]: frames that follow their motion score high; a still video scores 1")
 
-    def score_batch(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        frames, flow = self.flows(images)
-        return host_scores(1.0 - warping_error(frames, flow))
+    @staticmethod
+    def score_flows(frames, flow):
+        return 1.0 - warping_error(frames, flow)
