@@ -44,7 +44,25 @@ def registry_problem(cfg: RunConfig) -> str | None:
     if framed and makes_videos(cfg.model) is False:
         return (f"reward_models.{framed}: model.kind {cfg.model.kind} makes images, which have no frames "
                 "to pick: the setting would do nothing; remove it")
-    return family_conflict(cfg) or rollout_problem(cfg) or resolution_problem(cfg.model) or experts_problem(cfg)
+    return (family_conflict(cfg) or explore_decode_problem(cfg) or rollout_problem(cfg)
+            or resolution_problem(cfg.model) or experts_problem(cfg))
+
+
+def explore_decode_problem(cfg: RunConfig) -> str | None:
+    """One line when `explore.decode.frames: scored` cannot decode fewer frames: the model makes images, or its
+    decoder is not known to be causal in time (a plug-in kind, or a video VAE that mixes later frames into earlier
+    ones)."""
+    from solrl_core.models.explore_decode import model_spec
+
+    if cfg.explore.decode.frames == "all":
+        return None
+    spec = model_spec(cfg.model.kind)
+    if spec is None or spec.defaults.frames is None or not spec.causal_decoder:
+        what = ("makes images" if spec is not None and spec.defaults.frames is None else
+                "is not known to decode its first frames from its first latent frames alone")
+        return (f"explore.decode.frames: scored decodes a video's first frames from its first latent frames, but "
+                f"model.kind {cfg.model.kind} {what}; set explore.decode.frames: all")
+    return None
 
 
 def rollout_noise_level(cfg: RunConfig) -> float:

@@ -15,7 +15,7 @@ sol_rl         a cheaper proxy (see below)       K of N        on
 sol_rl's explore only ranks seeds; the regenerated samples are trained on. Its proxy is cheaper than the regenerate
 copy by precision (the official NVFP4, 6 steps) or, at full precision, by fewer steps than `regenerate.steps` (a
 few-step proxy: the CPU tests and the quick local checks use it), or by a step cache or another model
-(`explore.cache`, `explore.sibling`), which only sol_rl may explore with: the other families train on their explore
+(`explore.cache`, `explore.sibling`), which only sol_rl may explore with, as with a cheaper decode (`explore.decode`): the other families train on their explore
 samples. A full-precision explore at the regenerate's step
 count would sample every selected image twice at full cost.
 Step counts and N/K are otherwise free (the official ones are in configs/parts/families/).
@@ -50,6 +50,11 @@ def family_conflict(cfg: RunConfig) -> str | None:
         return (f"{head} explore.sibling.path is set, but {family} trains on the explore samples themselves, which "
                 "must be the trained model's; unset explore.sibling.path (or family: sol_rl, where a sibling only "
                 "ranks the seeds)")
+    decode = explore.decode
+    if family != "sol_rl" and (decode.frames != "all" or decode.scale != 1.0):
+        return (f"{head} explore.decode is set, but {family} trains on the explore samples themselves and scores "
+                "them as decoded; set explore.decode.frames: all and explore.decode.scale: 1 (or family: sol_rl, "
+                "where the explore's decode only ranks the seeds)")
     every_seed = selection_rule(cfg.select.mode).every_seed
     if family == "baseline" and not every_seed:
         return (f"{head} select.mode is {cfg.select.mode}, but the baseline family trains on every sampled seed; set "

@@ -213,6 +213,19 @@ class GuardrailConfig(_Strict):
         return ladder
 
 
+class ExploreDecodeConfig(_Strict):
+    """A cheaper decode of the explore's samples, which are decoded only to be ranked (solrl_core/models/
+    explore_decode.py): sol_rl only, the regenerate decodes in full."""
+
+    frames: Literal["all", "scored"] = Field(
+        "all", description="video: all; or scored = decode only the frames the training rewards read (an image "
+        "reward with reward_models.<name>.video_frames: 1 reads the first), from the first latent frames of a decoder "
+        "causal in time (Wan's); the frames after them hold the last decoded one")
+    scale: float = _real(1.0, "decode the latents resized to this share of their height and width (area), the frames "
+                         "resized back (bilinear): the decode costs about its square (default 1, the full decode)",
+                         gt=0, le=1)
+
+
 class ExploreCacheConfig(_Strict):
     """A cache that skips transformer work between the explore's denoising steps, from diffusers' hooks
     (solrl_core/models/step_cache.py); only the explore copy gets it."""
@@ -287,6 +300,8 @@ class ExploreConfig(_Strict):
     sibling: ExploreSiblingConfig = Field(
         ExploreSiblingConfig(), description="explore with another model (sol_rl: regenerate and update stay with "
         "the trained one); a guardrail escalation goes back to the trained model")
+    decode: ExploreDecodeConfig = Field(ExploreDecodeConfig(), description="a cheaper decode of the explore's "
+                                        "samples (sol_rl; a guardrail escalation goes back to the full decode)")
     guardrail: GuardrailConfig = Field(GuardrailConfig(), description="ranking-fidelity guardrail (off by default)")
 
 

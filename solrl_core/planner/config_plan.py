@@ -36,9 +36,10 @@ OFFICIAL_REDUCED_STEPS = 6
 OFFICIAL_SEEDS_PER_KEPT = 4  # N = 96 for K = 24
 
 
-def family_shapes(cfg) -> dict[str, Shapes]:
-    """Every family's ``Shapes`` at the config's sizes (module docstring); the config's own family as configured."""
-    own = shapes_from_config(cfg)
+def family_shapes(cfg, spec=None) -> dict[str, Shapes]:
+    """Every family's ``Shapes`` at the config's sizes (module docstring); the config's own family as configured
+    (``spec``: the backbone spec it is priced on, when not the config's model's)."""
+    own = shapes_from_config(cfg, spec)
     full_steps = own.regenerate_steps if own.regenerate else own.explore_steps
     reduced_steps = own.explore_steps if own.regenerate else OFFICIAL_REDUCED_STEPS
     seeds = own.k * OFFICIAL_SEEDS_PER_KEPT if own.family == "baseline" else own.seeds
@@ -127,8 +128,8 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
     fwd, per_image, title, note = config_forward(cfg, model)
     u = DEFAULT_UTILISATION if utilisation is None else float(utilisation)
     tp = Throughput(g, gpus, u, calibration.per_precision() if calibration is not None else {})
-    costs = {family: iteration_cost(fwd, shapes, tp, per_image["total"])
-             for family, shapes in family_shapes(cfg).items()}
+    costs = {family: iteration_cost(fwd, shapes, tp, per_image["total"], per_image.get("decode", 0.0))
+             for family, shapes in family_shapes(cfg, priced_spec(model)).items()}
     result = plan_result(fwd.model, title, note, g, gpus, u, utilisation is not None, cfg.train.timestep_fraction,
                          fwd, per_image, costs, ("families other than the config's own: the config's prompts, N, K "
                                                  "and step counts (solrl_core/planner/config_plan.py)",
@@ -143,6 +144,13 @@ def plan_config(cfg, gpu: str, gpus: int = 8, utilisation: float | None = None, 
     if not model:
         extra["memory"] = config_memory(cfg, g)
     return {"config": cfg.name, "config_family": cfg.family, **calibrated(result, calibration), **extra}
+
+
+def priced_spec(model: str | None):
+    """The backbone spec of the full-size model a config is priced on instead of its own (None: its own)."""
+    from solrl_core.planner.flops import get_model
+
+    return None if not model else backbone_spec(get_model(model).backbone)
 
 
 def sibling_assumption(cfg) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ class Shapes:
     explore_steps: int = 10
     explore_precision: str = "bf16"
     explore_full_steps: int = 0  # explore steps at full precision (explore.full_precision_first + _last)
+    explore_decode_fraction: float = 1.0  # the share of the full decode the explore's decode does (explore.decode)
     regenerate: bool = False
     regenerate_steps: int = 10
     train_timesteps: int = 6
@@ -103,10 +104,13 @@ _CONFIG_PRECISION = {
 }
 
 
-def shapes_from_config(cfg) -> Shapes:
+def shapes_from_config(cfg, spec=None) -> Shapes:
     """The ``Shapes`` of a validated ``RunConfig`` (what the benchmark's modeled-GPU-cost axis uses). Emulated
     precisions map to the real ones they emulate, fp32 to bf16 (a GPU run would use bf16), auto to nvfp4 (resolved
-    per GPU by ``resolve_precision``)."""
+    per GPU by ``resolve_precision``). ``spec``: the backbone spec it is priced on, when not the config's model's
+    (the share of the decode the explore's does depends on its frames)."""
+    from solrl_core.models.explore_decode import decode_fraction
+
     regen = bool(cfg.regenerate.enabled)
     sampling_steps = cfg.regenerate.steps if regen else cfg.explore.steps
     seeds = cfg.explore.seeds_per_prompt
@@ -120,6 +124,7 @@ def shapes_from_config(cfg) -> Shapes:
         explore_steps=cfg.explore.steps,
         explore_precision=_CONFIG_PRECISION[cfg.explore.precision],
         explore_full_steps=cfg.explore.full_precision_first + cfg.explore.full_precision_last,
+        explore_decode_fraction=decode_fraction(cfg, spec),
         regenerate=regen,
         regenerate_steps=cfg.regenerate.steps,
         train_timesteps=objective.trained_times(sampling_steps),
@@ -165,8 +170,10 @@ def forward_seconds(fwd: ForwardFlops, precision: str, tp: Throughput) -> float:
     return fwd.low_precision / tp.rate(precision) + (fwd.total - fwd.low_precision) / bf16
 
 
-def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_flops: float) -> dict:
-    """Seconds per stage and per iteration (see the module docstring) and the FLOPs behind them."""
+def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_flops: float,
+                   decode_flops: float = 0.0) -> dict:
+    """Seconds per stage and per iteration (see the module docstring) and the FLOPs behind them. ``decode_flops``:
+    the decode's part of ``per_image_flops``, of which the explore does ``shapes.explore_decode_fraction``."""
     precision = resolve_precision(shapes.explore_precision, tp.gpu)
     bf16 = tp.rate("bf16")
     n_explore = shapes.prompts * shapes.seeds
@@ -174,7 +181,7 @@ def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_
     low_steps = shapes.explore_steps - shapes.explore_full_steps
     explore_denoise = n_explore * (low_steps * forward_seconds(fwd, precision, tp)
                                    + shapes.explore_full_steps * fwd.total / bf16)
-    explore_images = n_explore * per_image_flops / bf16
+    explore_images = n_explore * (per_image_flops - (1 - shapes.explore_decode_fraction) * decode_flops) / bf16
     regen_denoise = n_kept * shapes.regenerate_steps * fwd.total / bf16 if shapes.regenerate else 0.0
     regen_images = n_kept * per_image_flops / bf16 if shapes.regenerate else 0.0
     train_forwards = (n_kept * shapes.train_timesteps * shapes.optimizer_steps

@@ -53,6 +53,8 @@ class ExplorePolicy:
     sibling: str | None = None  # explore.sibling.path; None = the trained model
     full_first: int = 0  # explore.full_precision_first: its first steps at full precision
     full_last: int = 0  # explore.full_precision_last
+    decode_scale: float = 1.0  # explore.decode.scale
+    decode_frames: str = "all"  # explore.decode.frames
 
     def label(self) -> str:
         options = ", ".join(f"{k}={v}" for k, v in self.cache_options.items())
@@ -60,24 +62,44 @@ class ExplorePolicy:
         model = "" if self.sibling is None else f"sibling {Path(self.sibling).name}, "
         full = ", ".join(f"{where} {n} at full precision" for where, n in (("first", self.full_first),
                                                                             ("last", self.full_last)) if n)
+        decode = ", ".join(([f"decoded at {self.decode_scale:g} scale"] if self.decode_scale != 1.0 else [])
+                           + (["the scored frames decoded"] if self.decode_frames != "all" else []))
+        notes = ", ".join(n for n in (full, decode) if n)
         return (f"{model}{'full precision' if self.precision == FULL else self.precision} @ {self.steps}{cache}"
-                + (f" ({full})" if full else ""))
+                + (f" ({notes})" if notes else ""))
+
+    def decode_config(self):
+        """Its `explore.decode`."""
+        from solrl_core.config.schema import ExploreDecodeConfig
+
+        return ExploreDecodeConfig(frames=self.decode_frames, scale=self.decode_scale)
+
+    def decode_plan(self, cfg):
+        """How it decodes the config's samples (`explore_decode.decode_plan`)."""
+        from solrl_core.models.explore_decode import decode_plan
+
+        return decode_plan(cfg.model_copy(update={"explore": cfg.explore.model_copy(
+            update={"decode": self.decode_config()})}))
 
     def short_label(self) -> str:
         """For a plot: "sib:" with a sibling, the precision without "_emulated", the steps, "+cache" with a cache,
-        "+f1" / "+l1" for full-precision first / last steps."""
+        "+f1" / "+l1" for full-precision first / last steps, "+d0.5" for a decode at half scale, "+dF" for the
+        scored frames decoded alone."""
         precision = "full" if self.precision == FULL else self.precision.removesuffix("_emulated")
         return (("" if self.sibling is None else "sib:") + f"{precision}@{self.steps}"
                 + ("" if self.cache == "none" else f"+{self.cache}")
                 + (f"+f{self.full_first}" if self.full_first else "")
-                + (f"+l{self.full_last}" if self.full_last else ""))
+                + (f"+l{self.full_last}" if self.full_last else "")
+                + (f"+d{self.decode_scale:g}" if self.decode_scale != 1.0 else "")
+                + ("+dF" if self.decode_frames != "all" else ""))
 
     def overrides(self) -> list[str]:
         """The config keys that set this policy (`--set` form)."""
         return [f"explore.precision={self.precision}", f"explore.steps={self.steps}",
                 f"explore.full_precision_first={self.full_first}", f"explore.full_precision_last={self.full_last}",
                 f"explore.cache.kind={self.cache}", f"explore.cache.options={json.dumps(self.cache_options)}",
-                f"explore.sibling.path={json.dumps(self.sibling)}"]
+                f"explore.sibling.path={json.dumps(self.sibling)}", f"explore.decode.scale={self.decode_scale}",
+                f"explore.decode.frames={self.decode_frames}"]
 
 
 def runnable_precision(name: str, device: str) -> str:
@@ -113,8 +135,28 @@ def candidate_policies(cfg, siblings: tuple[str, ...] = ()) -> list[ExplorePolic
     policies += [ExplorePolicy(runnable_precision(p, device), s, sibling=sibling)
                  for sibling in siblings for p in PRECISIONS
                  for s in ([hi] if same_sample else sorted({1, 2, 4, lo})) if s <= hi]
+    policies += decode_policies(cfg, [hi] if same_sample else [lo])
     reference = reference_policy(cfg)
     return [p for p in policies if p != reference and family_accepts(cfg, p)]
+
+
+DECODE_SCALE_CANDIDATE = 0.5  # a quarter of the decode's work
+
+
+def decode_policies(cfg, steps: list[int]) -> list[ExplorePolicy]:
+    """For a video model (whose decode may cost more than its 4-bit denoising): each precision at `steps` with a
+    cheaper decode: at half scale, the scored frames alone where that decodes fewer (`explore.decode`), and both."""
+    from solrl_core.models.explore_decode import model_spec
+
+    spec = model_spec(cfg.model.kind)
+    if spec is None or spec.defaults.frames is None:
+        return []
+    decodes = [(DECODE_SCALE_CANDIDATE, "all")]
+    if spec.causal_decoder and ExplorePolicy(FULL, 1, decode_frames="scored").decode_plan(cfg).latent_frames:
+        decodes += [(1.0, "scored"), (DECODE_SCALE_CANDIDATE, "scored")]
+    device = cfg.model.device
+    return [ExplorePolicy(runnable_precision(p, device), s, decode_scale=scale, decode_frames=frames)
+            for p in PRECISIONS for s in steps for scale, frames in decodes]
 
 
 def family_accepts(cfg, policy: ExplorePolicy) -> bool:
@@ -200,12 +242,14 @@ def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Bat
     ODE, or on the run objective's SDE when its rollouts are SDE rollouts (explore and regenerate alike)."""
     from tqdm.auto import tqdm
 
+    from solrl_core.models.explore_decode import decode_samples
     from solrl_core.models.sampler import resolve_sampler, sample
     from solrl_core.models.sde_sampler import sample_sde
     from solrl_core.rewards.registry import score_images
     from solrl_core.rl.objectives import objective_for
 
     objective = objective_for(cfg)
+    plan = policy.decode_plan(cfg)
     noise_level = objective.sampling_noise_level()
     guidance = cfg.guidance.rollout
     uncond = (backbone.encode_prompts([""]) if guidance != 1.0 and not backbone.defaults.distilled_guidance
@@ -225,7 +269,7 @@ def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Bat
         else:
             x0 = sample(backbone, transformer, cond, backbone.initial_noise(seeds), policy.steps, sampler=solver,
                         guidance=guidance, uncond=uncond).x0
-        images = backbone.decode(x0)  # reads the samples back: the sampling time is complete
+        images = decode_samples(backbone, x0, plan)  # reads the samples back: the sampling time is complete
         seconds += time.perf_counter() - began
         rewards.append(score_images(images, texts, cfg.rewards, cfg.reward_models)[0])
     return np.concatenate(rewards), seconds
@@ -259,23 +303,26 @@ def flop_ratio(cfg, policy: ExplorePolicy) -> float:
 
 
 def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_ratio: float,
-                     forward=None) -> dict[str, float]:
+                     forward=None, price_as: str | None = None) -> dict[str, float]:
     """GPU kind -> modelled seconds of the config's explore stage under `policy` (the planner, as `solrl plan`
-    prices it on 8 GPUs), its denoising part times `flop_ratio` (what the policy's model and cache leave). `forward`: the config's
-    `config_plan.config_forward`, computed once for every policy (None: computed here)."""
-    from solrl_core.planner.config_plan import config_forward
+    prices it on 8 GPUs), its denoising part times `flop_ratio` (what the policy's model and cache leave), its decode
+    the share the policy's decode does. `forward`: the config's `config_plan.config_forward` (of `price_as`, a
+    full-size model to price on instead), computed once for every policy (None: computed here)."""
+    from solrl_core.planner.config_plan import config_forward, priced_spec
     from solrl_core.planner.cost_model import Throughput, iteration_cost, shapes_from_config
     from solrl_core.planner.gpus import DEFAULT_UTILISATION, get_gpu
 
-    fwd, per_image, _, _ = forward or config_forward(cfg)
+    fwd, per_image, _, _ = forward or config_forward(cfg, price_as)
     explore = cfg.explore.model_copy(update={"precision": policy.precision, "steps": policy.steps,
                                              "full_precision_first": policy.full_first,
-                                             "full_precision_last": policy.full_last})
-    shapes = shapes_from_config(cfg.model_copy(update={"explore": explore}))  # the reference too, any family
+                                             "full_precision_last": policy.full_last,
+                                             "decode": policy.decode_config()})
+    # the reference too, any family
+    shapes = shapes_from_config(cfg.model_copy(update={"explore": explore}), priced_spec(price_as))
     out = {}
     for gpu in gpus:
         seconds = iteration_cost(fwd, shapes, Throughput(get_gpu(gpu), 8, DEFAULT_UTILISATION),
-                                 per_image["total"])["seconds"]
+                                 per_image["total"], per_image.get("decode", 0.0))["seconds"]
         out[gpu] = seconds["explore_denoise"] * flop_ratio + seconds["explore_decode_score"]
     return out
 
@@ -283,11 +330,12 @@ def modelled_seconds(cfg, policy: ExplorePolicy, gpus: tuple[str, ...], flop_rat
 def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tuple[str, ...] = DEFAULT_GPUS,
               policies: list[ExplorePolicy] | None = None, batch_size: int = 48, seed_offset: int = 0,
               progress: bool = False, siblings: tuple[str, ...] = (), keep: Path | None = None,
-              say=None) -> dict:
+              say=None, price_as: str | None = None) -> dict:
     """Every candidate policy (`candidate_policies(cfg, siblings)` unless `policies`) against the reference on one
     calibration batch (module docstring), as a plain dict. `keep`: a folder where each policy's rewards are kept once
     measured and read back by a calibration of the same batch (calibration_store.py: a stopped one resumes); `say`:
-    called with one line per policy done ("policy 3 of 9: ...")."""
+    called with one line per policy done ("policy 3 of 9: ..."); `price_as`: a full-size model whose shapes, decode
+    and reward the modelled seconds are of (the embedded models decode nothing: their latent is the image)."""
     from solrl_core.planner.calibration_store import MeasuredRewards, batch_key
     from solrl_core.rl.fidelity import ranking_fidelity, within_prompt_pairs
     from solrl_core.stages.audit import extremes_overlap
@@ -315,7 +363,7 @@ def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tupl
     from solrl_core.planner.config_plan import config_forward
 
     half = max(1, cfg.select.k // 2)
-    forward = config_forward(cfg)
+    forward = config_forward(cfg, price_as)
     ratios: dict[tuple, float] = {}  # (cache, options, steps, sibling) -> the FLOPs it leaves, whatever the precision
     rows = []
     for number, policy in enumerate(candidates, 1):
@@ -328,7 +376,7 @@ def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tupl
         low, high = prompt_interval([s for s, _ in within_prompt_pairs(rewards, ref_rewards, batch.prompt_index)])
         rows.append({"policy": asdict(policy), "label": policy.label(), "seconds_here": seconds,
                      "spearman_within_prompt_low": low, "spearman_within_prompt_high": high,
-                     "flop_ratio": ratio, "modelled_seconds": modelled_seconds(cfg, policy, gpus, ratio, forward),
+                     "flop_ratio": ratio, "modelled_seconds": modelled_seconds(cfg, policy, gpus, ratio, forward, price_as),
                      "mean_reward": float(rewards.mean()),
                      **{k: float(v) for k, v in fid.items()},
                      **extremes_overlap(rewards, ref_rewards, batch.prompt_index, half)})
@@ -337,7 +385,7 @@ def calibrate(cfg, num_prompts: int = 16, seeds_per_prompt: int = 24, gpus: tupl
     mark_pareto(rows, gpus[0])
     return {"config": cfg.name, "family": cfg.family, "objective": cfg.objective.name, "device": cfg.model.device,
             "prompts": len(batch.prompts), "seeds_per_prompt": seeds_per_prompt, "seed_offset": seed_offset,
-            "k": cfg.select.k, "gpus": list(gpus),
+            "k": cfg.select.k, "gpus": list(gpus), "priced_as": price_as,
             "reference": {"policy": asdict(reference), "label": reference.label(), "seconds_here": ref_seconds,
                           "mean_reward": float(ref_rewards.mean())},
             "rows": rows}
@@ -385,7 +433,9 @@ def format_table(result: dict, chosen: dict | None = None) -> str:
             + " | Pareto |")
     lines = [f"Calibration of {result['config']} ({result['family']}, {result['objective']}): {result['prompts']} "
              f"prompts × {result['seeds_per_prompt']} seeds on {result['device']}, against the reference "
-             f"{result['reference']['label']} ({result['reference']['seconds_here']:.2f} s here)", "", head,
+             f"{result['reference']['label']} ({result['reference']['seconds_here']:.2f} s here)"
+             + (f"; modelled seconds of {result['priced_as']} at its own shapes" if result.get("priced_as") else ""),
+             "", head,
              "|" + "---|" + "---:|" * (6 + len(gpus)) + "---|"]
     for r in sorted(result["rows"], key=lambda r: r["modelled_seconds"][gpus[0]]):
         mark = " **chosen**" if chosen is not None and r["label"] == chosen["label"] else ""

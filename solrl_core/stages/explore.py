@@ -43,6 +43,7 @@ def sampling(ctx: StageContext) -> PoolSampling:
         model=explore_sampler,
         sampling_backbone=explore_source,
         sources=iteration_sources(cfg, ctx.iteration),
+        decode=setting.decode,
     )
 
 

@@ -1,10 +1,11 @@
-"""The explore precision, steps and model of an iteration, with the fidelity guardrail's escalations replayed."""
+"""The explore precision, steps, model and decode of an iteration, with the fidelity guardrail's escalations replayed."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from solrl_core.models.explore_decode import DecodePlan, decode_plan
 from solrl_core.models.quant.backends import resolve_backend
 from solrl_core.models.quant.guardrail import FidelityGuardrail
 from solrl_core.stages.context import StageContext
@@ -18,6 +19,7 @@ class ExploreSetting:
     escalations: tuple[dict, ...] = ()
     sibling: str | None = None  # explore.sibling.path while the configured setting holds (an escalation leaves it)
     full_precision: tuple[int, int] = (0, 0)  # explore.full_precision_first/_last likewise
+    decode: DecodePlan = DecodePlan()  # explore.decode likewise (an escalation decodes in full)
 
     def label(self) -> str:
         """E.g. "nvfp4_emulated, 10 steps, the first 1 and last 1 at full precision"."""
@@ -28,7 +30,8 @@ class ExploreSetting:
     def record(self) -> dict:
         """What a pool and the quantize report keep of it beside the precision and steps."""
         return {"sibling": self.sibling,
-                **({"full_precision_steps": list(self.full_precision)} if any(self.full_precision) else {})}
+                **({"full_precision_steps": list(self.full_precision)} if any(self.full_precision) else {}),
+                **self.decode.record()}
 
 
 def explore_setting(ctx: StageContext) -> ExploreSetting:
@@ -40,7 +43,8 @@ def explore_setting(ctx: StageContext) -> ExploreSetting:
     choice = resolve_backend(ex.precision, ctx.cfg.model.device)
     configured = (ex.full_precision_first, ex.full_precision_last)
     if not (ex.guardrail.enabled and ctx.cfg.regenerate.enabled):
-        return ExploreSetting(choice.name, ex.steps, choice.reason, sibling=ex.sibling.path, full_precision=configured)
+        return ExploreSetting(choice.name, ex.steps, choice.reason, sibling=ex.sibling.path, full_precision=configured,
+                              decode=decode_plan(ctx.cfg))
     g = ex.guardrail
     guard = FidelityGuardrail(g.floor, g.patience, [(choice.name, ex.steps), *[tuple(r) for r in g.ladder]])
     escalations = []
@@ -52,4 +56,4 @@ def explore_setting(ctx: StageContext) -> ExploreSetting:
     reason = choice.reason if guard.level == 0 else escalations[-1]["reason"]
     held = guard.level == 0
     return ExploreSetting(guard.precision, guard.steps, reason, tuple(escalations), ex.sibling.path if held else None,
-                          configured if held else (0, 0))
+                          configured if held else (0, 0), decode_plan(ctx.cfg) if held else DecodePlan())

@@ -22,6 +22,7 @@ from solrl_core.edit_sources import SOURCE_ARRAY, SOURCES_ATTR, Sources, source_
 from solrl_core.errors import SolrlError
 from solrl_core.run.pool import CandidateWriter
 from solrl_core.models.compiled import compiled_copy
+from solrl_core.models.explore_decode import DecodePlan, decode_samples
 from solrl_core.models.sampler import resolve_sampler, sample, schedule_sigmas
 from solrl_core.models.sde_sampler import sample_sde
 from solrl_core.seeds import derived_generator
@@ -140,6 +141,7 @@ def sample_into_pool(
     sde: bool = True,
     keep_trajectory: bool = False,
     sources: list[Sources] | None = None,
+    decode: DecodePlan | None = None,
 ) -> CandidateWriter:
     """Sample row i from seed `seeds[i]` with prompt `prompts[prompt_index[i]]` (and an edit prompt's source images
     `sources[prompt_index[i]]`), batch by batch, committing each.
@@ -183,7 +185,7 @@ def sample_into_pool(
         columns = {
             "prompt_index": prompt_index[rows].astype(np.int32),
             "seed": seeds[rows].astype(np.int64),
-            "image": backbone.decode(result.x0),
+            "image": decode_samples(backbone, result.x0, decode),
         }
         if keep_latents:
             columns["latent"] = result.x0.float().cpu().numpy()
@@ -221,6 +223,7 @@ class PoolSampling:
     # (ctx, backbone) -> the backbone it samples on (its schedule; explore's sibling view); None = backbone
     sampling_backbone: Callable | None = None
     sources: list[Sources] | None = None  # per prompt, an edit prompt's source images (None: text-to-image)
+    decode: DecodePlan | None = None  # the explore's cheaper decode (None: the full decode)
 
     @property
     def n_rows(self) -> int:
@@ -245,7 +248,8 @@ class PoolSampling:
         return sample_into_pool(self.path, self.on(ctx, backbone), transformer, self.prompts, self.prompt_index,
                                 self.seeds, self.steps, self.batch_size, self.keep_latents, self.attrs,
                                 ctx.progress, desc or self.desc, self.extra_columns, on_commit, ctx, batches,
-                                self.guidance, self.sde, self.keep_trajectory, sources=self.sources)
+                                self.guidance, self.sde, self.keep_trajectory, sources=self.sources,
+                                decode=self.decode)
 
     # ---- split over devices (solrl_core/stages/shards.py) ------------------------------------------------------
     bar_unit = "img"

@@ -25,6 +25,10 @@ def cmd_calibrate_explore(args) -> int:
     gpus = tuple(args.gpu or ep.DEFAULT_GPUS)
     for gpu in gpus:
         get_gpu(gpu)  # an unknown name says so now, not after the sampling
+    if args.price_as:
+        from solrl_core.planner.flops import get_model
+
+        get_model(args.price_as)
     if args.write and Path(args.write).exists() and not args.force:
         raise SolrlError(f"{args.write} exists; give another FILE or --force to replace it")
     from solrl_core.userfiles import check_output_dir, check_output_file
@@ -40,7 +44,7 @@ def cmd_calibrate_explore(args) -> int:
     say = None if args.quiet else (lambda line: print(line, flush=True))
     result = ep.calibrate(cfg, args.prompts, args.seeds, gpus, batch_size=args.batch_size,
                           seed_offset=args.seed_offset, progress=not args.quiet, siblings=siblings, keep=out,
-                          say=say)
+                          say=say, price_as=args.price_as)
     chosen = ep.pick(result, args.min_spearman)
     result["min_spearman"], result["chosen"] = args.min_spearman, chosen["label"] if chosen else None
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +79,8 @@ def register(sub) -> None:
                        description="Sample one calibration batch (prompts x seeds) with the config's base model under "
                        "each candidate explore policy (precision: 4-bit, 8-bit, full; steps: half the explore's, the "
                        "explore's, between, the regenerate's; cache: none, TaylorSeer; model: the trained one, or "
-                       "a --sibling at 1, 2, 4 steps) and under the regenerate "
+                       "a --sibling at 1, 2, 4 steps; for a video model a decode at half scale and of the scored frames "
+                       "alone) and under the regenerate "
                        "setting, and report per policy: the within-prompt Spearman and Kendall of its rewards "
                        "against the regenerate's, the overlap of the K/2 best and worst seeds it would keep, the "
                        "seconds it took here, and the planner's modelled explore seconds per GPU kind. Writes "
@@ -100,6 +105,10 @@ def register(sub) -> None:
     p.add_argument("--sibling", action="append", metavar="PATH",
                    help="also calibrate exploring with this sibling model (explore.sibling.path: a smaller or "
                    "step-distilled model of the same kind; repeatable; the config's own sibling is always included)")
+    p.add_argument("--model", dest="price_as", metavar="MODEL", help="model the explore seconds on this full-size "
+                   "backbone at its own shapes, VAE decode and reward included, as `solrl plan CONFIG --model` does, "
+                   "while ranking on the config's model: the embedded models decode nothing (their latent is the "
+                   "image), so a cheaper explore decode is priced on the model it is for (e.g. --model wan)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no line per policy")
     p.set_defaults(func=cmd_calibrate_explore)

@@ -115,6 +115,9 @@ class BackboneSpec:
     fixed_resolution: bool = False
     # a video model's VAE: frames per latent frame after the first ((frames - 1) must be a multiple of it)
     temporal_compression: int = 1
+    # a video model whose decoder is causal in time: its first latent frames decode to the video's first frames exactly,
+    # whatever follows them, so the explore may decode only the frames its rewards score (explore.decode.frames)
+    causal_decoder: bool = False
     # the weights ship with solrl (the embedded models): the planner prices the loaded model itself
     shipped: bool = False
     # an editing model: its prompts come with source images (its adapter's `edits`; the learning matrix's edit world)
@@ -145,6 +148,11 @@ class BackboneSpec:
         if self.defaults.frames is None:
             return 1
         return ((frames or self.defaults.frames) - 1) // self.temporal_compression + 1
+
+    def latent_frames_for(self, frames: int) -> int:
+        """The latent frames that decode to a video's first `frames` frames: the first latent frame makes one frame,
+        each later one `temporal_compression`."""
+        return -(-(frames - 1) // self.temporal_compression) + 1
 
     def latent_at(self, resolution: int | None = None, frames: int | None = None) -> tuple[int, ...]:
         """One sample's latent (`latent_shape`, as the VAE decoder takes it) at `resolution` and, for a video model,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -178,6 +179,24 @@ def test_an_explore_with_full_precision_steps_runs_on_a_faked_gpu(model, tiny_mo
             assert sample_sde(backbone, model_of_steps, on_device, [1, 2], steps, noise_level=0.7).x0.is_cuda
         assert gpu.syncs[syncs:] == []
     assert run.manifest(0, "explore")["summary"]["candidates"] == 4
+
+
+@pytest.mark.parametrize("model", ["embedded_video", "wan"])
+def test_an_explore_with_a_cheaper_decode_runs_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+    """explore.decode on the device: the first latent frame resized on the device, decoded there, the pool's videos
+    the first frame held, recorded in its attributes."""
+    from solrl_core.run.pool import read_table
+
+    cfg = _config(model, tiny_models, "explore.decode.frames=scored", "explore.decode.scale=0.5",
+                  "rewards={jpeg: 1.0}", "reward_models={jpeg: {video_frames: 1}}")
+    run = _run(tmp_path / "run", cfg)
+    with fake_cuda():
+        for stage in ("quantize", "explore", "score_explore"):
+            run_stage(run, cfg, 0, stage, progress=False)
+    table, attrs = read_table(run.stage_dir(0, "explore") / "pool.zarr", ["image"])
+    assert attrs["explore_decode"] == {"scale": 0.5, "decoded_frames": 1}
+    videos = table["image"]
+    np.testing.assert_array_equal(videos, np.repeat(videos[:, :1], videos.shape[1], axis=1))
 
 
 def test_the_sde_sampling_loop_never_syncs(tiny_models, one_torch_thread):

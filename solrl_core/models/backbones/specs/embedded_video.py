@@ -26,5 +26,6 @@ SPEC = BackboneSpec(
         frames=4,  # the shipped weights' (pretrained_video/solrl_embedded.json)
     ),
     shipped=True,
+    causal_decoder=True,  # its latent is the frames themselves
     fixed_resolution=True,  # defaults.resolution = 32: the shipped weights'
 )

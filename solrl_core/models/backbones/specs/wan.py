@@ -67,4 +67,5 @@ SPEC = BackboneSpec(
               "solrl_core/models/backbones/specs/wan.py says (there is no official Sol-RL setting for a video model)"),
     tiny_maker="solrl_core.models.backbones.tiny.wan:make_tiny_wan",
     temporal_compression=4,
+    causal_decoder=True,  # AutoencoderKLWan decodes latent frame by frame through causal 3-D convolutions
 )

@@ -180,3 +180,20 @@ def test_wan22_ti2v_matches_its_pipeline(wan22_dirs):
 def test_wan22_two_experts_are_model_kind_wan22(wan22_dirs):
     with pytest.raises(SolrlError, match=r"has two experts \(Wan 2.2 A14B: .*set model.kind: wan22"):
         checks.load_tiny(MODEL_KIND, wan22_dirs / "a14b")
+
+
+def test_explore_decode_of_the_first_frame_is_the_full_decodes_first_frame(backbone):
+    """explore.decode.frames: scored with a first-frame reward decodes the first latent frame alone: Wan's VAE is
+    causal in time, so its frame is the full decode's first frame, bit for bit; the others hold it. At scale 0.5 the
+    frames come back at the full size, close to the full decode."""
+    from solrl_core.models.explore_decode import DecodePlan, decode_samples
+
+    latents = backbone.initial_noise([1, 2]) * 0.5
+    full = backbone.decode(latents)
+    first = decode_samples(backbone, latents, DecodePlan(1.0, latent_frames=1, frames=1, total_frames=FRAMES))
+    assert first.shape == full.shape
+    np.testing.assert_array_equal(first[:, 0], full[:, 0])
+    np.testing.assert_array_equal(first[:, 1:], np.repeat(full[:, :1], FRAMES - 1, axis=1))
+    assert not np.array_equal(full[:, 1:], first[:, 1:])
+    half = decode_samples(backbone, latents, DecodePlan(0.5))
+    assert half.shape == full.shape and half.dtype == np.uint8
