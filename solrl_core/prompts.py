@@ -45,18 +45,28 @@ class PromptSet:
         return tuple(tuple(m[SOURCE_IMAGES_KEY]) for m in self.metadata)
 
 
-# The prompt files of the official presets (solrl_core/config/presets.py), which solrl does not ship
+# The prompt files of the official presets (solrl_core/config/presets.py), which solrl does not ship, and what to do
 OFFICIAL_PROMPT_FILES = ("data/pickscore/train.txt", "data/pickscore/test.txt")
 PROMPTS_HINT = (
     "the Pick-a-Pic 'pickscore' prompt set of the official presets is not shipped: put its train.txt and test.txt "
     "(one prompt per line; e.g. dataset/pickscore/ of the Flow-GRPO repository) in data/pickscore/, or --set "
     "prompts.train=FILE eval.prompts=FILE"
 )
+# the editing models' presets (configs/parts/models/flux1-kontext.yaml, qwenimage-edit.yaml)
+EDIT_PROMPT_FILES = ("data/edits/train.jsonl", "data/edits/test.jsonl")
+EDIT_PROMPTS_HINT = (
+    "the edit prompt set of the editing models' presets is not shipped: write train.jsonl and test.jsonl in "
+    'data/edits/, one {"prompt": INSTRUCTION, "images": SOURCE} per line, SOURCE an image path relative to the file '
+    "(docs/editing.md), or --set prompts.train=FILE eval.prompts=FILE"
+)
 
 
 def missing_prompts_hint(path: str | Path) -> str:
     """A hint for a missing prompt file that is one of the official presets' (empty string otherwise)."""
-    return f" ({PROMPTS_HINT})" if Path(path).as_posix().endswith(OFFICIAL_PROMPT_FILES) else ""
+    name = Path(path).as_posix()
+    if name.endswith(OFFICIAL_PROMPT_FILES):
+        return f" ({PROMPTS_HINT})"
+    return f" ({EDIT_PROMPTS_HINT})" if name.endswith(EDIT_PROMPT_FILES) else ""
 
 
 def load_prompt_set(spec: str, key: str, split: str | None = None) -> PromptSet:

@@ -16,7 +16,11 @@ win, key by key):
    values for the model, configs/parts/objectives/<objective>/<model>.yaml.
 
 So a new backbone adds its spec and a model part, and its presets exist. The models are the backbone specs with a
-part in parts/models/, the rewards the registered rewards with a part in parts/rewards/. `solrl presets` lists them;
+part in parts/models/, the rewards the registered rewards with a part in parts/rewards/. A model is paired with the
+rewards of its kind (`model_rewards`): an editing model (its spec's `edits`) with the rewards that score edits (their
+class's `edits`: they read each prompt's source images, which only an edit prompt set has), every other model with
+the rewards that do not (an editing model's presets train on edit prompts, which a text-to-image reward would score
+as captions). `solrl presets` lists them;
 `solrl presets --write NAME FILE` writes one resolved, a file to edit; `describe` says what its settings are (the
 official ones, or for a model without an official Sol-RL setting, what they are instead: the spec's `settings`).
 
@@ -130,10 +134,18 @@ def _read_part(path: Path) -> dict[str, Any]:
     return data
 
 
+def model_rewards(model: str) -> tuple[str, ...]:
+    """The preset rewards `model`'s presets train on, in `REWARDS`' order: the ones that score edits for an editing
+    model, the others for the rest (the module docstring)."""
+    edits = MODEL_SPECS[model].edits
+    return tuple(name for name, cls in PRESET_REWARDS.items() if cls.edits == edits)
+
+
 @cache
 def presets() -> dict[str, Preset]:
     """Name -> preset, DiffusionNFT's first, then each other objective's."""
-    every = (Preset(m, f, r, o) for o in (None, *PRESET_OBJECTIVES) for m in MODELS for f in FAMILIES for r in REWARDS)
+    every = (Preset(m, f, r, o) for o in (None, *PRESET_OBJECTIVES) for m in MODELS for f in FAMILIES
+             for r in model_rewards(m))
     return {p.name: p for p in every}
 
 

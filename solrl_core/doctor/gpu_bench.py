@@ -52,12 +52,13 @@ def planner_gpu_of(device_name: str) -> str | None:
 def preset_config(model: str):
     """The validated official preset (solrl_core/config/presets.py) of the planner model ``model``'s backbone, in the
     low-precision-explore family: where the bench reads the run's dtype, explore batch, micro-batch and LoRA settings.
-    The reward part does not touch them (the registry's first reward is taken)."""
+    The reward part does not touch them (the model's first preset reward is taken: an editing model's an edit one)."""
     from solrl_core.config.loading import load_config
     from solrl_core.planner.flops import get_model
-    from solrl_core.config.presets import REWARDS, preset_name
+    from solrl_core.config.presets import model_rewards, preset_name
 
-    return load_config(preset_name(get_model(model).backbone, PRESET_FAMILY, REWARDS[0]))
+    backbone = get_model(model).backbone
+    return load_config(preset_name(backbone, PRESET_FAMILY, model_rewards(backbone)[0]))
 
 
 def _config(model: str, config_directory, overrides: dict | None) -> tuple[object, dict]:

@@ -37,11 +37,15 @@ def cmd_make_tiny(args) -> int:
     print(f"  rewards  : {summary['dir']}/rewards ({', '.join(summary['rewards'])})")
     print(f"  prompts  : {summary['prompts']}")
     print(f"  overrides: {summary['overrides']} (applied whenever model.path is this directory)")
-    from solrl_core.config.presets import MODELS
+    from solrl_core.config.presets import MODEL_SPECS, model_rewards
 
-    if summary["model"] in MODELS:  # a model without presets has no command to suggest yet
-        print(f"try: solrl train {summary['model']}_sol_rl_pickscore --iterations 1 "
-              f"--set model.path={summary['dir']}")
+    model = summary["model"]
+    if model in MODEL_SPECS:  # a model without presets has no command to suggest yet
+        # an editing model's presets train on an edit prompt set, which the bundle's prompts.txt is not
+        edits = (" --set prompts.train=EDITS.jsonl --set eval.prompts=EDITS.jsonl (EDITS.jsonl: your edit prompts, "
+                 "docs/editing.md)") if MODEL_SPECS[model].edits else ""
+        print(f"try: solrl train {model}_sol_rl_{model_rewards(model)[0]} --iterations 1 "
+              f"--set model.path={summary['dir']}{edits}")
     return 0
 
 

@@ -68,7 +68,8 @@ OFFICIAL_FAMILY = {
     "naive_quant": ("auto", 10, 96, "best_worst", 24, False),
     "sol_rl": ("auto", 6, 96, "best_worst", 24, True),
 }
-ALL_REWARDS = {"pickscore", "clipscore", "hpsv2", "imagereward"}
+ALL_REWARDS_ORDER = ("pickscore", "clipscore", "hpsv2", "imagereward")  # a text-to-image model's, the registry's order
+ALL_REWARDS = set(ALL_REWARDS_ORDER)
 # Flow-Factory's Wan 2.1 and Wan2.2 (guidance_scale 4.0) GRPO recipes; the others' official 1.0
 ROLLOUT_GUIDANCE = {"wan": 5.0, "wan14b": 5.0, "wan22": 4.0}
 
@@ -83,8 +84,11 @@ def test_presets_are_names_that_compose_the_parts():
     every = presets.presets()
     assert presets.PRESET_OBJECTIVES == ("flow_grpo", "awm")
     assert set(OFFICIAL_MODEL) <= set(presets.MODELS)  # the registry's models: these, and any added later
-    per_objective = len(presets.MODELS) * len(presets.FAMILIES) * len(presets.REWARDS)
-    assert len(every) == per_objective * 3 and per_objective >= 7 * 4 * 4  # DiffusionNFT's, Flow-GRPO's, AWM's
+    # each model with every family and each reward of its kind (`model_rewards`), under each objective
+    per_objective = len(presets.FAMILIES) * sum(len(presets.model_rewards(m)) for m in presets.MODELS)
+    assert len(every) == per_objective * 3 and per_objective >= 8 * 4 * 4  # DiffusionNFT's, Flow-GRPO's, AWM's
+    assert set(every) == {presets.preset_name(m, f, r, o) for o in (None, *presets.PRESET_OBJECTIVES)
+                          for m in presets.MODELS for f in presets.FAMILIES for r in presets.model_rewards(m)}
     assert not (CONFIGS_DIR / "presets").exists()  # no generated files: a name resolves to its pieces when read
     parts = CONFIGS_DIR / "parts"
     pieces = every["sd35l_naive_quant_imagereward"].pieces()
@@ -164,7 +168,7 @@ def test_each_header_says_what_the_settings_are():
     official = "official settings (docs/method.md)."
     for model in OFFICIAL_MODEL:
         for family in presets.FAMILIES:
-            for reward in presets.REWARDS:
+            for reward in presets.model_rewards(model):
                 text = presets.describe(f"{model}_{family}_{reward}")
                 header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
                 title = f"{presets.TITLES[model]}, {family}, trained on {presets.TITLES[reward]}: "
@@ -183,8 +187,9 @@ def test_each_header_says_what_the_settings_are():
 @pytest.mark.parametrize("model", OFFICIAL_MODEL)  # a model added later: tests/unit/models/backbones/test_backbone_specs.py
 def test_every_preset_validates_with_the_official_values(model):
     want = OFFICIAL_MODEL[model]
+    assert presets.model_rewards(model) == tuple(ALL_REWARDS_ORDER)
     for family in presets.FAMILIES:
-        for reward in presets.REWARDS:
+        for reward in presets.model_rewards(model):
             name = f"{model}_{family}_{reward}"
             cfg = load_config(name)
             assert cfg.name == name and cfg.family == family
@@ -268,6 +273,92 @@ def test_missing_official_prompt_set_says_where_to_get_it(tmp_path, monkeypatch)
     other = load_config("sana_sol_rl_pickscore", ["prompts.train=mine.txt"])
     with pytest.raises(SolrlError, match=r"^prompts.train: file not found: mine.txt$"):
         train_prompt_set(other)
+
+
+# The editing models' presets (configs/parts/models/flux1-kontext.yaml, qwenimage-edit.yaml; no official setting): the
+# spec's values of the model each is built on (FLUX.1-dev's, Qwen-Image's with 512 text tokens), Flow-Factory's
+# guidance 2.5 for Kontext (its distilled guidance input) and none for Qwen-Image-Edit, the pipelines' evaluation
+# steps, and an edit prompt set the user writes (data/edits/, not shipped).
+EDITING_MODEL = {
+    "flux1-kontext": dict(path="black-forest-labs/FLUX.1-Kontext-dev", text=128, lora=(32, 64), guidance=2.5,
+                          eval_steps=28),
+    "qwenimage-edit": dict(path="Qwen/Qwen-Image-Edit", text=512, lora=(64, 128), guidance=1.0, eval_steps=50),
+}
+EDIT_SETS = ("data/edits/train.jsonl", "data/edits/test.jsonl")
+
+
+def test_editing_models_train_on_the_rewards_that_score_edits_and_the_others_on_the_rest():
+    """The pairing is read from the registries (a spec's `edits`, a reward class's `edits`): a reward that reads
+    sources has none in a text-to-image prompt set, and an edit prompt's instruction is no caption."""
+    from solrl_core.rewards.registry import REWARDS as REGISTERED
+
+    editing = {m for m, spec in presets.MODEL_SPECS.items() if spec.edits}
+    edit_rewards = {r for r in presets.REWARDS if REGISTERED[r].edits}
+    assert set(EDITING_MODEL) <= editing and editing.isdisjoint(OFFICIAL_MODEL)
+    assert "clip_edit" in edit_rewards and ALL_REWARDS <= set(presets.REWARDS) - edit_rewards
+    for preset in presets.presets().values():
+        assert REGISTERED[preset.reward].edits == presets.MODEL_SPECS[preset.model].edits, preset.name
+    for model in presets.MODELS:  # each model with every reward of its kind
+        trained = {p.reward for p in presets.presets().values() if p.model == model}
+        assert trained == (edit_rewards if model in editing else set(presets.REWARDS) - edit_rewards) != set()
+        assert presets.model_rewards(model) == tuple(r for r in presets.REWARDS if r in trained)
+
+
+@pytest.mark.parametrize("model", EDITING_MODEL)
+def test_an_editing_preset_validates_and_writes_with_its_values(model, tmp_path):
+    from solrl.cli.commands.presets import write_preset
+
+    want, spec = EDITING_MODEL[model], backbone_spec(model)
+    for objective in (None, *presets.PRESET_OBJECTIVES):
+        for family in presets.FAMILIES:
+            for reward in presets.model_rewards(model):
+                name = presets.preset_name(model, family, reward, objective)
+                cfg = load_config(name)
+                assert (cfg.model.kind, cfg.model.resolution, cfg.model.path) == (spec.kind, 512, want["path"])
+                assert (cfg.model.max_sequence_length, cfg.train.lora_rank, cfg.train.lora_alpha) == (
+                    want["text"], *want["lora"])
+                assert (cfg.guidance.rollout, cfg.guidance.train, cfg.guidance.eval) == (want["guidance"],) * 3
+                assert cfg.eval.steps == want["eval_steps"] and cfg.train.optimizer.lr == 3e-4
+                assert cfg.rewards == cfg.eval.rewards == {reward: 1.0}  # trained and evaluated on the edit reward
+                assert (cfg.prompts.train, cfg.eval.prompts) == EDIT_SETS
+                precision, steps, n, mode, k, regen = OFFICIAL_FAMILY[family]
+                assert (cfg.explore.precision, cfg.explore.seeds_per_prompt, cfg.select.k) == (precision, n, k)
+    name = presets.preset_name(model, "sol_rl", presets.model_rewards(model)[0])
+    written = write_preset(name, tmp_path / "mine.yaml", [])  # `solrl presets --write NAME FILE`
+    text = written.read_text()
+    assert text.startswith(f"# {presets.TITLES[model]}, sol_rl, trained on {presets.TITLES['clip_edit']}: ")
+    assert f"configs/parts/models/{model}.yaml" in " ".join(line.removeprefix("# ") for line in text.splitlines())
+    assert load_config(written).model_dump(exclude={"name"}) == load_config(name).model_dump(exclude={"name"})
+
+
+def test_an_editing_presets_edit_set_is_refused_in_one_line_until_written_as_the_docs_say(tmp_path, monkeypatch):
+    """No edit prompt set ships: the missing file says how to write one; written so (docs/editing.md), the preset's
+    prompts, sources, model and reward go together."""
+    import numpy as np
+    from PIL import Image
+
+    from solrl_core.prompts import check_train_prompts
+    from solrl_core.run_preflight import check_edit_prompts
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("flux1-kontext_sol_rl_clip_edit", ["prompts.per_iteration=2"])
+    with pytest.raises(SolrlError) as err:
+        check_train_prompts(cfg)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("prompts.train: file not found: data/edits/train.jsonl (")
+    assert "not shipped" in message and '{"prompt": INSTRUCTION, "images": SOURCE}' in message
+    folder = tmp_path / "data" / "edits"
+    folder.mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(folder / "car.png")
+    for name in ("train.jsonl", "test.jsonl"):
+        (folder / name).write_text('{"prompt": "make the car red", "images": "car.png"}\n'
+                                   '{"prompt": "remove the car", "images": ["car.png"]}\n')
+    assert check_train_prompts(cfg) == ["make the car red", "remove the car"]
+    check_edit_prompts(cfg)  # an edit set, an editing model, a reward that scores edits: nothing to refuse
+    (tmp_path / "captions.txt").write_text("a red car\na blue car\n")  # a text-to-image set: no sources
+    captions = load_config("flux1-kontext_sol_rl_clip_edit", ["prompts.train=captions.txt"])
+    with pytest.raises(SolrlError, match="^reward clip_edit scores edits, but prompts.train has no source images"):
+        check_edit_prompts(captions)
 
 
 # The official LoRA targets (docs/method.md); SANA's native attn.qkv / attn.proj / cross_attn.q_linear / kv_linear /

@@ -2,7 +2,8 @@
 generated image's, its Qwen2.5-VL text encoder shown the source with the instruction
 (solrl_core/models/backbones/qwenimage_edit.py). The same architecture as Qwen-Image, so Qwen-Image's settings
 (solrl_core/models/backbones/specs/qwenimage.py, from the peers' published Qwen-Image configs), but for the text
-length. No preset part yet: an edit preset needs an edit prompt set.
+length. Its presets (configs/parts/models/qwenimage-edit.yaml) train on an edit prompt set of your own and the
+rewards that score edits.
 
 model.max_sequence_length = 512, not Qwen-Image's 256: Qwen2.5-VL reads the source with the instruction, and at
 512 px its processor makes 18 x 18 = 324 tokens of the source (28 px per merged patch) before the instruction's, so
@@ -33,6 +34,8 @@ SPEC = replace(
                           planner_key="qwenimage-edit", planner_note="Qwen-Image's settings; the source's tokens "
                           "beside the image's, and its 324 Qwen2.5-VL tokens in the text"),),
     aliases=("qwen-image-edit",),
-    settings="no official Sol-RL setting: Qwen-Image's settings (the same transformer)",
+    settings=("Qwen-Image's settings (the same transformer) with 512 text tokens, as "
+              "solrl_core/models/backbones/specs/qwenimage_edit.py and configs/parts/models/qwenimage-edit.yaml say "
+              "(there is no official Sol-RL setting for Qwen-Image-Edit)"),
     tiny_maker="solrl_core.models.backbones.tiny.qwenimage:make_tiny_qwenimage_edit",
 )

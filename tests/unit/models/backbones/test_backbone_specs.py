@@ -23,10 +23,9 @@ FULL_SIZE = [s.key for s in SPECS if s.config_file]
 def test_every_consumer_lists_the_models_of_the_specs():
     """Every consumer reads the specs: a backbone added later (tests/e2e/test_new_backbone.py) is in every list."""
     assert {"flux1", "sd35l", "sd35m", "sana", "qwenimage", "wan", "wan14b", "wan22"} <= set(FULL_SIZE)
-    # every full-size model has presets but the editing models (an edit preset needs an edit prompt set)
-    assert list(presets.MODELS) == [s.key for s in SPECS if s.part.is_file()] == [
-        s.key for s in SPECS if s.config_file and not s.edits]
-    assert {"flux1-kontext", "qwenimage-edit"} <= set(FULL_SIZE) - set(presets.MODELS)
+    # every full-size model has presets, the editing models too (on the rewards that score edits)
+    assert list(presets.MODELS) == [s.key for s in SPECS if s.part.is_file()] == FULL_SIZE
+    assert {"flux1-kontext", "qwenimage-edit"} <= {s.key for s in SPECS if s.edits} & set(presets.MODELS)
     # the 14B's tiny is the 1.3B's (the same architecture): every other full-size model has its own
     assert list(tiny_models()) == [s.key for s in SPECS if s.tiny_maker]
     assert set(tiny_models()) >= set(FULL_SIZE) - {"wan14b"}
@@ -36,7 +35,7 @@ def test_every_consumer_lists_the_models_of_the_specs():
     assert [m.key for m in coverage.MODELS] == [row.key for s in SPECS for row in s.coverage]
     assert {m.config_file for m in coverage.MODELS} == {s.config_file for s in SPECS if s.config_file}
     # the titles the tables print are the specs'; the preset rewards are the registered ones with a part
-    assert presets.REWARDS == ("pickscore", "clipscore", "hpsv2", "imagereward")
+    assert presets.REWARDS == ("pickscore", "clipscore", "hpsv2", "imagereward", "clip_edit")
     assert all(name in REWARDS for name in presets.REWARDS)
     assert {k: presets.TITLES[k] for k in presets.MODELS} == {s.key: s.title for s in SPECS if s.key in presets.MODELS}
 
@@ -78,7 +77,8 @@ def test_the_presets_take_the_specs_values(key):
     """The spec is the one place of these values (the model part sets none of them: tests/unit/config/
     test_presets.py): every preset of the model, whatever its family and objective, carries them."""
     spec = backbone_spec(key)
-    for name in (f"{key}_sol_rl_pickscore", f"{key}_naive_quant_hpsv2", f"awm/{key}_baseline_clipscore"):
+    first, last = presets.model_rewards(key)[0], presets.model_rewards(key)[-1]
+    for name in (f"{key}_sol_rl_{first}", f"{key}_naive_quant_{last}", f"awm/{key}_baseline_{first}"):
         cfg = load_config(name).model_dump(mode="json")
         for dotted, want in spec.part_values().items():
             node = cfg
