@@ -1,7 +1,8 @@
 """Every shipped preset whose objective samples SDE rollouts (the Flow-GRPO presets), sampled on the tiny model of its
 backbone with the preset's own schedule, window and noise level, ends at the scale of the ODE's samples: no SDE step
-divides by about 0. Before the stand-in covered a first sigma just below 1, Wan's (0.999999) gave a first step of
-scale a·1000 and final latents ~2,800 times the ODE's; the window-from-step-0 case below keeps that in view."""
+divides by about 0. An editing model's presets sample edits, each prompt with its source image. Before the stand-in
+covered a first sigma just below 1, Wan's (0.999999) gave a first step of scale a·1000 and final latents ~2,800 times
+the ODE's; the window-from-step-0 case below keeps that in view."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 from repo_paths import ROOT
 from solrl_core.config.checks import rollout_noise_level
@@ -65,7 +67,9 @@ def _std(x: torch.Tensor) -> float:
 
 
 def test_every_model_with_presets_has_sde_presets():
-    assert set(PRESET_MODELS) == {s.key for s in registry.backbone_specs() if s.part.is_file()}
+    specs = registry.backbone_specs()
+    assert set(PRESET_MODELS) == {s.key for s in specs if s.part.is_file()}
+    assert {s.key for s in specs if s.edits and s.part.is_file()} >= {"flux1-kontext", "qwenimage-edit"}  # edits too
 
 
 @pytest.mark.parametrize("model", sorted(PRESET_MODELS))
@@ -75,7 +79,10 @@ def test_an_sde_preset_samples_at_the_scale_of_the_ode(model, tiny_dirs):
     backbone = registry.load_backbone(cfg.model)
     objective = objective_for(cfg)
     steps, level = cfg.regenerate.steps, objective.sampling_noise_level()
-    cond = backbone.encode_prompts(["a red circle"] * len(SEEDS))
+    # an editing model's presets sample edits: each prompt with a source image (the tiny model's size)
+    sources = ([[Image.new("RGB", (64, 64), (200, 40, 40))]] * len(SEEDS) if registry.backbone_spec(model).edits
+               else None)
+    cond = backbone.encode_prompts(["make it blue" if sources else "a red circle"] * len(SEEDS), sources)
     ode = sample(backbone, backbone.transformer, cond, backbone.initial_noise(SEEDS), steps,
                  sampler=cfg.model.sampler or backbone.defaults.sampler).x0
     starts = cfg.objective.flow_grpo.window_start
