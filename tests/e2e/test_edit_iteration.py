@@ -1,6 +1,7 @@
 """An editing model's iteration: edit prompts (a JSONL with source images) through explore, regenerate, the update and
-the evaluation of a tiny FLUX.1 Kontext, each pool keeping its prompts' sources, each prompt's conditioning holding
-its own source's encoding; an edit prompt set given to a text-to-image model is refused in one line."""
+the evaluation of each editing model's own preset on its tiny model, each pool keeping its prompts' sources, each
+prompt's conditioning holding its own source's encoding; an edit prompt set given to a text-to-image model, and an
+editing preset without its (unshipped) edit set, are refused in one line."""
 
 from __future__ import annotations
 
@@ -17,15 +18,17 @@ from cli_processes import tracking_set
 from repo_paths import ROOT
 from solrl.cli.main import main
 from solrl_core.config.loading import load_config
+from solrl_core.config.presets import model_rewards, preset_name, preset_path
 from solrl_core.edit_sources import SOURCE_ARRAY, SOURCES_ATTR
 from solrl_core.models.backbones.registry import load_backbone
 from solrl_core.models.text_cache import TextCache, model_key
 from solrl_core.rewards.registry import get_reward
 from solrl_core.run.pool import read_table
 
-PRESET = ROOT / "configs" / "presets" / "flux1_sol_rl_clipscore.yaml"  # FLUX.1-dev's settings, Kontext's too
-# each editing model with the presets of the model it edits with (the same transformer's settings)
-EDITING = {"flux1-kontext": PRESET, "qwenimage-edit": ROOT / "configs" / "presets" / "qwenimage_sol_rl_clipscore.yaml"}
+PRESET = ROOT / "configs" / "presets" / "flux1_sol_rl_clipscore.yaml"  # a text-to-image model's
+# each editing model's own preset, on its first reward (one that scores edits: solrl_core/config/presets.py)
+EDITING = {model: preset_path(preset_name(model, "sol_rl", model_rewards(model)[0]))
+           for model in ("flux1-kontext", "qwenimage-edit")}
 INSTRUCTIONS = ["make it blue", "make it blue", "turn it into a square"]  # one instruction with two sources
 
 
@@ -51,9 +54,9 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
                                                                            one_torch_thread, model):
     tiny, run_dir, edits = tmp_path / "tiny", tmp_path / "run", edit_set / "edits.jsonl"
     assert main(["make-tiny", model, str(tiny)]) == 0
-    settings = [f"model.kind={model}", f"model.path={tiny}", f"prompts.train={edits}", f"eval.prompts={edits}",
-                "eval.num_prompts=3", "eval.every=1", "rewards={clip_edit: 1.0}",
-                "eval.rewards={clip_edit: 1.0, clipscore: 0.0}"]
+    # the preset's model, guidance and reward (clip_edit, trained and evaluated); the edit set is the test's
+    settings = [f"model.path={tiny}", f"prompts.train={edits}", f"eval.prompts={edits}", "eval.num_prompts=3",
+                "eval.every=1"]
     run_cli("train", str(EDITING[model]), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
             *(arg for setting in settings for arg in ("--set", setting)), *tracking_set(session_env))
     sources = {f"{edit_set / f'source{i}.png'}": np.asarray(Image.open(edit_set / f"source{i}.png"))
@@ -73,6 +76,7 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
 
     # scored by a reward that reads the sources: the explore pool's CLIP edit scores are those of its rows' sources
     cfg = load_config(run_dir / "config.yaml")
+    assert (cfg.model.kind, cfg.rewards, cfg.eval.rewards) == (model, {"clip_edit": 1.0}, {"clip_edit": 1.0})
     clip_edit = get_reward("clip_edit", cfg.reward_models)
     rows = np.asarray(explore["prompt_index"][:4])
     proxy = read_table(run_dir / "iter_0000" / "score_explore" / "rewards.zarr", ["reward"])[0]["reward"]
@@ -110,4 +114,19 @@ def test_edits_asked_of_what_cannot_do_them_are_refused_in_one_line(tmp_path, ed
                  *(arg for setting in sets for arg in ("--set", setting))])  # refused before any flow starts
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and error.startswith(f"solrl: error: {needle}"), error
+    assert not (tmp_path / "run" / "iter_0000").exists()
+
+
+def test_an_editing_preset_without_its_edit_set_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """No edit prompt set ships: `solrl train` on an editing preset refuses the missing file before any flow starts,
+    saying how to write one."""
+    tiny = tmp_path / "tiny"
+    assert main(["make-tiny", "flux1-kontext", str(tiny)]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", EDITING["flux1-kontext"].stem, "--iterations", "1", "--run-dir", str(tmp_path / "run"),
+                 "--set", f"model.path={tiny}", "--set", "prompts.train=data/edits/train.jsonl"])  # the preset's file
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # the error's one line
+    assert code == 2 and error.startswith("solrl: error: prompts.train: file not found: data/edits/train.jsonl (the edit prompt "
+                               "set of the editing models' presets is not shipped") and error.endswith("eval.prompts=FILE)"), error
     assert not (tmp_path / "run" / "iter_0000").exists()
