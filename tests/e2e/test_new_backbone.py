@@ -46,14 +46,16 @@ REGISTRY_TESTS = ("tests/unit/config/test_presets.py", "tests/unit/config/test_c
                   "tests/unit/config/test_packaged_configs.py")
 CHECK = """
 from solrl_core.config.loading import load_config
-from solrl_core.config.presets import preset_models
+from solrl_core.config.presets import FAMILIES, PRESET_OBJECTIVES, model_rewards, preset_models
 from solrl_core.planner.flops import get_model
 from solrl_core.models.backbones.tiny import tiny_models
 cfg = load_config("sd35t_sol_rl_pickscore")
 got = (cfg.model.kind, cfg.train.micro_batch, cfg.eval.steps, cfg.model.path)
 assert got == ("sd35", 6, 12, "example/sd35-throwaway"), got
 assert load_config("awm/sd35t_naive_quant_hpsv2").objective.name == "awm"
-assert sum(model == "sd35t" for model in preset_models().values()) == 48
+assert model_rewards("sd35t") == model_rewards("sd35m")  # a text-to-image model: the rewards that do not edit
+want = len(FAMILIES) * len(model_rewards("sd35t")) * (1 + len(PRESET_OBJECTIVES))  # every family, reward, objective
+assert sum(model == "sd35t" for model in preset_models().values()) == want >= 48, want
 assert get_model("sd35-throwaway").backbone == "sd35t" and "sd35t" in tiny_models()
 print("ok")
 """
