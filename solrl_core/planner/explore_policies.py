@@ -5,7 +5,9 @@ An explore policy is what the explore stage samples with: a precision (`explore.
 (`explore.steps`), full-precision first and last steps (`explore.full_precision_first/_last`, step-selective
 precision: models/step_precision.py), a step cache from diffusers' hooks (`explore.cache`, models/step_cache.py)
 and the model, the trained one or a sibling (`explore.sibling`: a smaller or step-distilled model sharing its latent
-space and text encoders; sampled on its own schedule, with W0's place taken by its weights). An objective that
+space and text encoders; sampled on its own schedule, with W0's place taken by its weights) and, for a video model,
+how its samples are decoded to be scored (`explore.decode`: at a lower scale, or only the frames the rewards read;
+models/explore_decode.py). An objective that
 samples SDE rollouts (Flow-GRPO) keeps the regenerate's step count: its candidates vary only what keeps a seed's
 sample (precision, full-precision steps, cache, sibling). The calibration
 samples one batch of prompts × seeds with the config's base model (W0) under each candidate and under the reference
@@ -17,7 +19,9 @@ are SDE rollouts), and reports for each candidate:
 * the seconds it took here (real for steps and caches; a precision is emulated where this machine cannot run it);
 * the modelled GPU seconds of the config's explore stage per GPU kind (the planner, `config_plan.plan_config`, at
   the policy's precision and steps), its denoising part scaled by the FLOPs the policy's model and cache leave of
-  the trained model's (counted with torch's FlopCounterMode on one sampling run of each, at full precision).
+  the trained model's (counted with torch's FlopCounterMode on one sampling run of each, at full precision), its
+  decode the share the policy's decode does; `price_as` prices a full-size model's shapes, decode and reward instead
+  (the embedded models' latent is the image: they decode nothing).
 
 A candidate is on the Pareto front when no other is both cheaper (modelled on the first GPU kind) and ranks better.
 `pick` chooses the cheapest candidate whose within-prompt Spearman reaches a threshold; `written_config` is the

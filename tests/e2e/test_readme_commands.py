@@ -145,6 +145,7 @@ SOLRL_CONCRETE = {
     "solrl plan flux1_sol_rl_pickscore --gpu h100 --gpus 4 --price 2.5": HERE,
     "solrl plan flux1 --gpu h100": HERE,
     "solrl plan wan22_sol_rl_pickscore --gpu b200": HERE,
+    "solrl plan wan_sol_rl_pickscore --gpu b200 --set explore.decode.scale=0.5": HERE,
     "solrl plan --paper": PAPER,
     "solrl rewards list": HERE,
     "solrl serve-reward pickscore --config flux1_sol_rl_pickscore --port 8000": SERVE_REWARD,  # a tiny reward there

@@ -8,10 +8,10 @@ from solrl_core.stages.context import StageContext
 from solrl_core.stages.explore_setting import explore_setting
 
 
-def _ctx(tmp_path, iteration, spearmans, enabled=True, regenerate=True):
+def _ctx(tmp_path, iteration, spearmans, enabled=True, regenerate=True, **explore):
     cfg = validate_config({
         "family": "sol_rl" if regenerate else "naive_quant",  # without regeneration the 4-bit samples train
-        "explore": {"precision": "auto", "steps": 6,
+        "explore": {"precision": "auto", "steps": 6, **explore,
                     "guardrail": {"enabled": enabled, "floor": 0.5, "patience": 2,
                                   "ladder": [["fp8_emulated", 6], ["fp32", 10]]}},
         "regenerate": {"enabled": regenerate},
@@ -44,3 +44,13 @@ def test_guardrail_off_or_without_regeneration_keeps_the_config(tmp_path):
     for kwargs in ({"enabled": False}, {"regenerate": False}):
         s = explore_setting(_ctx(tmp_path / str(kwargs), 3, [0.0, 0.0, 0.0], **kwargs))
         assert (s.precision, s.steps) == ("nvfp4_emulated", 6)
+
+
+def test_an_escalation_decodes_in_full(tmp_path):
+    """explore.decode holds while the configured setting does; an escalation's rungs decode every frame in full."""
+    from solrl_core.models.explore_decode import DecodePlan
+
+    held = explore_setting(_ctx(tmp_path / "a", 1, [0.9], decode={"scale": 0.5}))
+    assert held.decode == DecodePlan(0.5) and held.record()["explore_decode"] == {"scale": 0.5, "decoded_frames": None}
+    raised = explore_setting(_ctx(tmp_path / "b", 3, [0.2, 0.2, 0.2], decode={"scale": 0.5}))
+    assert raised.escalations and raised.decode == DecodePlan() and "explore_decode" not in raised.record()
