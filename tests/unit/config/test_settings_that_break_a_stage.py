@@ -100,3 +100,25 @@ def test_video_frames_only_where_an_image_reward_scores_videos():
         "reward_models={embedded: {video_aggregate: min}}")
     assert load_config(video, ["reward_models={embedded: {video_frames: 2}}"]).reward_models["embedded"] == {
         "video_frames": 2}  # an image reward on videos: the frames it scores
+
+
+def test_classifier_free_guidance_of_an_editing_model_is_refused_where_set():
+    """Its unconditional branch would lack the source image (diffusers' edit pipelines encode the negative prompt
+    with it): refused in one line naming the key, for every editing model without a distilled guidance input; FLUX.1
+    Kontext's guidance is such an input, a value it reads, and passes."""
+    from solrl_core.models.backbones.registry import backbone_specs
+    from solrl_core.config.presets import presets
+
+    editing = [s for s in backbone_specs() if s.edits]
+    assert editing
+    for spec in editing:
+        preset = next((name for name, p in presets().items() if p.model == spec.key), None)
+        config = preset or "configs/demo_edit.yaml"
+        for key in ("rollout", "train", "eval"):
+            if spec.defaults.distilled_guidance:
+                assert getattr(load_config(config, [f"guidance.{key}=2.5"]).guidance, key) == 2.5
+                continue
+            with pytest.raises(ConfigError) as info:
+                load_config(config, [f"guidance.{key}=4"])
+            assert f"guidance.{key} is 4, but classifier-free guidance of the editing model" in str(info.value)
+            assert f"set guidance.{key}: 1" in str(info.value) and "\n" not in str(info.value)
