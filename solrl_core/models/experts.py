@@ -37,6 +37,11 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         for name, module in experts:
             self.add_module(name, module)
         self.boundaries = tuple(float(b) for b in boundaries)
+        # every call runs every expert (see `forward`): set where the experts are sharded with FSDP2, whose
+        # all-gathers and reduce-scatters pair up across ranks only if every rank runs the same units in the same
+        # order (the experts' blocks have the same shapes, so a rank running one expert while another runs the
+        # other would pair their collectives silently: each rank's forward with the other expert's weights)
+        self.every_expert = False
 
     def experts(self) -> dict[str, nn.Module]:
         """Name -> expert, highest noise first."""
@@ -67,24 +72,34 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
 
     def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, **kwargs):
         """Each sample through the expert of its timestep; the keyword inputs that are batch-first tensors are split
-        with it. Returns a 1-tuple (the transformers' `return_dict=False` form) of the outputs in batch order."""
+        with it. Returns a 1-tuple (the transformers' `return_dict=False` form) of the outputs in batch order.
+        With `every_expert` set (sharded, solrl_core/rl/full_policy.py), every expert runs, in order: one with no
+        sample of the batch runs the first sample and its output is dropped (a zero gradient in the backward)."""
         batch = hidden_states.shape[0]
         kwargs = {**kwargs, "return_dict": False}
         index = self.expert_index(timestep)
         used = index.unique().tolist()
-        if len(used) == 1:  # the whole batch in one expert (every sampling step): its own call, no copies
+        if len(used) == 1 and not self.every_expert:  # the whole batch in one expert (every sampling step): its
             return (getattr(self, self.expert_names[used[0]])(hidden_states=hidden_states, timestep=timestep,
-                                                                 **kwargs)[0],)
-        out = None
-        for i in used:
+                                                                 **kwargs)[0],)  # own call, no copies
+        out, dropped = None, []
+        for i in range(len(self.expert_names)) if self.every_expert else used:
             rows = (index == i).nonzero().squeeze(1)
+            idle = rows.numel() == 0
+            if idle:  # the transformers take no empty batch: the first sample stands in
+                rows = torch.zeros(1, dtype=torch.long, device=index.device)
             part = {k: v.index_select(0, rows) if torch.is_tensor(v) and v.dim() and v.shape[0] == batch else v
                     for k, v in kwargs.items()}
             y = getattr(self, self.expert_names[i])(hidden_states=hidden_states.index_select(0, rows),
                                                      timestep=timestep.index_select(0, rows), **part)[0]
+            if idle:
+                dropped.append(y)
+                continue
             if out is None:
                 out = y.new_empty((batch, *y.shape[1:]))
             out = out.index_copy(0, rows, y)
+        if dropped:
+            out = _KeepInBackward.apply(out, *dropped)
         return (out,)
 
     def enable_gradient_checkpointing(self) -> None:
@@ -94,6 +109,21 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
     def disable_gradient_checkpointing(self) -> None:
         for expert in self.experts().values():
             expert.disable_gradient_checkpointing()
+
+
+class _KeepInBackward(torch.autograd.Function):
+    """`out` unchanged, with the dropped outputs as inputs: the backward gives them zero gradients, so the experts
+    that made them run their backward too (with FSDP2: their gradients' reduce-scatters, which the other ranks wait
+    on) and contribute nothing."""
+
+    @staticmethod
+    def forward(ctx, out, *dropped):
+        ctx.dropped = [(y.shape, y.dtype, y.device) for y in dropped]
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.dropped))
 
 
 def expert_lora_targets(transformer: nn.Module, targets: Sequence[str], experts: Sequence[str] | None

@@ -29,15 +29,20 @@ import torch
 from torch import nn
 
 from solrl_core.models.blocks import transformer_blocks
+from solrl_core.models.experts import TimestepExperts
 from solrl_core.rl.policy import ADAPTERS, DEFAULT, MASTER_DTYPE, OLD
 
 
 def shard(module: nn.Module, mesh, param_dtype: torch.dtype) -> nn.Module:
     """`module` sharded over `mesh` as FSDP2 does it for a diffusers transformer: every block its own unit, then the
-    root; forward in `param_dtype`, gradients reduced in float32 and summed over the ranks."""
+    root; forward in `param_dtype`, gradients reduced in float32 and summed over the ranks. A transformer of experts
+    (solrl_core/models/experts.py) runs every expert on every call, so every rank gathers and reduces the same
+    blocks in the same order whichever experts its samples need."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    if isinstance(module, TimestepExperts):  # each rank runs every expert, whichever its rows need
+        module.every_expert = True
     for block in transformer_blocks(module).values():
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(module, mesh=mesh, mp_policy=policy)

@@ -2,7 +2,7 @@
 the one-layer embedded transformer, a fixed batch split over the ranks (each rank's loss weighted by its share), one
 backward, AdamW, the soft update of θ_old and the EMA, then the gradients and weights gathered and the state saved
 by every rank. `python -m torch.distributed.run --nproc-per-node N full_policy_ranks.py OUT [--checkpointed]
-[--model embedded|flux1]`; with N = 1 the same step runs without sharding; --checkpointed recomputes the blocks'
+[--model embedded|flux1|wan22]`; with N = 1 the same step runs without sharding; --checkpointed recomputes the blocks'
 activations in the backward; --model picks the case's transformer (tests/support/full_policy_case.py)."""
 
 from __future__ import annotations

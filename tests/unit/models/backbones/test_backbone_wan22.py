@@ -198,6 +198,27 @@ def test_full_fine_tuning_trains_every_weight_of_both_experts(backbone):
     assert moved == set(SPEC.experts)
 
 
+def test_every_expert_runs_on_a_sharded_call_with_the_same_output(backbone):
+    """Sharded (FSDP2, `every_expert`), a batch all on one side of the boundary still runs the other expert, in
+    order, on a stand-in sample whose output is dropped: the output is the one-expert call's, and the idle expert's
+    weights get zero gradients (its backward runs, as another rank's reduce-scatters need it to)."""
+    x, cond = backbone.initial_noise([1, 2]), backbone.encode_prompts(PROMPTS)
+    sigma = torch.tensor([0.95, 0.9])  # both the high-noise expert's
+    expected = backbone.velocity(backbone.transformer, x, sigma, cond)
+    sharded = copy.deepcopy(backbone.transformer).requires_grad_(True)
+    sharded.every_expert = True
+    calls = []
+    for name, expert in sharded.experts().items():
+        expert.register_forward_hook(lambda *_, name=name: calls.append(name))
+    out = backbone.velocity(sharded, x, sigma, cond)
+    out.square().mean().backward()
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+    assert calls == list(SPEC.experts)
+    grads = {name: [p.grad for p in expert.parameters()] for name, expert in sharded.experts().items()}
+    assert all(g is not None and not g.any() for g in grads["transformer_2"])
+    assert any(g is not None and g.any() for g in grads["transformer"])
+
+
 def test_a_batch_of_the_untrained_experts_times_gives_no_gradient(tiny_dir, backbone):
     cfg = load_config(TINY, ["model.kind=wan22", f"model.path={tiny_dir}", "train.experts=[transformer]"])
     policy = LoraPolicy.attach(copy.deepcopy(backbone.transformer), lora_target_modules(cfg, backbone), rank=4,
