@@ -219,6 +219,32 @@ def test_every_expert_runs_on_a_sharded_call_with_the_same_output(backbone):
     assert any(g is not None and g.any() for g in grads["transformer"])
 
 
+@pytest.mark.slow  # dynamo traces both experts: `make test` runs it, `make test-fast` not
+def test_the_compiled_composite_gives_the_eager_velocities(backbone):
+    """`model.compile` compiles the sampling copy, the two experts' one module (its routing by timestep breaks the
+    graph, the experts' calls are traced): a batch across the boundary and a batch on one side give the eager
+    velocities. Traced with `aot_eager` as tests/unit/models/test_compiled.py (inductor: solrl_core/bench)."""
+    from solrl_core.config.loading import load_config as load
+    from solrl_core.models.compiled import compiled_copy, is_compiled
+    from solrl_core.stages.transformer_copies import weight_sharing_transformer
+
+    from torch._dynamo.utils import counters
+
+    cfg = load(TINY, ["model.compile=true", "model.compile_backend=aot_eager"]).model
+    x, cond = backbone.initial_noise([1, 2, 3]), backbone.encode_prompts(PROMPTS + PROMPTS[:1])
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = compiled_copy(weight_sharing_transformer(backbone), cfg)
+        assert is_compiled(compiled)
+        for sigma in (torch.tensor([0.95, 0.3, 0.9]), torch.tensor([0.3, 0.2, 0.1])):
+            eager = backbone.velocity(backbone.transformer, x, sigma, cond)
+            torch.testing.assert_close(backbone.velocity(compiled, x, sigma, cond), eager, rtol=1e-5, atol=1e-6)
+        assert counters["graph_break"] and counters["stats"]["unique_graphs"] > 1  # traced past the routing
+    finally:
+        torch._dynamo.reset()
+
+
 def test_a_batch_of_the_untrained_experts_times_gives_no_gradient(tiny_dir, backbone):
     cfg = load_config(TINY, ["model.kind=wan22", f"model.path={tiny_dir}", "train.experts=[transformer]"])
     policy = LoraPolicy.attach(copy.deepcopy(backbone.transformer), lora_target_modules(cfg, backbone), rank=4,
