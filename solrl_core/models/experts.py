@@ -7,7 +7,9 @@ pipeline's names, and routes each sample of a batch to the expert of its timeste
 transformer's module tree works on it unchanged: the LoRA policy (peft's adapters, keyed by qualified names such as
 `transformer_2.blocks.3.attn1.to_q`, so θ, θ_old and the EMA hold each trained expert's adapters under its own
 prefix), the weight-sharing and merged copies, the explore copy's quantization (every Linear of every expert),
-gradient checkpointing and the blocks (`solrl_core.models.blocks`: each expert's, prefixed).
+gradient checkpointing and the blocks (`solrl_core.models.blocks`: each expert's, prefixed), which full fine-tuning
+shards with FSDP2 (then every call runs every expert: `every_expert`), and `model.compile` (the routing breaks the
+graph; each expert's call is traced).
 
 Which experts are trained is a choice of LoRA targets: `expert_lora_targets` turns the targets (module-name
 suffixes) into the qualified names of the matching modules inside the chosen experts, so peft adapts those alone.
