@@ -214,8 +214,8 @@ class GuardrailConfig(_Strict):
 
 
 class ExploreDecodeConfig(_Strict):
-    """A cheaper decode of the explore's samples, which are decoded only to be ranked (solrl_core/models/
-    explore_decode.py): sol_rl only, the regenerate decodes in full."""
+    """A cheaper decode of the explore's samples, which are decoded only to be ranked (solrl_core/config/
+    decode_plan.py): sol_rl only, the regenerate decodes in full."""
 
     frames: Literal["all", "scored"] = Field(
         "all", description="video: all; or scored = decode only the frames the training rewards read (an image "

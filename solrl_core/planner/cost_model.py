@@ -109,7 +109,7 @@ def shapes_from_config(cfg, spec=None) -> Shapes:
     precisions map to the real ones they emulate, fp32 to bf16 (a GPU run would use bf16), auto to nvfp4 (resolved
     per GPU by ``resolve_precision``). ``spec``: the backbone spec it is priced on, when not the config's model's
     (the share of the decode the explore's does depends on its frames)."""
-    from solrl_core.models.explore_decode import decode_fraction
+    from solrl_core.config.decode_plan import decode_fraction
 
     regen = bool(cfg.regenerate.enabled)
     sampling_steps = cfg.regenerate.steps if regen else cfg.explore.steps

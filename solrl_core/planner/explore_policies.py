@@ -7,7 +7,7 @@ precision: models/step_precision.py), a step cache from diffusers' hooks (`explo
 and the model, the trained one or a sibling (`explore.sibling`: a smaller or step-distilled model sharing its latent
 space and text encoders; sampled on its own schedule, with W0's place taken by its weights) and, for a video model,
 how its samples are decoded to be scored (`explore.decode`: at a lower scale, or only the frames the rewards read;
-models/explore_decode.py). An objective that
+config/decode_plan.py). An objective that
 samples SDE rollouts (Flow-GRPO) keeps the regenerate's step count: its candidates vary only what keeps a seed's
 sample (precision, full-precision steps, cache, sibling). The calibration
 samples one batch of prompts × seeds with the config's base model (W0) under each candidate and under the reference
@@ -80,7 +80,7 @@ class ExplorePolicy:
 
     def decode_plan(self, cfg):
         """How it decodes the config's samples (`explore_decode.decode_plan`)."""
-        from solrl_core.models.explore_decode import decode_plan
+        from solrl_core.config.decode_plan import decode_plan
 
         return decode_plan(cfg.model_copy(update={"explore": cfg.explore.model_copy(
             update={"decode": self.decode_config()})}))
@@ -150,7 +150,7 @@ DECODE_SCALE_CANDIDATE = 0.5  # a quarter of the decode's work
 def decode_policies(cfg, steps: list[int]) -> list[ExplorePolicy]:
     """For a video model (whose decode may cost more than its 4-bit denoising): each precision at `steps` with a
     cheaper decode: at half scale, the scored frames alone where that decodes fewer (`explore.decode`), and both."""
-    from solrl_core.models.explore_decode import model_spec
+    from solrl_core.config.decode_plan import model_spec
 
     spec = model_spec(cfg.model.kind)
     if spec is None or spec.defaults.frames is None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solrl_core.models.explore_decode import DecodePlan, decode_plan
+from solrl_core.config.decode_plan import decode_plan
+from solrl_core.models.explore_decode import DecodePlan
 from solrl_core.models.quant.backends import resolve_backend
 from solrl_core.models.quant.guardrail import FidelityGuardrail
 from solrl_core.stages.context import StageContext

@@ -9,7 +9,8 @@ from solrl_core.config.loading import load_config
 from solrl_core.errors import ConfigError
 from solrl_core.frames import evenly_spaced
 from solrl_core.models.backbones.registry import backbone_spec, backbone_specs
-from solrl_core.models.explore_decode import DecodePlan, decode_fraction, decode_plan, decode_samples
+from solrl_core.config.decode_plan import decode_fraction, decode_plan
+from solrl_core.models.explore_decode import DecodePlan, decode_samples
 
 VIDEO = "configs/demo_video.yaml"
 FIRST_FRAME = ["rewards={jpeg: 1.0}", "reward_models={jpeg: {video_frames: 1}}"]
