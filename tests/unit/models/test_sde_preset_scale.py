@@ -82,7 +82,8 @@ def test_an_sde_preset_samples_at_the_scale_of_the_ode(model, tiny_dirs):
     # an editing model's presets sample edits: each prompt with a source image (the tiny model's size)
     sources = ([[Image.new("RGB", (64, 64), (200, 40, 40))]] * len(SEEDS) if registry.backbone_spec(model).edits
                else None)
-    cond = backbone.encode_prompts(["make it blue" if sources else "a red circle"] * len(SEEDS), sources)
+    cond = (backbone.encode_prompts(["make it blue"] * len(SEEDS), sources) if sources
+            else backbone.encode_prompts(["a red circle"] * len(SEEDS)))
     ode = sample(backbone, backbone.transformer, cond, backbone.initial_noise(SEEDS), steps,
                  sampler=cfg.model.sampler or backbone.defaults.sampler).x0
     starts = cfg.objective.flow_grpo.window_start
