@@ -52,9 +52,9 @@ def edit_guidance_problem(cfg: RunConfig) -> str | None:
     """One line when an editing model would sample with classifier-free guidance: its unconditional branch must see
     the source image too (diffusers' edit pipelines encode the negative prompt with it), which solrl does not build;
     a distilled guidance input (FLUX.1 Kontext's) is no such branch."""
-    from solrl_core.config.decode_plan import model_spec
+    from solrl_core.models.backbones.registry import kind_spec
 
-    spec = model_spec(cfg.model.kind)
+    spec = kind_spec(cfg.model.kind)
     if spec is None or not spec.edits or spec.defaults.distilled_guidance:
         return None
     scales = {key: getattr(cfg.guidance, key) for key in ("rollout", "train", "eval")}
@@ -70,11 +70,11 @@ def explore_decode_problem(cfg: RunConfig) -> str | None:
     """One line when `explore.decode.frames: scored` cannot decode fewer frames: the model makes images, or its
     decoder is not known to be causal in time (a plug-in kind, or a video VAE that mixes later frames into earlier
     ones)."""
-    from solrl_core.config.decode_plan import model_spec
+    from solrl_core.models.backbones.registry import kind_spec
 
     if cfg.explore.decode.frames == "all":
         return None
-    spec = model_spec(cfg.model.kind)
+    spec = kind_spec(cfg.model.kind)
     if spec is None or spec.defaults.frames is None or not spec.causal_decoder:
         what = ("makes images" if spec is not None and spec.defaults.frames is None else
                 "is not known to decode its first frames from its first latent frames alone")

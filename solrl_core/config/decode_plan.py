@@ -18,15 +18,8 @@ the explore's decode with it); models/explore_decode.py decodes a batch under a 
 from __future__ import annotations
 
 from solrl_core.frames import evenly_spaced
+from solrl_core.models.backbones.registry import kind_spec
 from solrl_core.models.explore_decode import DecodePlan
-
-
-def model_spec(kind: str):
-    """The backbone spec of a registered model kind (the first of its specs; they share their VAE's layout), None
-    for a plug-in kind."""
-    from solrl_core.models.backbones.registry import is_plugin, specs_of_kind
-
-    return None if is_plugin(kind) else specs_of_kind(kind)[0]
 
 
 def last_scored_frame(cfg, frames: int) -> int:
@@ -46,7 +39,7 @@ def decode_plan(cfg, spec=None) -> DecodePlan:
     """The explore's `DecodePlan` for the config's model (or `spec`, a backbone spec to price it on instead: the
     planner's full-size model, at that model's frames)."""
     decode = cfg.explore.decode
-    spec = spec or model_spec(cfg.model.kind)
+    spec = spec or kind_spec(cfg.model.kind)
     if decode.frames == "all" or spec is None or spec.defaults.frames is None:
         return DecodePlan(decode.scale)
     total = (cfg.model.frames if spec.kind == cfg.model.kind else None) or spec.defaults.frames
@@ -61,7 +54,7 @@ def decode_fraction(cfg, spec=None) -> float:
     """The share of the full decode's work the config's explore decode leaves: the scale squared times the share
     of latent frames decoded (the decoder's work grows with both)."""
     plan = decode_plan(cfg, spec)
-    spec = spec or model_spec(cfg.model.kind)
+    spec = spec or kind_spec(cfg.model.kind)
     frames = 1.0
     if plan.latent_frames is not None:
         frames = plan.latent_frames / spec.latent_frames_at(plan.total_frames)

@@ -150,9 +150,9 @@ DECODE_SCALE_CANDIDATE = 0.5  # a quarter of the decode's work
 def decode_policies(cfg, steps: list[int]) -> list[ExplorePolicy]:
     """For a video model (whose decode may cost more than its 4-bit denoising): each precision at `steps` with a
     cheaper decode: at half scale, the scored frames alone where that decodes fewer (`explore.decode`), and both."""
-    from solrl_core.config.decode_plan import model_spec
+    from solrl_core.models.backbones.registry import kind_spec
 
-    spec = model_spec(cfg.model.kind)
+    spec = kind_spec(cfg.model.kind)
     if spec is None or spec.defaults.frames is None:
         return []
     decodes = [(DECODE_SCALE_CANDIDATE, "all")]

@@ -89,6 +89,12 @@ def specs_of_kind(kind: str) -> list[BackboneSpec]:
     return [s for s in backbone_specs() if s.kind == kind]
 
 
+def kind_spec(kind: str) -> BackboneSpec | None:
+    """The spec of a registered model kind (its first: a kind's specs share their VAE, guidance and editing layout);
+    None for a plug-in kind."""
+    return None if is_plugin(kind) else specs_of_kind(kind)[0]
+
+
 def makes_videos(model) -> bool | None:
     """Whether `model.kind`'s samples are videos (its spec has frames); None for a plug-in kind (its spec is its own)."""
     if is_plugin(model.kind):
