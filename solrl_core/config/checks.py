@@ -44,26 +44,20 @@ def registry_problem(cfg: RunConfig) -> str | None:
     if framed and makes_videos(cfg.model) is False:
         return (f"reward_models.{framed}: model.kind {cfg.model.kind} makes images, which have no frames "
                 "to pick: the setting would do nothing; remove it")
-    return (family_conflict(cfg) or explore_decode_problem(cfg) or edit_guidance_problem(cfg) or rollout_problem(cfg)
+    return (family_conflict(cfg) or explore_decode_problem(cfg) or train_guidance_problem(cfg) or rollout_problem(cfg)
             or resolution_problem(cfg.model) or experts_problem(cfg))
 
 
-def edit_guidance_problem(cfg: RunConfig) -> str | None:
-    """One line when an editing model would sample with classifier-free guidance: its unconditional branch must see
-    the source image too (diffusers' edit pipelines encode the negative prompt with it), which solrl does not build;
-    a distilled guidance input (FLUX.1 Kontext's) is no such branch."""
+def train_guidance_problem(cfg: RunConfig) -> str | None:
+    """One line when guidance.train is set for a model without a distilled guidance input: the update never runs
+    classifier-free guidance (stages/update.py `train_guidance`), so the value would do nothing."""
     from solrl_core.models.backbones.registry import kind_spec
 
     spec = kind_spec(cfg.model.kind)
-    if spec is None or not spec.edits or spec.defaults.distilled_guidance:
+    if spec is None or spec.defaults.distilled_guidance or cfg.guidance.train == 1.0:
         return None
-    scales = {key: getattr(cfg.guidance, key) for key in ("rollout", "train", "eval")}
-    guided = next((key for key, value in scales.items() if value != 1.0), None)
-    if guided is None:
-        return None
-    return (f"guidance.{guided} is {scales[guided]:g}, but classifier-free guidance of the editing model "
-            f"{cfg.model.kind} needs the source image in its unconditional branch, which solrl does not build yet; "
-            f"set guidance.{guided}: 1")
+    return (f"guidance.train is {cfg.guidance.train:g}, but model.kind {cfg.model.kind} has no distilled guidance "
+            "input and the update never runs classifier-free guidance; set guidance.train: 1")
 
 
 def explore_decode_problem(cfg: RunConfig) -> str | None:

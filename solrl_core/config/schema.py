@@ -145,10 +145,13 @@ class ModelConfig(_Strict):
 
 class GuidanceConfig(_Strict):
     """Guidance scales. 1.0 = none. FLUX.1-dev's distilled guidance embedding takes the value directly; the others
-    use classifier-free guidance with the empty prompt when the scale is above 1."""
+    use classifier-free guidance with the empty prompt (an editing model's: with the row's source) when the scale is
+    above 1."""
 
     rollout: float = _real(1.0, "scale of the explore and regenerate sampling (official 1.0)", ge=0)
-    train: float = _real(1.0, "scale of the velocities inside the update (official 1.0)", ge=0)
+    train: float = _real(1.0, "scale of the velocities inside the update (official 1.0): a distilled-guidance "
+                         "model's input (FLUX.1-dev, Kontext); any other refuses a value but 1 (the update runs no "
+                         "CFG)", ge=0)
     eval: float = _real(1.0, "scale of the held-out evaluation's sampling (official 1.0)", ge=0)
 
 

@@ -66,7 +66,8 @@ def guided_velocity(
     uncond: Conditioning | None = None,
 ) -> torch.Tensor:
     """The velocity under guidance: the model's own input for distilled-guidance backbones, classifier-free guidance
-    v_u + g (v_c - v_u) otherwise (`uncond` = the empty prompt's conditioning, batch 1 or B; one forward on the
+    otherwise (`backbone.combine_guidance`: v_u + g (v_c - v_u) unless the backbone's pipeline rescales it; `uncond` =
+    the empty prompt's conditioning, batch 1 or B, an editing model's with each row's source; one forward on the
     concatenated batch), the plain conditional velocity when g = 1."""
     if backbone.defaults.distilled_guidance:
         return backbone.velocity(transformer, x, sigma, cond, guidance=guidance)
@@ -79,7 +80,7 @@ def guided_velocity(
     both = {k: torch.cat([uncond[k].expand(batch, *uncond[k].shape[1:]), cond[k]]) for k in cond}
     v = backbone.velocity(transformer, torch.cat([x, x]), torch.cat([sigma, sigma]), both)
     v_u, v_c = v.chunk(2)
-    return v_u + guidance * (v_c - v_u)
+    return backbone.combine_guidance(v_u, v_c, guidance)
 
 
 def dpmpp_2m_step(

@@ -198,11 +198,17 @@ def needs_uncond(cfg, backbone: Backbone) -> bool:
 
 def run_prompt_groups(cfg, backbone: Backbone) -> list[tuple[list[str], list[Sources] | None]]:
     """`run_prompts` as the cache encodes them: the train set and the evaluated prompts each with their source images
-    (an edit prompt set's), then the prompts that have none."""
-    groups = [(train_prompt_set(cfg), train_sources(cfg))]
+    (an edit prompt set's), then the prompts that have none. An edit prompt set sampled under classifier-free guidance
+    adds the empty prompt with each of its sources (the unconditional branch of an editing model sees the source:
+    stages/sampling.py `SamplingSettings.uncond_of`)."""
+    sets = [(train_prompt_set(cfg), train_sources(cfg), cfg.guidance.rollout)]
     if cfg.eval.every:
-        groups.append((eval_prompt_set(cfg), eval_sources(cfg)))
-    groups.append(([CALIBRATION_PROMPT, *([""] if needs_uncond(cfg, backbone) else [])], None))
+        sets.append((eval_prompt_set(cfg), eval_sources(cfg), cfg.guidance.eval))
+    guided = not backbone.defaults.distilled_guidance
+    groups = [(prompts, sources) for prompts, sources, _ in sets]
+    groups += [([""] * len(sources), sources) for _, sources, g in sets if sources is not None and guided and g != 1.0]
+    uncond = needs_uncond(cfg, backbone) and not backbone.edits
+    groups.append(([CALIBRATION_PROMPT, *([""] if uncond else [])], None))
     return [(list(prompts), None if sources is None else list(sources)) for prompts, sources in groups]
 
 

@@ -197,8 +197,10 @@ def audit_count(cfg) -> int:
 def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
     """At most how many prompts the run encodes into its text cache (``text_cache.run_prompts``): the training
     prompts it can draw (all of them with ``model.release_text_encoders``), the evaluated ones, the calibration
-    prompt and the empty prompt when guidance needs it. A training set that cannot be read counts as P × iterations."""
+    prompt and the empty prompt when guidance needs it (an editing model's, once per edit prompt a guided phase
+    samples: its unconditional branch sees the source). A training set that cannot be read counts as P × iterations."""
     from solrl_core.errors import SolrlError
+    from solrl_core.models.backbones.registry import edits_images
     from solrl_core.prompts import train_prompt_set
     from solrl_core.models.text_cache import needs_uncond
 
@@ -210,6 +212,9 @@ def _encoded_prompts(cfg, distilled_guidance: bool) -> int:
     train = train if cfg.model.release_text_encoders else min(train, drawn)
     evaluated = cfg.eval.num_prompts if cfg.eval.every else 0
     uncond = needs_uncond(cfg, SimpleNamespace(defaults=SimpleNamespace(distilled_guidance=distilled_guidance)))
+    if uncond and edits_images(cfg.model):
+        return (train + evaluated + 1 + train * (cfg.guidance.rollout != 1.0)
+                + evaluated * (cfg.guidance.eval != 1.0))
     return train + evaluated + 1 + int(uncond)
 
 

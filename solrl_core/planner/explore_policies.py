@@ -218,26 +218,44 @@ class Batch:
     prompts: list[str]
     prompt_index: np.ndarray
     seeds: np.ndarray
-    encoded: dict = field(default_factory=dict, repr=False)  # (start, stop) -> conditioning
+    sources: list[tuple[str, ...]] | None = None  # edit prompts' source image paths, per prompt
+    encoded: dict = field(default_factory=dict, repr=False)  # (start, stop, unconditional) -> conditioning
 
-    def conditioning(self, backbone, start: int, stop: int):
-        if (start, stop) not in self.encoded:
-            texts = [self.prompts[i] for i in self.prompt_index[start:stop]]
-            self.encoded[start, stop] = backbone.encode_prompts(texts)
-        return self.encoded[start, stop]
+    def conditioning(self, backbone, start: int, stop: int, unconditional: bool = False):
+        """The rows' conditioning (`unconditional`: the empty prompt's, an edit prompt's with its row's sources)."""
+        if (start, stop, unconditional) not in self.encoded:
+            rows = self.prompt_index[start:stop]
+            texts = [""] * len(rows) if unconditional else [self.prompts[i] for i in rows]
+            if self.sources is None:
+                self.encoded[start, stop, unconditional] = backbone.encode_prompts(texts[:1] if unconditional
+                                                                                   else texts)
+            else:
+                from solrl_core.edit_sources import load_images
+
+                images = [load_images(self.sources[i]) for i in rows]
+                self.encoded[start, stop, unconditional] = backbone.encode_prompts(texts, images)
+        return self.encoded[start, stop, unconditional]
+
+    def source_images(self, start: int, stop: int, height: int, width: int) -> np.ndarray | None:
+        """The rows' source images at the generated size (B, sources, H, W, 3), for the rewards that score edits."""
+        if self.sources is None:
+            return None
+        from solrl_core.edit_sources import source_array
+
+        return source_array(self.sources, height, width)[self.prompt_index[start:stop]]
 
 
 def calibration_batch(cfg, num_prompts: int, seeds_per_prompt: int, seed_offset: int = 0) -> Batch:
     """The first `num_prompts` prompts of a seeded shuffle of the train set, `seeds_per_prompt` seeds each; another
     `seed_offset` gives fresh seeds for the same prompts."""
-    from solrl_core.prompts import train_prompt_set
+    from solrl_core.prompts import train_prompt_set, train_sources
 
-    prompts = train_prompt_set(cfg)
+    prompts, sources = train_prompt_set(cfg), train_sources(cfg)
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     chosen = [prompts[i] for i in order[:num_prompts]]
     index = np.repeat(np.arange(len(chosen)), seeds_per_prompt)
     seeds = SEED_BASE + seed_offset + np.arange(len(index), dtype=np.int64)
-    return Batch(chosen, index, seeds)
+    return Batch(chosen, index, seeds, None if sources is None else [sources[i] for i in order[:num_prompts]])
 
 
 def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Batch, batch_size: int,
@@ -256,8 +274,7 @@ def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Bat
     plan = policy.decode_plan(cfg)
     noise_level = objective.sampling_noise_level()
     guidance = cfg.guidance.rollout
-    uncond = (backbone.encode_prompts([""]) if guidance != 1.0 and not backbone.defaults.distilled_guidance
-              else None)
+    guided = guidance != 1.0 and not backbone.defaults.distilled_guidance
     solver = resolve_sampler(cfg.model.sampler, backbone)
     rewards, seconds = [], 0.0
     for start in tqdm(range(0, len(batch.seeds), batch_size), desc=policy.label(), disable=not progress,
@@ -265,6 +282,7 @@ def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Bat
         rows = slice(start, start + batch_size)
         texts = [batch.prompts[i] for i in batch.prompt_index[rows]]
         cond = batch.conditioning(backbone, start, start + batch_size)
+        uncond = batch.conditioning(backbone, start, start + batch_size, unconditional=True) if guided else None
         seeds = batch.seeds[rows].tolist()
         began = time.perf_counter()
         if noise_level > 0:
@@ -275,7 +293,8 @@ def sample_rewards(cfg, backbone, transformer, policy: ExplorePolicy, batch: Bat
                         guidance=guidance, uncond=uncond).x0
         images = decode_samples(backbone, x0, plan)  # reads the samples back: the sampling time is complete
         seconds += time.perf_counter() - began
-        rewards.append(score_images(images, texts, cfg.rewards, cfg.reward_models)[0])
+        sources = batch.source_images(start, start + batch_size, *images.shape[-3:-1])
+        rewards.append(score_images(images, texts, cfg.rewards, cfg.reward_models, sources)[0])
     return np.concatenate(rewards), seconds
 
 

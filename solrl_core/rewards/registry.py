@@ -162,10 +162,12 @@ def score_images(
     prompts: Sequence[str],
     weights: Mapping[str, float],
     models: ModelsConfig | None = None,
+    sources: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Weighted sum of the named rewards (B,), and each named reward's unweighted values (B,).
 
     models: a `reward_models:` section for this call; None uses `configure_reward_models`'s (then the environment).
+    sources: edit prompts' source images (B, sources, H, W, 3), given to the rewards that score edits.
     """
     if not weights:
         raise SolrlError(f"no reward selected (known: {', '.join(sorted(REWARDS))})")
@@ -177,7 +179,8 @@ def score_images(
     for name in weights:
         reward = get_reward(name, models)
         with plugin_code(name, "reward", "scoring"):  # a plug-in's exception: one line naming it
-            values = np.asarray(reward.scores(images, prompts), dtype=np.float64)
+            values = np.asarray(reward.scores(images, prompts, sources=sources if reward.edits else None),
+                                dtype=np.float64)
         if values.shape != (len(images),):
             raise SolrlError(f"reward {name} returned shape {values.shape}, expected ({len(images)},)")
         check_finite(name, values, prompts)

@@ -10,7 +10,7 @@ sampling policy's log-probabilities (columns `trajectory` and `log_prob`; attrib
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +39,20 @@ class SamplingSettings:
     sampler: str
     guidance: float
     encode: Callable  # prompts -> batch-first conditioning
-    uncond: dict | None  # the empty prompt's conditioning when classifier-free guidance is on
+    uncond: dict | None  # the empty prompt's conditioning under classifier-free guidance (an editing model: None)
     noise_level: float = 0.0  # the rollouts' SDE (0: the ODE solver `sampler`)
     sde_window: Callable[[int], tuple[int, int] | None] = lambda steps: None  # steps -> the SDE steps [start, stop)
+    guided: bool = False  # classifier-free guidance: an unconditional branch beside the prompt's
+
+    def uncond_of(self, sources: list | None = None) -> dict | None:
+        """The unconditional branch of a batch: the empty prompt's, or for edit prompts (`sources`: each row's
+        source images) the empty prompt with each row's sources, as diffusers' edit pipelines encode their negative
+        prompt with the image (from the run's text cache, like every prompt); None without guidance."""
+        if not self.guided:
+            return None
+        if sources is None:
+            return self.uncond if self.uncond is not None else self.encode([""])
+        return self.encode([""] * len(sources), sources)
 
 
 def sampling_settings(ctx, backbone, guidance: float | None = None, sde: bool = True) -> SamplingSettings:
@@ -50,13 +61,15 @@ def sampling_settings(ctx, backbone, guidance: float | None = None, sde: bool = 
     if ctx is None:
         return SamplingSettings(resolve_sampler(None, backbone), 1.0, backbone.encode_prompts, None)
     g = ctx.cfg.guidance.rollout if guidance is None else guidance
-    uncond = ctx.encode([""]) if g != 1.0 and not backbone.defaults.distilled_guidance else None
-    settings = SamplingSettings(resolve_sampler(ctx.cfg.model.sampler, backbone), g, ctx.encode, uncond)
+    guided = g != 1.0 and not backbone.defaults.distilled_guidance
+    uncond = ctx.encode([""]) if guided and not backbone.edits else None  # an editing model's: per batch
+    settings = SamplingSettings(resolve_sampler(ctx.cfg.model.sampler, backbone), g, ctx.encode, uncond,
+                                guided=guided)
     objective = objective_for(ctx.cfg)
     if sde and objective.sampling_noise_level() > 0:
         keys = (ctx.cfg.seed, ctx.iteration, PURPOSE_SDE_WINDOW)  # the iteration's window, in every stage alike
-        return SamplingSettings(settings.sampler, g, ctx.encode, uncond, objective.sampling_noise_level(),
-                                lambda steps: objective.sde_window(steps, derived_generator(*keys)))
+        return replace(settings, noise_level=objective.sampling_noise_level(),
+                       sde_window=lambda steps: objective.sde_window(steps, derived_generator(*keys)))
     return settings
 
 
@@ -167,17 +180,19 @@ def sample_into_pool(
     for k in todo:
         rows = writer.batch_rows(k)
         batch_prompts = [prompts[i] for i in prompt_index[rows]]
+        batch_sources = None if sources is None else [sources[i] for i in prompt_index[rows]]
         if sources is None:
             cond = settings.encode(batch_prompts)
         else:
-            cond = settings.encode(batch_prompts, [sources[i] for i in prompt_index[rows]])
+            cond = settings.encode(batch_prompts, batch_sources)
+        uncond = settings.uncond_of(batch_sources)
         if settings.noise_level > 0:
             result = sample_sde(backbone, transformer, cond, seeds[rows].tolist(), steps, settings.noise_level,
-                                settings.sde_window(steps), guidance=settings.guidance, uncond=settings.uncond)
+                                settings.sde_window(steps), guidance=settings.guidance, uncond=uncond)
         else:
             noise = backbone.initial_noise(seeds[rows].tolist())
             result = sample(backbone, transformer, cond, noise, steps, sampler=settings.sampler,
-                            guidance=settings.guidance, uncond=settings.uncond)
+                            guidance=settings.guidance, uncond=uncond)
         if not bool(torch.isfinite(result.x0).all()):  # one read per batch (none per step): NaN would decode silently
             raise SolrlError(f"{desc}: rows {rows.start} to {rows.stop - 1} sampled to NaN or infinite latents (the "
                              "model overflowed at this precision, or its weights are damaged); nothing of the batch "

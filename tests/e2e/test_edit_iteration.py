@@ -54,9 +54,11 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
                                                                            one_torch_thread, model):
     tiny, run_dir, edits = tmp_path / "tiny", tmp_path / "run", edit_set / "edits.jsonl"
     assert main(["make-tiny", model, str(tiny)]) == 0
-    # the preset's model, guidance and reward (clip_edit, trained and evaluated); the edit set is the test's
+    # the preset's model, guidance and reward (clip_edit, trained and evaluated); the edit set is the test's;
+    # Qwen-Image-Edit with Flow-Factory's CFG 4, whose unconditional branch sees each row's source
+    cfg_scale = [] if model == "flux1-kontext" else ["guidance.rollout=4", "guidance.eval=4"]
     settings = [f"model.path={tiny}", f"prompts.train={edits}", f"eval.prompts={edits}", "eval.num_prompts=3",
-                "eval.every=1"]
+                "eval.every=1", *cfg_scale]
     run_cli("train", str(EDITING[model]), "--iterations", "1", "--run-dir", str(run_dir), "--no-progress",
             *(arg for setting in settings for arg in ("--set", setting)), *tracking_set(session_env))
     sources = {f"{edit_set / f'source{i}.png'}": np.asarray(Image.open(edit_set / f"source{i}.png"))
@@ -73,6 +75,8 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
             np.testing.assert_array_equal(pool[SOURCE_ARRAY][p, 0], sources[path])
     assert regen.attrs[SOURCES_ATTR] == explore.attrs[SOURCES_ATTR]
     assert len(evaluation.attrs[SOURCES_ATTR]) == 3
+    scale = 2.5 if model == "flux1-kontext" else 4.0  # Kontext's distilled guidance input, Qwen's CFG
+    assert {pool.attrs["guidance"] for pool in (explore, regen, evaluation)} == {scale}
 
     # scored by a reward that reads the sources: the explore pool's CLIP edit scores are those of its rows' sources
     cfg = load_config(run_dir / "config.yaml")
@@ -93,6 +97,11 @@ def test_an_edit_iteration_carries_each_prompts_source_through_every_stage(run_c
     same_text = np.array_equal(first["encoder_hidden_states"], second["encoder_hidden_states"])
     assert same_text == (model == "flux1-kontext")
     assert (run_dir / "text_cache" / model_key(cfg.model)).is_dir()
+    # Qwen-Image-Edit's unconditional branch: the empty prompt encoded with each source (none bare)
+    if model == "qwenimage-edit":
+        for i in range(len(INSTRUCTIONS)):
+            assert cache.path("", (str(edit_set / f"source{i}.png"),)).is_file()
+        assert not cache.path("").is_file()
 
     after = load_file(str(run_dir / "iter_0000" / "update" / "checkpoint" / "adapters.safetensors"))
     init = load_file(str(run_dir / "init" / "adapters.safetensors"))

@@ -116,6 +116,11 @@ class Backbone(ABC):
         (Wan 2.2 A14B's low-noise expert, WanPipeline's guidance_scale_2)."""
         return guidance
 
+    def combine_guidance(self, v_uncond: torch.Tensor, v_cond: torch.Tensor, guidance: float) -> torch.Tensor:
+        """Classifier-free guidance's velocity from the unconditional and conditional ones: v_u + g (v_c - v_u), as
+        the diffusers pipelines of SD3, SANA and Wan combine them; a backbone whose pipeline rescales it says so."""
+        return v_uncond + guidance * (v_cond - v_uncond)
+
     def initial_noise(self, seeds: Sequence[int]) -> torch.Tensor:
         """Initial latents of the seeds: randn(latent_shape) from a CPU generator seeded with each seed, on the CPU
         (the same bits on every machine); the sampler moves them to the model's device."""

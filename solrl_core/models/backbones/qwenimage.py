@@ -8,8 +8,9 @@ prompts stack into one batch (masked text tokens change nothing the image tokens
 pipeline's: uniform sigmas shifted with mu from the image sequence length. `decode` un-normalises with the VAE's
 per-channel latents_mean / latents_std as the pipeline does and decodes the single-frame video latent.
 
-Qwen-Image has no distilled guidance; its pipeline's "true CFG" (a negative-prompt branch, rescaled to the
-conditional prediction's norm) is not the sampler's CFG, and the defaults sample without guidance.
+Qwen-Image has no distilled guidance. Its pipelines' "true CFG" (`true_cfg_scale` with a negative prompt; the empty
+one here) rescales the guided prediction of each packed token to the norm of the conditional one's:
+`combine_guidance` does the same, so the sampler's CFG is the pipeline's. The defaults sample without guidance.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from solrl_core.models.backbones.base import Conditioning, module_device
 from solrl_core.models.backbones.diffusers_pipeline import DiffusersPipelineBackbone
 from solrl_core.models.backbones.specs.qwenimage import SPEC
 from solrl_core.errors import SolrlError
+
+
+def _token_norms(v: torch.Tensor) -> torch.Tensor:
+    """The norm of each packed token of latents (B, C, H, W): its 2x2 patch of every channel, (B, 1, H/2, 1, W/2, 1)."""
+    b, c, h, w = v.shape
+    return torch.linalg.vector_norm(v.reshape(b, c, h // 2, 2, w // 2, 2), dim=(1, 3, 5), keepdim=True)
+
 
 class QwenImageBackbone(DiffusersPipelineBackbone):
     name = "qwenimage"
@@ -102,6 +110,14 @@ class QwenImageBackbone(DiffusersPipelineBackbone):
         )[0][:, : (h // 2) * (w // 2)]  # the generated image's tokens (an editing model's source tokens follow)
         scale = self.pipe.vae_scale_factor
         return pipe._unpack_latents(out, h * scale, w * scale, scale)[:, :, 0].to(x_t.dtype)
+
+    def combine_guidance(self, v_uncond: torch.Tensor, v_cond: torch.Tensor, guidance: float) -> torch.Tensor:
+        """v_u + g (v_c - v_u), each packed token (a 2x2 patch of every channel) rescaled to v_c's norm there, as
+        QwenImagePipeline's and QwenImageEditPipeline's true CFG."""
+        guided = v_uncond + guidance * (v_cond - v_uncond)
+        b, c, h, w = guided.shape
+        ratio = _token_norms(v_cond) / _token_norms(guided)
+        return (guided.reshape(b, c, h // 2, 2, w // 2, 2) * ratio).reshape(b, c, h, w)
 
     def image_tokens(self, packed: torch.Tensor, shapes: list[tuple[int, int, int]], cond: Conditioning
                      ) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:

@@ -102,23 +102,28 @@ def test_video_frames_only_where_an_image_reward_scores_videos():
         "video_frames": 2}  # an image reward on videos: the frames it scores
 
 
-def test_classifier_free_guidance_of_an_editing_model_is_refused_where_set():
-    """Its unconditional branch would lack the source image (diffusers' edit pipelines encode the negative prompt
-    with it): refused in one line naming the key, for every editing model without a distilled guidance input; FLUX.1
-    Kontext's guidance is such an input, a value it reads, and passes."""
+def test_guidance_in_training_is_refused_where_the_update_would_ignore_it():
+    """The update never runs classifier-free guidance: guidance.train on a model without a distilled guidance input
+    is refused at load, in one line naming the key, for every registered kind; a distilled one (FLUX.1, Kontext)
+    reads it. Rollout and evaluation CFG of every model loads, editing models' included (their unconditional branch
+    sees the source: tests/unit/models/test_sampler.py)."""
     from solrl_core.models.backbones.registry import backbone_specs
     from solrl_core.config.presets import presets
 
-    editing = [s for s in backbone_specs() if s.edits]
-    assert editing
-    for spec in editing:
-        preset = next((name for name, p in presets().items() if p.model == spec.key), None)
-        config = preset or "configs/demo_edit.yaml"
-        for key in ("rollout", "train", "eval"):
-            if spec.defaults.distilled_guidance:
-                assert getattr(load_config(config, [f"guidance.{key}=2.5"]).guidance, key) == 2.5
-                continue
+    by_kind = {}
+    for name, preset in presets().items():
+        by_kind.setdefault(preset.model, name)
+    specs = [s for s in backbone_specs() if s.key in by_kind]
+    assert any(s.defaults.distilled_guidance for s in specs) and any(s.edits for s in specs)
+    for spec in specs:
+        config = by_kind[spec.key]
+        if spec.defaults.distilled_guidance:
+            assert load_config(config, ["guidance.train=2.5"]).guidance.train == 2.5
+        else:
             with pytest.raises(ConfigError) as info:
-                load_config(config, [f"guidance.{key}=4"])
-            assert f"guidance.{key} is 4, but classifier-free guidance of the editing model" in str(info.value)
-            assert f"set guidance.{key}: 1" in str(info.value) and "\n" not in str(info.value)
+                load_config(config, ["guidance.train=4"])
+            assert "guidance.train is 4, but model.kind" in str(info.value)
+            assert "set guidance.train: 1" in str(info.value) and "\n" not in str(info.value)
+        if not spec.defaults.distilled_guidance:
+            loaded = load_config(config, ["guidance.rollout=4", "guidance.eval=4"]).guidance
+            assert (loaded.rollout, loaded.eval) == (4, 4)

@@ -9,7 +9,7 @@ from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteSchedul
 
 from solrl_core.models.sampler import SAMPLERS, dpmpp_2m_step, guided_velocity, resolve_sampler, sample, schedule_sigmas
 from gaussian_flow import DIM, GaussianFlow
-from repo_paths import TINY
+from repo_paths import ROOT, TINY
 
 def _problem(batch: int = 64, dtype=torch.float64, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
@@ -187,6 +187,63 @@ def test_explore_uses_the_configured_sampler_and_rollout_guidance_and_records_th
     plain = sample(backbone, backbone.transformer, ctx.encode([prompt]), backbone.initial_noise([int(cols["seed"][0])]),
                    cfg.explore.steps, sampler="euler").x0
     assert np.abs(cols["latent"][0] - plain[0].numpy()).max() > 1e-3
+
+
+def test_an_editing_models_unconditional_branch_sees_each_rows_source(tmp_path, one_torch_thread):
+    """Classifier-free guidance of an editing model: the unconditional branch is the empty prompt *with the row's
+    source image*, as diffusers' edit pipelines encode their negative prompt with the image (the embedded editing
+    model; a plain empty prompt would not see the source at all)."""
+    from solrl_core.config.loading import load_config
+    from solrl_core.edit_sources import pool_sources
+    from solrl_core.run.pool import read_table
+    from solrl_core.run.rundir import RunDir
+    from solrl_core.models.backbones.cache import load_backbone
+    from solrl_core.stages.context import StageContext
+    from solrl_core.stages.runner import run_stage
+
+    cfg = load_config(ROOT / "configs" / "demo_edit.yaml", [
+        "explore.precision=fp32", "prompts.per_iteration=2", "explore.seeds_per_prompt=2", "explore.batch_size=4",
+        "explore.keep_latents=true", "select.k=2", "guidance.rollout=2"])
+    run = RunDir(tmp_path / "run")
+    for stage in ("quantize", "explore"):
+        run_stage(run, cfg, 0, stage, progress=False)
+    cols, attrs = read_table(run.stage_dir(0, "explore") / "pool.zarr", ["latent", "seed", "prompt_index"])
+    assert attrs["guidance"] == 2
+    backbone, ctx = load_backbone(cfg), StageContext(run, cfg, 0, progress=False)
+    sources = pool_sources(attrs)
+    assert len(set(sources)) == 2  # two edits, two source images
+    for row in range(len(cols["seed"])):
+        i = int(cols["prompt_index"][row])
+        prompt, source = attrs["prompts"][i], sources[i]
+        other = sources[1 - i]
+
+        def guided(uncond_source):
+            return sample(backbone, backbone.transformer, ctx.encode([prompt], [source]),
+                          backbone.initial_noise([int(cols["seed"][row])]), cfg.explore.steps,
+                          sampler=resolve_sampler(cfg.model.sampler, backbone), guidance=2.0,
+                          uncond=ctx.encode([""], [uncond_source])).x0[0].numpy()
+
+        np.testing.assert_allclose(cols["latent"][row], guided(source), rtol=0, atol=1e-4)  # batch 4 against 1
+        assert np.abs(cols["latent"][row] - guided(other)).max() > 1e-2  # another source's branch: another sample
+
+
+def test_qwen_image_guidance_is_the_pipelines_true_cfg():
+    """Qwen-Image's pipelines rescale the guided prediction of each packed token (2x2 patch x 16 channels) to the norm
+    of the conditional one's: the backbone's combination does, on tokens packed by the pipeline's own helper."""
+    from diffusers import QwenImagePipeline
+
+    from solrl_core.models.backbones.base import Backbone
+    from solrl_core.models.backbones.qwenimage import QwenImageBackbone
+
+    gen = torch.Generator().manual_seed(0)
+    v_u, v_c = torch.randn(2, 16, 6, 8, generator=gen), torch.randn(2, 16, 6, 8, generator=gen)
+    ours = QwenImageBackbone.combine_guidance(None, v_u, v_c, 4.0)
+    pack = lambda v: QwenImagePipeline._pack_latents(v, 2, 16, 6, 8)  # noqa: E731
+    comb = pack(v_u) + 4.0 * (pack(v_c) - pack(v_u))
+    reference = comb * (torch.norm(pack(v_c), dim=-1, keepdim=True) / torch.norm(comb, dim=-1, keepdim=True))
+    torch.testing.assert_close(pack(ours), reference, atol=1e-6, rtol=1e-6)
+    plain = Backbone.combine_guidance(None, v_u, v_c, 4.0)
+    assert (pack(plain) - reference).abs().max() > 0.1  # the rescale matters
 
 
 def test_eval_uses_eval_guidance_and_steps(tmp_path, one_torch_thread):

@@ -27,6 +27,7 @@ class CountingBackbone:
     def __init__(self, backbone):
         self.inner = backbone
         self.defaults = backbone.defaults
+        self.edits = backbone.edits
         self.encoded: list[str] = []
         self.released = 0
 
@@ -127,6 +128,24 @@ def test_release_adds_the_empty_prompt_when_cfg_is_used(tmp_path, monkeypatch, c
     cfg = load_config(TINY, ["model.release_text_encoders=true", "guidance.rollout=2.0"])
     run_text_cache(RunDir(tmp_path / "run"), cfg)
     assert "" in counting.encoded and counting.released == 1
+
+
+def test_an_edit_set_under_cfg_encodes_the_empty_prompt_with_each_source():
+    """An editing model's unconditional branch sees the row's source: the prompts a run encodes up front (before
+    releasing the encoders) hold the empty prompt with each source of every guided phase's set, not a bare one."""
+    from repo_paths import ROOT
+    from solrl_core.models.text_cache import run_prompt_groups
+    from solrl_core.prompts import eval_sources, train_sources
+
+    cfg = load_config(ROOT / "configs" / "demo_edit.yaml", ["guidance.rollout=2", "eval.every=1"])
+    backbone = load_backbone(cfg)
+    groups = run_prompt_groups(cfg, backbone)
+    empty = [sources for prompts, sources in groups if prompts and set(prompts) == {""}]
+    assert empty == [list(train_sources(cfg))]  # the rollouts' set; evaluation is unguided here
+    assert "" not in next(prompts for prompts, sources in groups if sources is None)
+    guided_eval = run_prompt_groups(load_config(ROOT / "configs" / "demo_edit.yaml",
+                                                ["guidance.eval=2", "eval.every=1"]), backbone)
+    assert [s for p, s in guided_eval if p and set(p) == {""}] == [list(eval_sources(cfg))]
 
 
 def test_stages_share_the_run_cache(tmp_path, monkeypatch, one_torch_thread):

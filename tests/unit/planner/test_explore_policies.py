@@ -294,3 +294,29 @@ def test_a_cached_explore_runs_in_the_pipeline(tmp_path, one_torch_thread):
     without = read_table(other.stage_dir(0, "explore") / "pool.zarr", ["latent", "seed"])[0]
     np.testing.assert_array_equal(with_cache["seed"], without["seed"])
     assert not np.array_equal(with_cache["latent"], without["latent"])
+
+
+def test_an_editing_config_is_calibrated_on_its_sources(one_torch_thread):
+    """The calibration batch of an edit prompt set keeps each prompt's source images: the model is conditioned on
+    them (its guidance's unconditional branch too) and the edit reward scores against them, as in a run."""
+    from repo_paths import ROOT
+    from solrl_core.edit_sources import load_images, source_array
+    from solrl_core.rewards.registry import score_images
+
+    cfg = load_config(ROOT / "configs" / "demo_edit.yaml", ["guidance.rollout=2"])
+    batch = ep.calibration_batch(cfg, 2, 2)
+    assert batch.sources is not None and len(batch.sources) == 2
+    backbone = load_backbone(cfg)
+    policy = ep.reference_policy(cfg)
+    rewards, _ = ep.sample_rewards(cfg, backbone, backbone.transformer, policy, batch, 4)
+    rows = list(range(4))
+    sources = [batch.sources[i] for i in batch.prompt_index[rows]]
+    images = [load_images(s) for s in sources]
+    texts = [batch.prompts[i] for i in batch.prompt_index[rows]]
+    x0 = sample(backbone, backbone.transformer, backbone.encode_prompts(texts, images),
+                backbone.initial_noise(batch.seeds[rows].tolist()), policy.steps, guidance=2.0,
+                uncond=backbone.encode_prompts([""] * 4, images)).x0
+    decoded = backbone.decode(x0)
+    expected = score_images(decoded, texts, cfg.rewards, cfg.reward_models,
+                            source_array(sources, *decoded.shape[1:3]))[0]
+    np.testing.assert_allclose(rewards, expected, rtol=0, atol=1e-6)

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from solrl_core.models.backbones.registry import load_backbone
+from solrl_core.models.backbones.tiny import tiny_models as tiny_model_specs
 from solrl_core.config.loading import load_config
 from solrl_core.evaluate import run_eval
 from solrl_core.run.rundir import RunDir
@@ -197,6 +198,50 @@ def test_an_explore_with_a_cheaper_decode_runs_on_a_faked_gpu(model, tiny_models
     assert attrs["explore_decode"] == {"scale": 0.5, "decoded_frames": 1}
     videos = table["image"]
     np.testing.assert_array_equal(videos, np.repeat(videos[:, :1], videos.shape[1], axis=1))
+
+
+def _edit_set(folder) -> str:
+    """Two edit prompts, each with its own random 64 px source image (the tiny models' size), in a JSONL."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for i, instruction in enumerate(("make it blue", "turn it into a square")):
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / f"source{i}.png")
+        lines.append(json.dumps({"prompt": instruction, "images": f"source{i}.png"}))
+    (folder / "edits.jsonl").write_text("\n".join(lines) + "\n")
+    return str(folder / "edits.jsonl")
+
+
+EDITING = [key for key, spec in tiny_model_specs().items() if spec.edits]  # the editing models `make-tiny` writes
+
+
+@pytest.mark.parametrize("model", EDITING)
+def test_an_edit_iteration_and_its_evaluation_run_on_a_faked_gpu(model, tiny_models, tmp_path, one_torch_thread):
+    """Each editing model's own preset with edit prompts (sources beside the text), every stage and the evaluation,
+    a model without distilled guidance under CFG (its unconditional branch encoded with each row's source): no
+    CPU/CUDA mix."""
+    from solrl_core.config.presets import model_rewards, preset_name, preset_path
+    from solrl_core.models.text_cache import run_prompt_groups
+
+    edits = _edit_set(tmp_path)
+    distilled = tiny_model_specs()[model].defaults.distilled_guidance
+    guided = [] if distilled else ["guidance.rollout=4", "guidance.eval=4"]
+    cfg = load_config(preset_path(preset_name(model, "sol_rl", model_rewards(model)[0])), [
+        f"model.path={tiny_models(model)}", *SMALL, "prompts.per_iteration=2", f"prompts.train={edits}",
+        f"eval.prompts={edits}", "eval.num_prompts=2", "eval.seeds_per_prompt=1", "eval.every=1",
+        "train.processes=1", "train.dist_backend=gloo", *guided])
+    run = RunDir(tmp_path / "run")
+    prepare_run(run, cfg)
+    cpu = _cpu_backbone(cfg)
+    cache = TextCache(run.root / CACHE_DIR, cpu, cfg.model)
+    for prompts, sources in run_prompt_groups(cfg, cpu):
+        cache.ensure(prompts, sources=sources)
+    with fake_cuda():
+        for stage in STAGES:
+            run_stage(run, cfg, 0, stage, progress=False)
+        evaluation = run_eval(run, cfg, 1)
+    assert all(run.is_complete(0, stage) for stage in STAGES) and evaluation["samples"] == 2
 
 
 def test_the_sde_sampling_loop_never_syncs(tiny_models, one_torch_thread):

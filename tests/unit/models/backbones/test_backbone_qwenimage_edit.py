@@ -28,12 +28,13 @@ def _sources(seed: int = 0) -> list[Image.Image]:
     return [Image.fromarray(rng.integers(0, 256, (RES, RES, 3), dtype=np.uint8)) for _ in PROMPTS]
 
 
-def _pipeline(backbone, x, sources, steps, output_type, sigmas=None):
+def _pipeline(backbone, x, sources, steps, output_type, sigmas=None, true_cfg=1.0):
     b, c, h, w = x.shape
+    negative = {"negative_prompt": [""] * b} if true_cfg != 1.0 else {}
     return backbone.pipe(
         prompt=PROMPTS, image=sources, height=RES, width=RES, num_inference_steps=steps, sigmas=sigmas,
-        true_cfg_scale=1.0, latents=QwenImageEditPipeline._pack_latents(x, b, c, h, w), output_type=output_type,
-        max_sequence_length=backbone.max_sequence_length,
+        true_cfg_scale=true_cfg, latents=QwenImageEditPipeline._pack_latents(x, b, c, h, w), output_type=output_type,
+        max_sequence_length=backbone.max_sequence_length, **negative,
     ).images
 
 
@@ -72,6 +73,20 @@ def test_latents_after_several_steps_and_the_image_match_the_pipeline(backbone):
     reference = QwenImageEditPipeline._unpack_latents(_pipeline(backbone, x, sources, steps, "latent"), RES, RES, 8)
     torch.testing.assert_close(ours, reference[:, :, 0], atol=1e-4, rtol=1e-4)
     checks.assert_decode(backbone, ours, _pipeline(backbone, x, sources, steps, "np"))
+
+
+def test_guided_sampling_is_the_pipelines_true_cfg_with_the_source_in_both_branches(backbone):
+    """CFG 4 (Flow-Factory's Qwen-Image-Edit recipe): the unconditional branch is the empty prompt encoded with each
+    row's source, and the guided prediction is rescaled per token as the pipeline's `true_cfg_scale` does."""
+    x, sources, steps = backbone.initial_noise([9, 10]), _sources(3), 3
+    cond = backbone.encode_prompts(PROMPTS, [[s] for s in sources])
+    uncond = backbone.encode_prompts(["", ""], [[s] for s in sources])
+    ours = sample(backbone, backbone.transformer, cond, x, steps, sampler="euler", guidance=4.0, uncond=uncond).x0
+    reference = _pipeline(backbone, x, sources, steps, "latent", true_cfg=4.0)
+    torch.testing.assert_close(ours, QwenImageEditPipeline._unpack_latents(reference, RES, RES, 8)[:, :, 0],
+                               atol=1e-4, rtol=1e-4)
+    unguided = sample(backbone, backbone.transformer, cond, x, steps, sampler="euler").x0
+    assert (ours - unguided).abs().max() > 1e-2
 
 
 def test_a_prompt_without_a_source_edits_a_grey_image(backbone):
