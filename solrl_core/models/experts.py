@@ -11,6 +11,11 @@ gradient checkpointing and the blocks (`solrl_core.models.blocks`: each expert's
 shards with FSDP2 (then every call runs every expert: `every_expert`), and `model.compile` (the routing breaks the
 graph; each expert's call is traced).
 
+Routing reads nothing back from the device at a sampling step: the samplers give the step's time from the schedule
+(`routed_at`, through the backbone's `sampling_step`), every row at that time. An update's micro-batch, whose rows
+straddle the boundary, is split by its rows' timesteps on the device, which costs a host sync per call (the sizes
+of the split); the objectives do not pass the rows' times on the host yet.
+
 Which experts are trained is a choice of LoRA targets: `expert_lora_targets` turns the targets (module-name
 suffixes) into the qualified names of the matching modules inside the chosen experts, so peft adapts those alone.
 """
@@ -18,6 +23,7 @@ suffixes) into the qualified names of the matching modules inside the chosen exp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import torch
 from diffusers.loaders.peft import PeftAdapterMixin
@@ -44,6 +50,9 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         # order (the experts' blocks have the same shapes, so a rank running one expert while another runs the
         # other would pair their collectives silently: each rank's forward with the other expert's weights)
         self.every_expert = False
+        # the timestep of every row of the coming calls, known on the host (a sampling step: `routed_at`), so
+        # that the expert is chosen without reading the batch's timesteps back from the device; None: read them
+        self.step_timestep: float | None = None
 
     def experts(self) -> dict[str, nn.Module]:
         """Name -> expert, highest noise first."""
@@ -69,8 +78,9 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         return index
 
     def expert_at(self, timestep: float) -> str:
-        """The name of the expert that runs `timestep` (on the scheduler's scale)."""
-        return self.expert_names[int(self.expert_index(torch.tensor([timestep], dtype=torch.float64))[0])]
+        """The name of the expert that runs `timestep` (on the scheduler's scale; host arithmetic, as
+        `expert_index`'s in float64)."""
+        return self.expert_names[sum(float(timestep) < b for b in self.boundaries)]
 
     def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, **kwargs):
         """Each sample through the expert of its timestep; the keyword inputs that are batch-first tensors are split
@@ -79,6 +89,9 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         sample of the batch runs the first sample and its output is dropped (a zero gradient in the backward)."""
         batch = hidden_states.shape[0]
         kwargs = {**kwargs, "return_dict": False}
+        if self.step_timestep is not None and not self.every_expert:  # a sampling step: one expert, no device read
+            expert = getattr(self, self.expert_at(self.step_timestep))
+            return (expert(hidden_states=hidden_states, timestep=timestep, **kwargs)[0],)
         index = self.expert_index(timestep)
         used = index.unique().tolist()
         if len(used) == 1 and not self.every_expert:  # the whole batch in one expert (every sampling step): its
@@ -143,3 +156,18 @@ def expert_lora_targets(transformer: nn.Module, targets: Sequence[str], experts:
         raise ValueError(f"train.experts {list(chosen)}: the model's experts are {list(transformer.expert_names)}")
     return [name for name, _ in transformer.named_modules()
             if name.split(".", 1)[0] in chosen and any(name.endswith("." + t) for t in targets)]
+
+
+@contextmanager
+def routed_at(model: nn.Module, timestep: float):
+    """Within the context, every `TimestepExperts` in `model` (a copy, a LoRA or compiled wrapper included) runs
+    its calls through the expert of `timestep` (on the scheduler's scale), as at a sampling step, where every row of
+    the batch is at that time: its routing then reads nothing back from the device."""
+    experts = [m for m in model.modules() if isinstance(m, TimestepExperts)]
+    for m in experts:
+        m.step_timestep = float(timestep)
+    try:
+        yield
+    finally:
+        for m in experts:
+            m.step_timestep = None

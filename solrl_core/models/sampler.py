@@ -64,8 +64,10 @@ def guided_velocity(
     cond: Conditioning,
     guidance: float = 1.0,
     uncond: Conditioning | None = None,
+    step_sigma: float | None = None,
 ) -> torch.Tensor:
-    """The velocity under guidance: the model's own input for distilled-guidance backbones, classifier-free guidance
+    """The velocity under guidance (`step_sigma`: the step's sigma as a host float, for a backbone whose scale
+    changes over the steps; None reads it from `sigma`, a device read the sampling loops avoid): the model's own input for distilled-guidance backbones, classifier-free guidance
     otherwise (`backbone.combine_guidance`: v_u + g (v_c - v_u) unless the backbone's pipeline rescales it; `uncond` =
     the empty prompt's conditioning, batch 1 or B, an editing model's with each row's source; one forward on the
     concatenated batch), the plain conditional velocity when g = 1."""
@@ -75,7 +77,9 @@ def guided_velocity(
         return backbone.velocity(transformer, x, sigma, cond)
     if uncond is None:
         raise ValueError("classifier-free guidance needs `uncond` (the empty prompt's conditioning)")
-    guidance = backbone.step_guidance(sigma, guidance)  # a backbone of experts: each expert's own
+    if step_sigma is None:
+        step_sigma = float(sigma.reshape(-1)[0])
+    guidance = backbone.step_guidance(step_sigma, guidance)  # a backbone of experts: each expert's own
     batch = x.shape[0]
     both = {k: torch.cat([uncond[k].expand(batch, *uncond[k].shape[1:]), cond[k]]) for k in cond}
     v = backbone.velocity(transformer, torch.cat([x, x]), torch.cat([sigma, sigma]), both)
@@ -137,8 +141,8 @@ def sample(
     for i, t in enumerate(tqdm(scheduler.timesteps, desc=desc, leave=False, disable=not progress)):
         sigma = model_sigmas[i].expand(batch)
         model = model_at(transformer, i, steps)  # step-selective precision: models/step_precision.py
-        with step_context(model, i, steps, sigmas[i]):
-            v = guided_velocity(backbone, model, x, sigma, cond, guidance, uncond)
+        with step_context(model, i, steps, sigmas[i]), backbone.sampling_step(model, sigmas[i]):
+            v = guided_velocity(backbone, model, x, sigma, cond, guidance, uncond, step_sigma=sigmas[i])
         if sampler == "euler":
             x = scheduler.step(v, t, x, return_dict=False)[0]
         else:

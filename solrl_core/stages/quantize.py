@@ -206,7 +206,8 @@ def _calibration_forward(backbone, transformer, cond):
 
     @torch.no_grad()
     def run():
-        return backbone.velocity(transformer, x, sigma, cond)
+        with backbone.sampling_step(transformer, 0.5):
+            return backbone.velocity(transformer, x, sigma, cond)
 
     return run
 

@@ -110,11 +110,17 @@ class Backbone(ABC):
     def decode(self, latents: torch.Tensor) -> np.ndarray:
         """Images as uint8 array (B, H, W, 3)."""
 
-    def step_guidance(self, sigma: torch.Tensor, guidance: float) -> float:
-        """The classifier-free guidance scale of a sampling step at `sigma` (one value for the batch) whose phase's
-        scale is `guidance` (above 1): the same at every step, unless the backbone's experts have their own
-        (Wan 2.2 A14B's low-noise expert, WanPipeline's guidance_scale_2)."""
+    def step_guidance(self, sigma: float, guidance: float) -> float:
+        """The classifier-free guidance scale of a sampling step at `sigma` (the schedule's value, a host float: no
+        device read) whose phase's scale is `guidance` (above 1): the same at every step, unless the backbone's
+        experts have their own (Wan 2.2 A14B's low-noise expert, WanPipeline's guidance_scale_2)."""
         return guidance
+
+    def sampling_step(self, transformer: torch.nn.Module, sigma: float):
+        """The context of a sampling step's model calls at the schedule's `sigma` (a host float), where every row
+        of the batch is at that time: nothing to set, unless the backbone routes by time (a backbone of experts
+        picks the step's expert from it instead of reading the batch's timesteps back from the device)."""
+        return contextlib.nullcontext()
 
     def combine_guidance(self, v_uncond: torch.Tensor, v_cond: torch.Tensor, guidance: float) -> torch.Tensor:
         """Classifier-free guidance's velocity from the unconditional and conditional ones: v_u + g (v_c - v_u), as

@@ -21,7 +21,7 @@ import torch
 from solrl_core.errors import SolrlError
 from solrl_core.models.backbones.specs.wan22 import SPEC
 from solrl_core.models.backbones.wan import WanBackbone
-from solrl_core.models.experts import TimestepExperts
+from solrl_core.models.experts import TimestepExperts, routed_at
 
 
 class Wan22Backbone(WanBackbone):
@@ -44,13 +44,17 @@ class Wan22Backbone(WanBackbone):
         self.transformer = TimestepExperts([(name, getattr(pipe, name)) for name in SPEC.experts], [self.boundary])
         self.low_noise_guidance = model.low_noise_guidance
 
-    def step_guidance(self, sigma: torch.Tensor, guidance: float) -> float:
+    def step_guidance(self, sigma: float, guidance: float) -> float:
         """The pipeline's guidance_scale_2 (`model.low_noise_guidance`) on the low-noise expert's steps, `guidance`
         on the high-noise expert's."""
         if self.low_noise_guidance is None:
             return guidance
-        t = float(sigma.reshape(-1)[0]) * self.scheduler_config["num_train_timesteps"]
+        t = sigma * self.scheduler_config["num_train_timesteps"]
         return guidance if t >= self.boundary else self.low_noise_guidance
+
+    def sampling_step(self, transformer: torch.nn.Module, sigma: float):
+        """The step's expert chosen from the schedule's sigma (no read of the batch's timesteps from the device)."""
+        return routed_at(transformer, sigma * self.scheduler_config["num_train_timesteps"])
 
     def load_sibling_transformer(self, path: str) -> torch.nn.Module:
         raise SolrlError(f"explore.sibling: the {self.title} backbone explores with its own two experts only")

@@ -38,7 +38,9 @@ from repo_paths import ROOT, TINY
 
 pytestmark = pytest.mark.slow  # whole iterations or models: `make test` runs it, `make test-fast` not
 
-BACKBONES = ("embedded", "embedded_video", "flux1", "sd35l", "sana", "qwenimage", "wan")
+# the embedded image and video models (one layer) and every real backbone `make-tiny` writes but the editing ones
+# (they sample edit prompts: their own test below)
+BACKBONES = ("embedded", "embedded_video", *(key for key, spec in tiny_model_specs().items() if not spec.edits))
 # the embedded video model's world in the tiny run (its shipped weights)
 EMBEDDED_VIDEO = ["model.kind=embedded_video", "prompts.train=builtin:motion-train", "eval.prompts=builtin:motion-test",
                   "rewards={embedded_motion: 1.0}"]
@@ -98,9 +100,18 @@ def test_an_iteration_and_its_evaluation_run_on_a_faked_gpu(model, tiny_models, 
     over the bf16 base."""
     cfg = _config(model, tiny_models)
     run = _run(tmp_path / "run", cfg)
+    # a model of experts (Wan 2.2 A14B) routes an update's micro-batch, whose rows straddle the boundary, by the
+    # rows' timesteps: sizes read from the device, which a fake device cannot give; its update runs on the CPU
+    experts = bool(tiny_model_specs().get(model) and tiny_model_specs()[model].experts)
     with fake_cuda():
         for stage in STAGES:
+            if stage == "update" and experts:
+                break
             run_stage(run, cfg, 0, stage, progress=False)
+    if experts:
+        cpu = cfg.model_copy(update={"model": cfg.model.model_copy(update={"device": "cpu", "dtype": "float32"})})
+        run_stage(run, cpu, 0, "update", progress=False)
+    with fake_cuda():
         evaluation = run_eval(run, cfg, 1)
     assert all(run.is_complete(0, stage) for stage in STAGES)
     assert evaluation["samples"] == 2

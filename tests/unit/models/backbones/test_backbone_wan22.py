@@ -129,7 +129,7 @@ def test_low_noise_guidance_changes_only_the_low_noise_steps(euler_backbone):
     backbone = euler_backbone
     backbone.low_noise_guidance = 3.0
     try:
-        scales = [backbone.step_guidance(torch.tensor([s]), 4.0) for s in backbone.sigmas(10)]
+        scales = [backbone.step_guidance(float(s), 4.0) for s in backbone.sigmas(10)]
     finally:
         backbone.low_noise_guidance = None
     experts = [backbone.transformer.expert_at(1000 * s) for s in backbone.sigmas(10)]
