@@ -50,7 +50,7 @@ def family_shapes(cfg, spec=None) -> dict[str, Shapes]:
             continue
         shapes = official_shapes(family, cfg.train.timestep_fraction, prompts=own.prompts, seeds=seeds, k=own.k,
                                  explore_steps_sol=reduced_steps, steps=full_steps)
-        out[family] = replace(shapes, optimizer_steps=own.optimizer_steps)
+        out[family] = replace(shapes, optimizer_steps=own.optimizer_steps, standin_forwards=own.standin_forwards)
     return out
 
 

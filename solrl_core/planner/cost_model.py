@@ -66,6 +66,9 @@ class Shapes:
     optimizer_steps: int = 1  # passes of the update over the same samples (train.optimizer_steps; official 1)
     forwards_per_train_step: int = FORWARDS_PER_TRAIN_STEP
     backward_factor: float = BACKWARD_FACTOR
+    # forward-equivalents per trained (sample, time) pair that a model of experts sharded by FSDP2 adds: every call
+    # of θ and θ_old runs every expert, an idle one on a stand-in row (solrl_core/models/experts.py `every_expert`)
+    standin_forwards: float = 0.0
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -130,7 +133,25 @@ def shapes_from_config(cfg, spec=None) -> Shapes:
         train_timesteps=objective.trained_times(sampling_steps),
         optimizer_steps=cfg.train.optimizer_steps,
         forwards_per_train_step=len(objective.forwards),
+        standin_forwards=standin_forwards(cfg, objective, spec),
     )
+
+
+def standin_forwards(cfg, objective, spec=None) -> float:
+    """At most how many forward-equivalents per trained pair the stand-in rows of a sharded model of experts add:
+    full fine-tuning over several processes (FSDP2) runs every expert on every call of θ and θ_old (not of the
+    unsharded reference W0), each idle expert on one row, so a call of `train.micro_batch` rows adds up to
+    (experts - 1) rows, each a forward (and a backward, under θ). At most: a micro-batch whose rows span every expert
+    adds none."""
+    from solrl_core.models.backbones.registry import kind_spec
+
+    spec = spec or kind_spec(cfg.model.kind)
+    tc = cfg.train
+    sharded = tc.adapter == "full" and (tc.processes > 1 or tc.nodes > 1)
+    if spec is None or len(spec.experts) < 2 or not sharded:
+        return 0.0
+    sharded_forwards = sum(1 for adapter in objective.forwards if adapter != "reference")
+    return (len(spec.experts) - 1) / tc.micro_batch * (sharded_forwards + BACKWARD_FACTOR)
 
 
 def resolve_precision(requested: str, gpu: GPU) -> str:
@@ -185,7 +206,7 @@ def iteration_cost(fwd: ForwardFlops, shapes: Shapes, tp: Throughput, per_image_
     regen_denoise = n_kept * shapes.regenerate_steps * fwd.total / bf16 if shapes.regenerate else 0.0
     regen_images = n_kept * per_image_flops / bf16 if shapes.regenerate else 0.0
     train_forwards = (n_kept * shapes.train_timesteps * shapes.optimizer_steps
-                      * (shapes.forwards_per_train_step + shapes.backward_factor))
+                      * (shapes.forwards_per_train_step + shapes.backward_factor + shapes.standin_forwards))
     update = train_forwards * fwd.total / bf16
     explore = explore_denoise + explore_images
     regenerate = regen_denoise + regen_images

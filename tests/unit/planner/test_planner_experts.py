@@ -81,3 +81,22 @@ def test_the_fit_check_refuses_the_preset_where_two_experts_do_not_fit():
     one = load_config("wan22_sol_rl_pickscore", ["model.device=cuda", "train.experts=[transformer_2]"])
     ones = {s.stage: s.gib for s in fits.stage_memory(one)}
     assert ones["update"] < stages["update"] and ones["evaluation"] < stages["evaluation"]
+
+
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_sharded_full_fine_tuning_prices_the_idle_experts_stand_in_rows(micro_batch):
+    """FSDP2-sharded full fine-tuning runs every expert on every call of θ and θ_old (not of the reference): the
+    update's forward-equivalents per trained pair grow by (experts - 1) / micro_batch x (those forwards + the
+    backward); LoRA, one process or a one-expert model add none."""
+    from solrl_core.planner.cost_model import BACKWARD_FACTOR, shapes_from_config
+    from solrl_core.rl.objectives import objective_for
+
+    base = ["train.adapter=full", "quant.lora_branch=false", f"train.micro_batch={micro_batch}"]
+    sharded = load_config("wan22_sol_rl_pickscore", [*base, "train.processes=8"])
+    forwards = objective_for(sharded).forwards
+    expected = (len(SPEC.experts) - 1) / micro_batch * (sum(f != "reference" for f in forwards) + BACKWARD_FACTOR)
+    assert shapes_from_config(sharded).standin_forwards == pytest.approx(expected) and expected > 0
+    for unsharded in (load_config("wan22_sol_rl_pickscore", [*base, "train.processes=1"]),
+                      load_config("wan22_sol_rl_pickscore", ["train.processes=8"]),  # LoRA: DDP, nothing sharded
+                      load_config("wan_sol_rl_pickscore", [*base, "train.processes=8"])):  # one expert
+        assert shapes_from_config(unsharded).standin_forwards == 0.0
