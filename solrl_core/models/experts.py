@@ -11,10 +11,10 @@ gradient checkpointing and the blocks (`solrl_core.models.blocks`: each expert's
 shards with FSDP2 (then every call runs every expert: `every_expert`), and `model.compile` (the routing breaks the
 graph; each expert's call is traced).
 
-Routing reads nothing back from the device at a sampling step: the samplers give the step's time from the schedule
-(`routed_at`, through the backbone's `sampling_step`), every row at that time. An update's micro-batch, whose rows
-straddle the boundary, is split by its rows' timesteps on the device, which costs a host sync per call (the sizes
-of the split); the objectives do not pass the rows' times on the host yet.
+Routing reads nothing back from the device where the times are known on the host (`routed_at`, through the
+backbone's `calls_at`): a sampling step's (the schedule's, every row at that time) and an update micro-batch's (the
+objective step's `row_times`, one per row: the rows' indices are uploaded). Without them (a plug-in objective that
+does not give its times) the rows are split by their timesteps on the device, which reads the split's sizes back.
 
 Which experts are trained is a choice of LoRA targets: `expert_lora_targets` turns the targets (module-name
 suffixes) into the qualified names of the matching modules inside the chosen experts, so peft adapts those alone.
@@ -50,9 +50,10 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         # order (the experts' blocks have the same shapes, so a rank running one expert while another runs the
         # other would pair their collectives silently: each rank's forward with the other expert's weights)
         self.every_expert = False
-        # the timestep of every row of the coming calls, known on the host (a sampling step: `routed_at`), so
-        # that the expert is chosen without reading the batch's timesteps back from the device; None: read them
-        self.step_timestep: float | None = None
+        # the timesteps of the coming calls' rows, known on the host (`routed_at`): one float, every row's (a
+        # sampling step), or one per row (an update's micro-batch), so that the experts are chosen without reading
+        # the rows' timesteps back from the device; None: read them
+        self.host_timesteps: float | list[float] | None = None
 
     def experts(self) -> dict[str, nn.Module]:
         """Name -> expert, highest noise first."""
@@ -89,20 +90,17 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         sample of the batch runs the first sample and its output is dropped (a zero gradient in the backward)."""
         batch = hidden_states.shape[0]
         kwargs = {**kwargs, "return_dict": False}
-        if self.step_timestep is not None and not self.every_expert:  # a sampling step: one expert, no device read
-            expert = getattr(self, self.expert_at(self.step_timestep))
-            return (expert(hidden_states=hidden_states, timestep=timestep, **kwargs)[0],)
-        index = self.expert_index(timestep)
-        used = index.unique().tolist()
+        experts_rows = self._rows_per_expert(timestep, batch)
+        used = [i for i, rows in enumerate(experts_rows) if rows is not None]
         if len(used) == 1 and not self.every_expert:  # the whole batch in one expert (every sampling step): its
             return (getattr(self, self.expert_names[used[0]])(hidden_states=hidden_states, timestep=timestep,
                                                                  **kwargs)[0],)  # own call, no copies
         out, dropped = None, []
         for i in range(len(self.expert_names)) if self.every_expert else used:
-            rows = (index == i).nonzero().squeeze(1)
-            idle = rows.numel() == 0
+            rows = experts_rows[i]
+            idle = rows is None
             if idle:  # the transformers take no empty batch: the first sample stands in
-                rows = torch.zeros(1, dtype=torch.long, device=index.device)
+                rows = torch.zeros(1, dtype=torch.long, device=hidden_states.device)
             part = {k: v.index_select(0, rows) if torch.is_tensor(v) and v.dim() and v.shape[0] == batch else v
                     for k, v in kwargs.items()}
             y = getattr(self, self.expert_names[i])(hidden_states=hidden_states.index_select(0, rows),
@@ -116,6 +114,29 @@ class TimestepExperts(nn.Module, PeftAdapterMixin):
         if dropped:
             out = _KeepInBackward.apply(out, *dropped)
         return (out,)
+
+    def _rows_per_expert(self, timestep: torch.Tensor, batch: int) -> list[torch.Tensor | None]:
+        """Per expert, the batch rows it runs (a long tensor on the input's device), None where it runs none: from
+        the host timesteps when set (`routed_at`: no device read; the rows' indices uploaded), else from `timestep`
+        on the device (its sizes read back: a host sync)."""
+        device = timestep.device
+        known = self.host_timesteps
+        if known is None:
+            index = self.expert_index(timestep)
+            rows = [(index == i).nonzero().squeeze(1) for i in range(len(self.expert_names))]
+            return [r if r.numel() else None for r in rows]
+        if not isinstance(known, list):  # one time for every row
+            chosen = self.expert_names.index(self.expert_at(known))
+            return [torch.arange(batch, device=device) if i == chosen else None
+                    for i in range(len(self.expert_names))]
+        if len(known) != batch:
+            raise ValueError(f"{len(known)} host timesteps for a batch of {batch}")
+        names = [self.expert_at(t) for t in known]
+        out = []
+        for name in self.expert_names:
+            rows = [r for r, chosen in enumerate(names) if chosen == name]
+            out.append(torch.tensor(rows, dtype=torch.long).to(device) if rows else None)
+        return out
 
     def enable_gradient_checkpointing(self) -> None:
         for expert in self.experts().values():
@@ -159,15 +180,15 @@ def expert_lora_targets(transformer: nn.Module, targets: Sequence[str], experts:
 
 
 @contextmanager
-def routed_at(model: nn.Module, timestep: float):
-    """Within the context, every `TimestepExperts` in `model` (a copy, a LoRA or compiled wrapper included) runs
-    its calls through the expert of `timestep` (on the scheduler's scale), as at a sampling step, where every row of
-    the batch is at that time: its routing then reads nothing back from the device."""
+def routed_at(model: nn.Module, timesteps: float | list[float]):
+    """Within the context, every `TimestepExperts` in `model` (a copy, a LoRA or compiled wrapper included) routes
+    its calls' rows by `timesteps` (on the scheduler's scale), known on the host: one float, every row's (a sampling
+    step), or one per row (an update's micro-batch); its routing then reads nothing back from the device."""
     experts = [m for m in model.modules() if isinstance(m, TimestepExperts)]
     for m in experts:
-        m.step_timestep = float(timestep)
+        m.host_timesteps = timesteps
     try:
         yield
     finally:
         for m in experts:
-            m.step_timestep = None
+            m.host_timesteps = None

@@ -141,7 +141,7 @@ def sample(
     for i, t in enumerate(tqdm(scheduler.timesteps, desc=desc, leave=False, disable=not progress)):
         sigma = model_sigmas[i].expand(batch)
         model = model_at(transformer, i, steps)  # step-selective precision: models/step_precision.py
-        with step_context(model, i, steps, sigmas[i]), backbone.sampling_step(model, sigmas[i]):
+        with step_context(model, i, steps, sigmas[i]), backbone.calls_at(model, sigmas[i]):
             v = guided_velocity(backbone, model, x, sigma, cond, guidance, uncond, step_sigma=sigmas[i])
         if sampler == "euler":
             x = scheduler.step(v, t, x, return_dict=False)[0]

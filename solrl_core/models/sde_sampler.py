@@ -71,7 +71,7 @@ def sample_sde(backbone: Backbone, transformer: torch.nn.Module, cond: Condition
         fresh_trajectories(model)
     for i in range(steps):
         model = model_at(transformer, i, steps)  # step-selective precision: models/step_precision.py
-        with step_context(model, i, steps, sigmas[i]), backbone.sampling_step(model, sigmas[i]):
+        with step_context(model, i, steps, sigmas[i]), backbone.calls_at(model, sigmas[i]):
             v = guided_velocity(backbone, model, x, model_sigmas[i].expand(batch), cond, guidance, uncond,
                                 step_sigma=sigmas[i])
         if start <= i < stop:

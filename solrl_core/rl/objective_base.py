@@ -49,6 +49,11 @@ class ObjectiveStep:
     def loss(self, start: int, stop: int, forward: Forward) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 
+    def row_times(self, start: int, stop: int) -> list[float] | None:
+        """The σ each pair of [start, stop) is trained at, as host floats, when the step knows them without the
+        device (a model of experts is then routed by them, with no read back); None: a plug-in that does not say."""
+        return None
+
 
 class Objective:
     """An RL objective: register it in `rl.objectives.OBJECTIVES`, or name one of your own package as

@@ -26,10 +26,16 @@ def sde_window(steps: int, start: int, size: int | None) -> tuple[int, int]:
 
 class GrpoStep(ObjectiveStep):
     def __init__(self, objective: FlowGRPO, data: TrainingData, prepared: dict, pairs: torch.Tensor, n_pairs: int):
-        self.objective, self.data, self.prepared, self.pairs, self.n_pairs = objective, data, prepared, pairs, n_pairs
+        """`pairs`: this rank's (sample, window step) pairs on the CPU (kept there for `row_times`; moved once)."""
+        self.objective, self.data, self.prepared, self.n_pairs = objective, data, prepared, n_pairs
+        self.host_pairs, self.pairs = pairs, pairs.to(data.latents.device)
 
     def __len__(self) -> int:
         return len(self.pairs)
+
+    def row_times(self, start: int, stop: int) -> list[float]:
+        """The σ of each pair's window step."""
+        return [self.data.sigmas[j + self.data.window[0]] for j in self.host_pairs[start:stop, 1].tolist()]
 
     def loss(self, start: int, stop: int, forward: Forward):
         s, data, p = self.objective.settings, self.data, self.prepared
@@ -98,7 +104,7 @@ class FlowGRPO(Objective):
         steps = torch.arange(n_steps).repeat(len(data.latents))
         pairs = torch.stack([rows, steps], 1)
         start, stop = shard(len(pairs))
-        return GrpoStep(self, data, prepared, pairs[start:stop].to(data.latents.device), len(pairs))
+        return GrpoStep(self, data, prepared, pairs[start:stop], len(pairs))
 
     def old_policy_eta(self, step: int) -> float:
         return 0.0  # θ_old ← θ: the next rollouts are sampled by the policy being trained

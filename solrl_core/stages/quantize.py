@@ -206,7 +206,7 @@ def _calibration_forward(backbone, transformer, cond):
 
     @torch.no_grad()
     def run():
-        with backbone.sampling_step(transformer, 0.5):
+        with backbone.calls_at(transformer, 0.5):
             return backbone.velocity(transformer, x, sigma, cond)
 
     return run

@@ -10,6 +10,7 @@ optimizer step), so a resumed run repeats it exactly without saved RNG state.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -174,14 +175,17 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
                        leave=False, disable=not ctx.progress)
         for start in chunks:
             stop = min(start + tc.micro_batch, len(pairs))
-            loss, terms = pairs.loss(start, stop, forward)
+            with calls_at_row_times(backbone, policy, pairs, start, stop):
+                loss, terms = pairs.loss(start, stop, forward)
             weight = (stop - start) / pairs.n_pairs
             (loss * weight).backward()
             for key, value in terms.items():
                 totals[key] = totals.get(key, 0.0) + value.double() * weight
             bar.update(1)
         for _ in range(idle):  # the last micro-batch again at weight 0: the collectives, not the gradient
-            (pairs.loss(chunks[-1], len(pairs), forward)[0] * 0.0).backward()
+            with calls_at_row_times(backbone, policy, pairs, chunks[-1], len(pairs)):
+                loss = pairs.loss(chunks[-1], len(pairs), forward)[0]
+            (loss * 0.0).backward()
         reduce_gradients(policy, sync, params)
         totals = sync.all_reduce_totals(read_back(totals))  # the step's one read of the loss terms
         grad_norm = whole(torch.nn.utils.clip_grad_norm_(params, grad_clip))
@@ -208,6 +212,20 @@ def update_on_rank(ctx: StageContext, sync: GradientSync) -> dict:
         "objective": objective.name,
         **objective.summary_metrics(prepared),
     }
+
+
+@contextlib.contextmanager
+def calls_at_row_times(backbone, policy, pairs, start: int, stop: int):
+    """The context of a micro-batch's model calls: its rows' times as the objective step knows them on the host
+    (`row_times`), given to every model the policy's forwards call (the backbone's `calls_at`: a model of experts
+    routes its rows by them, with no read back); nothing where the step does not know them."""
+    times = pairs.row_times(start, stop)
+    with contextlib.ExitStack() as stack:
+        if times is not None:
+            models = [policy.transformer, *(policy.modules.values() if is_full_policy(policy) else ())]
+            for model in models:
+                stack.enter_context(backbone.calls_at(model, times))
+        yield
 
 
 def sharded_micro_batches(policy, sync: GradientSync, chunks: int) -> int:

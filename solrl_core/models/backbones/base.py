@@ -116,10 +116,11 @@ class Backbone(ABC):
         experts have their own (Wan 2.2 A14B's low-noise expert, WanPipeline's guidance_scale_2)."""
         return guidance
 
-    def sampling_step(self, transformer: torch.nn.Module, sigma: float):
-        """The context of a sampling step's model calls at the schedule's `sigma` (a host float), where every row
-        of the batch is at that time: nothing to set, unless the backbone routes by time (a backbone of experts
-        picks the step's expert from it instead of reading the batch's timesteps back from the device)."""
+    def calls_at(self, transformer: torch.nn.Module, sigmas: float | Sequence[float]):
+        """The context of model calls whose rows are at `sigmas`, known on the host: one float, every row's (a
+        sampling step), or one per row (an update's micro-batch). Nothing to set, unless the backbone routes by time
+        (a backbone of experts then chooses each row's expert from them instead of reading the rows' timesteps back
+        from the device)."""
         return contextlib.nullcontext()
 
     def combine_guidance(self, v_uncond: torch.Tensor, v_cond: torch.Tensor, guidance: float) -> torch.Tensor:

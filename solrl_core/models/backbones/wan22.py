@@ -16,6 +16,8 @@ the same) on the low-noise expert's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from solrl_core.errors import SolrlError
@@ -52,9 +54,12 @@ class Wan22Backbone(WanBackbone):
         t = sigma * self.scheduler_config["num_train_timesteps"]
         return guidance if t >= self.boundary else self.low_noise_guidance
 
-    def sampling_step(self, transformer: torch.nn.Module, sigma: float):
-        """The step's expert chosen from the schedule's sigma (no read of the batch's timesteps from the device)."""
-        return routed_at(transformer, sigma * self.scheduler_config["num_train_timesteps"])
+    def calls_at(self, transformer: torch.nn.Module, sigmas: float | Sequence[float]):
+        """Each row's expert chosen from its host sigma (no read of the rows' timesteps from the device)."""
+        scale = self.scheduler_config["num_train_timesteps"]
+        if isinstance(sigmas, float | int):
+            return routed_at(transformer, float(sigmas) * scale)
+        return routed_at(transformer, [float(s) * scale for s in sigmas])
 
     def load_sibling_transformer(self, path: str) -> torch.nn.Module:
         raise SolrlError(f"explore.sibling: the {self.title} backbone explores with its own two experts only")

@@ -146,6 +146,32 @@ def test_a_batch_across_the_boundary_runs_each_sample_through_its_expert(backbon
         torch.testing.assert_close(both[i:i + 1], one, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("every_expert", [False, True])
+def test_rows_routed_by_host_times_are_the_rows_routed_on_the_device(backbone, every_expert):
+    """`calls_at` with each row's sigma (an update's micro-batch) or one sigma for all (a sampling step) routes the
+    rows as reading their timesteps would, bit for bit, sharded (every expert runs) or not; a count that is not the
+    batch's is refused."""
+    x, cond = backbone.initial_noise([1, 2, 3]), backbone.encode_prompts(PROMPTS + PROMPTS[:1])
+    experts = backbone.transformer
+    experts.every_expert = every_expert
+    try:
+        for sigmas in ([0.95, 0.3, 0.9], [0.3, 0.2, 0.1], [0.95, 0.95, 0.95]):
+            sigma = torch.tensor(sigmas)
+            device_read = backbone.velocity(experts, x, sigma, cond)
+            with backbone.calls_at(experts, sigmas):
+                host = backbone.velocity(experts, x, sigma, cond)
+            torch.testing.assert_close(host, device_read, atol=0, rtol=0)
+            if len(set(sigmas)) == 1:
+                with backbone.calls_at(experts, sigmas[0]):
+                    torch.testing.assert_close(backbone.velocity(experts, x, sigma, cond), device_read, atol=0,
+                                               rtol=0)
+        with backbone.calls_at(experts, [0.5, 0.5]), pytest.raises(ValueError, match="2 host timesteps"):
+            backbone.velocity(experts, x, torch.full((3,), 0.5), cond)
+        assert experts.host_timesteps is None  # the context leaves nothing behind
+    finally:
+        experts.every_expert = False
+
+
 def test_lora_targets_and_quant_skip_names(backbone):
     checks.assert_lora_targets_and_skip_names(backbone)
 
