@@ -179,8 +179,8 @@ def score_images(
     for name in weights:
         reward = get_reward(name, models)
         with plugin_code(name, "reward", "scoring"):  # a plug-in's exception: one line naming it
-            values = np.asarray(reward.scores(images, prompts, sources=sources if reward.edits else None),
-                                dtype=np.float64)
+            scored = reward.scores(images, prompts, sources=sources) if reward.edits else reward.scores(images, prompts)
+            values = np.asarray(scored, dtype=np.float64)  # sources only to a reward that edits (plug-ins: its own)
         if values.shape != (len(images),):
             raise SolrlError(f"reward {name} returned shape {values.shape}, expected ({len(images)},)")
         check_finite(name, values, prompts)
