@@ -12,7 +12,7 @@ def cmd_pretrain(args) -> int:
     from solrl_core.lab.embedded_pretrain import pretrain
 
     summary = pretrain(args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                       progress=True, world_name=args.world)
+                       progress=True, world_name=args.world, threads=args.threads, save_every=args.save_every)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -29,6 +29,12 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: the shipped weights')")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the shipped weights')")
     p.add_argument("--seed", type=int, default=0, help="random seed (shapes drawn, initial weights)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="torch threads (default 2, the shipped weights'; the same seed and threads give the same "
+                   "weights)")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="also save the EMA weights to --out every this many steps, overwritten, marked partial in "
+                   "their metadata (default 0: only at the end)")
     p.add_argument("--world", choices=("shapes", "motion", "edits"), default="shapes",
                    help="shapes: the image model (model.kind embedded); motion: the video model of shapes moving "
                    "left, right, up or down (model.kind embedded_video); edits: the editing model (model.kind "
