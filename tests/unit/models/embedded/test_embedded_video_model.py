@@ -11,8 +11,8 @@ from solrl_core.models.backbones import registry
 from solrl_core.models.backbones.embedded_video import PRETRAINED_VIDEO_DIR, EmbeddedVideoBackbone
 from solrl_core.worlds import motion
 from solrl_core.models.embedded.model import build_model, load_model
-from solrl_core.models.embedded.video_model import (COORD_CHANNELS, build_video_model, coordinate_grid,
-                                                    latents_to_videos, predict_video_velocity, videos_to_latents)
+from solrl_core.models.embedded.video_model import (build_video_model, latents_to_videos, predict_video_velocity,
+                                                    videos_to_latents)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: 2 spinning OpenMP threads stall on a busy machine
 PROMPTS = ["a red circle moving left", "a blue square moving up"]
@@ -38,37 +38,13 @@ def test_the_video_model_round_trips_and_samples_videos(saved):
     assert x.shape == (2, 3, motion.FRAMES, 32, 32)
     cond = backbone.encode_prompts(PROMPTS)
     sigma = torch.full((1,), 0.7)
-    assert backbone.transformer.config.in_channels == 3 + COORD_CHANNELS and backbone.transformer.config.out_channels == 3
-    direct = backbone.transformer(hidden_states=torch.cat([x, coordinate_grid(x)], dim=1),
-                                  encoder_hidden_states=cond["encoder_hidden_states"],
+    direct = backbone.transformer(hidden_states=x, encoder_hidden_states=cond["encoder_hidden_states"],
                                   timestep=torch.full((2,), 700.0), return_dict=False)[0]
     torch.testing.assert_close(backbone.velocity(backbone.transformer, x, sigma, cond), direct)
     torch.testing.assert_close(predict_video_velocity(backbone.transformer, x, sigma, cond), direct)
     videos = motion.render_batch(PROMPTS, np.random.default_rng(0))
     assert np.array_equal(backbone.decode(videos_to_latents(videos)), videos)  # pixels are the latents
     assert np.array_equal(latents_to_videos(videos_to_latents(videos)), videos)
-
-
-def test_the_coordinate_grid_is_the_frame_row_and_column_in_minus_one_to_one():
-    x = torch.zeros(2, 3, 4, 8, 16, dtype=torch.float64)
-    grid = coordinate_grid(x)
-    assert grid.shape == (2, COORD_CHANNELS, 4, 8, 16) and grid.dtype == x.dtype and grid.device == x.device
-    torch.testing.assert_close(grid[1, 0, :, 3, 5], torch.linspace(-1, 1, 4, dtype=torch.float64))  # frame
-    torch.testing.assert_close(grid[0, 1, 2, :, 7], torch.linspace(-1, 1, 8, dtype=torch.float64))  # row
-    torch.testing.assert_close(grid[0, 2, 1, 4, :], torch.linspace(-1, 1, 16, dtype=torch.float64))  # column
-    assert torch.equal(grid[0], grid[1])
-
-
-def test_the_prediction_depends_on_where_the_noise_is():
-    """The coordinates break Wan's translation equivariance: the same noise, shifted by a patch, does not give the
-    shifted prediction (with rotary positions only it would, up to the border)."""
-    model = build_video_model(seed=0)
-    cond = {k: v.detach() for k, v in model.encode(PROMPTS[:1]).items()}
-    x = torch.randn(1, 3, motion.FRAMES, 32, 32, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        v = predict_video_velocity(model.transformer, x, torch.ones(1), cond)
-        shifted = predict_video_velocity(model.transformer, torch.roll(x, 8, dims=-1), torch.ones(1), cond)
-    assert (torch.roll(v, 8, dims=-1) - shifted).abs().mean() > 1e-3
 
 
 def test_a_model_of_the_other_kind_or_frames_is_refused_in_one_line(saved):
@@ -78,23 +54,6 @@ def test_a_model_of_the_other_kind_or_frames_is_refused_in_one_line(saved):
         registry.load_backbone(ModelConfig(kind="embedded", path=str(saved / "video")))
     with pytest.raises(SolrlError, match=r"model.frames 8: the embedded video model makes 4-frame videos"):
         registry.load_backbone(ModelConfig(kind="embedded_video", path=str(saved / "video"), frames=8))
-
-
-def test_weights_from_before_the_coordinate_channels_are_refused_in_one_line(tmp_path):
-    from diffusers import WanTransformer3DModel
-
-    from solrl_core.models.embedded.video_model import transformer_config
-
-    old = build_video_model(seed=0)
-    with torch.random.fork_rng(devices=[]):
-        old.transformer = WanTransformer3DModel(**{**transformer_config(), "in_channels": 3}).eval()
-    old.save(tmp_path / "old")
-    with pytest.raises(SolrlError, match=r"^embedded video model: its transformer takes 3 input channels, expected 6 "
-                                         r"\(the video and 3 coordinate channels\)"):
-        registry.load_backbone(ModelConfig(kind="embedded_video", path=str(tmp_path / "old")))
-    x = torch.zeros(1, 3, motion.FRAMES, 32, 32)
-    with pytest.raises(SolrlError, match="weights from before the coordinates"):
-        predict_video_velocity(old.transformer, x, torch.ones(1), old.encode(PROMPTS[:1]))
 
 
 def test_the_shipped_video_model_draws_the_prompted_shapes():
