@@ -67,8 +67,8 @@ def guided_velocity(
     step_sigma: float | None = None,
 ) -> torch.Tensor:
     """The velocity under guidance (`step_sigma`: the step's sigma as a host float, for a backbone whose scale
-    changes over the steps; None reads it from `sigma`, a device read the sampling loops avoid): the model's own input for distilled-guidance backbones, classifier-free guidance
-    otherwise (`backbone.combine_guidance`: v_u + g (v_c - v_u) unless the backbone's pipeline rescales it; `uncond` =
+    changes over the steps; None reads it from `sigma`, a device read the sampling loops avoid): the model's own
+    input for distilled-guidance backbones, classifier-free guidance otherwise (`backbone.combine_guidance`: v_u + g (v_c - v_u) unless the backbone's pipeline rescales it; `uncond` =
     the empty prompt's conditioning, batch 1 or B, an editing model's with each row's source; one forward on the
     concatenated batch), the plain conditional velocity when g = 1."""
     if backbone.defaults.distilled_guidance:

@@ -220,6 +220,7 @@ class Batch:
     seeds: np.ndarray
     sources: list[tuple[str, ...]] | None = None  # edit prompts' source image paths, per prompt
     encoded: dict = field(default_factory=dict, repr=False)  # (start, stop, unconditional) -> conditioning
+    sized: dict = field(default_factory=dict, repr=False)  # (height, width) -> every prompt's sources at that size
 
     def conditioning(self, backbone, start: int, stop: int, unconditional: bool = False):
         """The rows' conditioning (`unconditional`: the empty prompt's, an edit prompt's with its row's sources)."""
@@ -240,9 +241,11 @@ class Batch:
         """The rows' source images at the generated size (B, sources, H, W, 3), for the rewards that score edits."""
         if self.sources is None:
             return None
-        from solrl_core.edit_sources import source_array
+        if (height, width) not in self.sized:  # read once, for every batch and policy
+            from solrl_core.edit_sources import source_array
 
-        return source_array(self.sources, height, width)[self.prompt_index[start:stop]]
+            self.sized[height, width] = source_array(self.sources, height, width)
+        return self.sized[height, width][self.prompt_index[start:stop]]
 
 
 def calibration_batch(cfg, num_prompts: int, seeds_per_prompt: int, seed_offset: int = 0) -> Batch:

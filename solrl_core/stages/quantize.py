@@ -202,11 +202,12 @@ def _calibration_forward(backbone, transformer, cond):
     output error."""
     device = module_device(transformer)
     x = backbone.initial_noise([0]).to(device)
-    sigma = torch.full((1,), 0.5, device=device)
+    at = 0.5
+    sigma = torch.full((1,), at, device=device)
 
     @torch.no_grad()
     def run():
-        with backbone.calls_at(transformer, 0.5):
+        with backbone.calls_at(transformer, at):
             return backbone.velocity(transformer, x, sigma, cond)
 
     return run
