@@ -88,6 +88,8 @@ class World:
     # latents and the prompts' encoding
     batch: Callable[..., tuple] | None = None
     lr: float = DEFAULT_LR  # its shipped weights'
+    threads: int = 2  # the torch threads its shipped weights were trained with (the same seed and threads: the same
+    # weights)
 
     def training_batch(self, model: EmbeddedModel, rendered, prompts: list[str]) -> tuple[torch.Tensor, dict]:
         """(x0, conditioning with grad) of one rendered batch."""
@@ -115,7 +117,7 @@ def world(name: str) -> World:
                         lambda prompts, rng, resolution: motion.render_batch(prompts, rng, resolution=resolution),
                         videos_to_latents, predict_video_velocity, motion.train_prompts, motion.test_prompts,
                         motion_match_reward, "solrl_core.models.backbones.embedded_video:EmbeddedVideoBackbone",
-                        MOTION_STEPS),
+                        MOTION_STEPS, threads=1),
         "edits": World("edits", lambda resolution, seed: edit_model.from_image_model(load_model(SHAPES_WEIGHTS)),
                        lambda prompts, rng, resolution: edits.render_pairs(
                            [edits.edit_of_prompt(p) for p in prompts], rng, resolution),
@@ -194,13 +196,13 @@ def pretrain(
     log_every: int = 100,
     save_every: int = 0,
     evaluate_samples: bool = True,
-    threads: int = 2,
+    threads: int | None = None,
     world_name: str = "shapes",
 ) -> dict:
     """Train the embedded model of `world_name` ("shapes": the image model; "motion": the video model) from scratch
     and save it to `out_dir`; returns the summary also stored there.
 
-    `steps`, `batch_size`, `lr` of None mean the defaults (those of the world's shipped weights).
+    `steps`, `batch_size`, `lr`, `threads` of None mean the defaults (those of the world's shipped weights).
     `save_every` > 0 also saves the EMA weights every that many steps (same directory, overwritten), so a long run
     can be inspected while it trains. Saved weights are fp16 (loaded back as fp32).
     Bit-for-bit reproducibility holds for the same seed and `threads` (float sums are ordered per thread count).
@@ -211,6 +213,7 @@ def pretrain(
     steps = w.steps if steps is None else steps
     batch_size = DEFAULT_BATCH if batch_size is None else batch_size
     lr = w.lr if lr is None else lr
+    threads = w.threads if threads is None else threads
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise SolrlError(f"pretrain needs steps >= 1, batch size >= 1 and lr > 0 (got {steps}, {batch_size}, {lr})")
     torch.set_num_threads(threads)

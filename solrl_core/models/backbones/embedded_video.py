@@ -14,7 +14,7 @@ from solrl_core.models.backbones.diffusers_pipeline import DTYPES
 from solrl_core.models.backbones.embedded import EmbeddedBackbone
 from solrl_core.models.backbones.specs.embedded_video import SPEC
 from solrl_core.models.embedded.model import EmbeddedModel, load_model
-from solrl_core.models.embedded.video_model import latents_to_videos, predict_video_velocity
+from solrl_core.models.embedded.video_model import check_input_channels, latents_to_videos, predict_video_velocity
 
 PRETRAINED_VIDEO_DIR = Path(__file__).resolve().parent.parent / "embedded" / "pretrained_video"
 
@@ -30,6 +30,7 @@ class EmbeddedVideoBackbone(EmbeddedBackbone):
             raise SolrlError(f"model.frames {frames}: the embedded video model makes {model.frames}-frame videos (its "
                              f"weights); set model.frames: null")
         super().__init__(model, device)
+        check_input_channels(model.transformer)
         self.frames = model.frames
 
     @classmethod

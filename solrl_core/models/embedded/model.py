@@ -2,7 +2,7 @@
 
 Everything is built from configs in code (no hub). On disk it is a standard directory:
     <dir>/transformer/    diffusers SD3Transformer2DModel (safetensors)
-    <dir>/text_encoder/   transformers CLIPTextModel (safetensors)
+    <dir>/text_encoder/   transformers CLIPTextModel (safetensors; the video model's with its projection)
     <dir>/tokenizer/      transformers PreTrainedTokenizerFast (tokenizer.json)
     <dir>/solrl_embedded.json   resolution, format version, pretraining summary
 The "latent" is the image itself: 3 x R x R pixels scaled to [-1, 1]. With patch size 4 a 32x32 image is 64 tokens.
@@ -21,6 +21,7 @@ from pathlib import Path
 import diffusers
 import numpy as np
 import torch
+import transformers
 from diffusers import SD3Transformer2DModel
 from transformers import CLIPTextConfig, CLIPTextModel, PreTrainedTokenizerFast
 
@@ -107,7 +108,7 @@ def transformer_config(resolution: int = 32) -> dict:
 @dataclass
 class EmbeddedModel:
     transformer: SD3Transformer2DModel
-    text_encoder: CLIPTextModel
+    text_encoder: CLIPTextModel  # CLIPTextModelWithProjection for the video model
     tokenizer: PreTrainedTokenizerFast
     resolution: int = 32
     metadata: dict = field(default_factory=dict)
@@ -123,7 +124,8 @@ class EmbeddedModel:
     def encode(self, prompts) -> dict[str, torch.Tensor]:
         """Conditioning with grad (for joint pretraining): last hidden state and the pooled <eos> state."""
         out = self.text_encoder(input_ids=self.tokenize(prompts))
-        return {"encoder_hidden_states": out.last_hidden_state, "pooled_projections": out.pooler_output}
+        pooled = out.text_embeds if hasattr(out, "text_embeds") else out.pooler_output  # projected (the video model)
+        return {"encoder_hidden_states": out.last_hidden_state, "pooled_projections": pooled}
 
     def save(self, out_dir: str | Path, dtype: torch.dtype = torch.float16, metadata: dict | None = None) -> Path:
         """Write the standard directory; weights stored in `dtype` (`load_model` reads them in the dtype it is
@@ -174,7 +176,8 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch
     meta = check_model_dir(root)
     transformer_class = json.loads((root / "transformer" / "config.json").read_text())["_class_name"]
     transformer = getattr(diffusers, transformer_class).from_pretrained(root / "transformer", torch_dtype=dtype)
-    text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=dtype)
+    text_encoder_class = json.loads((root / "text_encoder" / "config.json").read_text())["architectures"][0]
+    text_encoder = getattr(transformers, text_encoder_class).from_pretrained(root / "text_encoder", dtype=dtype)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tokenizer")
     return EmbeddedModel(transformer.to(device).eval(), text_encoder.to(device).eval(), tokenizer,
                          int(meta["resolution"]), meta, meta.get("frames"))
