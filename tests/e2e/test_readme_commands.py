@@ -121,6 +121,7 @@ SOLRL_CONCRETE = {
     "solrl matrix configs/learning_matrix.yaml": MATRIX,  # hours: the same command on a tiny matrix config
     "solrl matrix configs/learning_matrix.yaml --set seeds=3 --cell 'image_full/*'": MATRIX,  # --cell, --set there
     "solrl matrix configs/learning_matrix.yaml --set seeds=7 --cell 'edit/*'": MATRIX,
+    "solrl matrix configs/learning_matrix.yaml --set seeds=3 --cell 'video*/*/*'": MATRIX,
     "solrl bench configs/bench_families.yaml":  # hours: its config checked against the protocol, its families run
         "tests/unit/bench/test_bench_stats.py::test_shipped_bench_config_meets_the_protocol",
     "solrl bench configs/bench_flow_grpo.yaml": "tests/unit/bench/test_bench_stats.py::"
