@@ -158,15 +158,18 @@ def test_the_learning_status_names_a_configs_cell_and_says_when_it_is_experiment
 
 def test_the_shipped_status_agrees_with_the_committed_report():
     """configs/measured/learning_status.yaml is what `solrl matrix ... --status` writes from the committed reports
-    (docs/learning-matrix/report.json, and a world's trained apart, docs/learning-matrix/<world>/report.json): each
-    cell's verdict recomputes from its report's per-seed rises."""
+    (docs/learning-matrix/report.json, and a world's trained apart, docs/learning-matrix/<world>/report.json, which
+    replaces that world's cells of the main report): each cell's verdict recomputes from its report's per-seed rises."""
     shipped = read_status()
     folder = ROOT / "docs" / "learning-matrix"
-    cells = {}
-    for path in [folder / "report.json", *sorted(folder.glob("*/report.json"))]:
+    apart = {}
+    for path in sorted(folder.glob("*/report.json")):
         found = json.loads(path.read_text())["cells"]
-        assert not set(found) & set(cells), path  # each cell in one report
-        cells.update(found)
+        assert not set(found) & set(apart), path  # each cell in one report trained apart
+        apart.update(found)
+    # a world trained apart, later, replaces the main report's cells of that world (the video world on the video model
+    # shipped since: docs/learning-matrix/report.md notes it)
+    cells = {**json.loads((folder / "report.json").read_text())["cells"], **apart}
     assert set(shipped) == set(cells)
     for name, entry in shipped.items():
         per_seed = cells[name]["per_seed"]
