@@ -30,8 +30,8 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the shipped weights')")
     p.add_argument("--seed", type=int, default=0, help="random seed (shapes drawn, initial weights)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: the shipped weights', 2, or 1 for --world motion; the same seed and "
-                   "threads give the same weights)")
+                   help="torch threads (default: those the world's shipped weights were trained with; the same seed "
+                   "and threads give the same weights)")
     p.add_argument("--save-every", type=int, default=0,
                    help="also save the EMA weights to --out every this many steps, overwritten, marked partial in "
                    "their metadata (default 0: only at the end)")

@@ -101,7 +101,8 @@ def test_the_shipped_video_model_draws_the_prompted_shapes_and_moves_them_the_na
     from solrl_core.rewards.embedded_motion import _moved, motion_match_reward
 
     prompts = motion.test_prompts()
-    opposite = {"left": "right", "right": "left", "up": "down", "down": "up"}
+    opposite = {d: e for d, (dx, dy) in motion.DIRECTIONS.items() for e, step in motion.DIRECTIONS.items()
+                if step == (-dx, -dy)}
     turned = [p.rsplit(" ", 1)[0] + " " + opposite[motion.parse_prompt(p).direction] for p in prompts]
     rows = [p for p in prompts for _ in range(2)]
     scores, apart = {}, {}
